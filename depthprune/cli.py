@@ -1,0 +1,70 @@
+"""The ``depthprune`` console script: one command, subcommands that are plain typed functions.
+
+Each subcommand lives next to the code it drives (``pruning.cli``, ``registry.cli``, ``server.cli``,
+``loadtest.cli``); this module only assembles them. Those modules import their heavy engines (torch,
+vLLM) inside the functions, so ``depthprune --help`` and the registry commands stay fast.
+
+Run ``depthprune --help`` or ``depthprune COMMAND --help``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+import typer
+
+from depthprune.errors import UserError
+
+# name -> "module:attribute"; an attribute that is a typer.Typer becomes a command group.
+COMMANDS = {
+    "demo-model": "pruning.cli:demo_model",
+    "checkpoint": "pruning.cli:checkpoint",
+    "prune": "pruning.cli:prune",
+    "bench-evaluator": "pruning.cli:bench_evaluator",
+    "eval": "pruning.cli:evaluate",
+    "study": "pruning.cli:study",
+    "variants": "registry.cli:app",
+    "serve": "server.cli:serve",
+    "loadtest": "loadtest.cli:loadtest",
+    "demo": "depthprune.demo:demo",
+}
+
+
+def _resolve(target: str):
+    module_name, attribute = target.split(":")
+    return getattr(importlib.import_module(module_name), attribute)
+
+
+def build_app() -> typer.Typer:
+    """The typer application with every subcommand that is installed."""
+    app = typer.Typer(
+        name="depthprune",
+        help="Prune whole Transformer blocks under a calibration configuration, register and serve the variants.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+    for name, target in COMMANDS.items():
+        command = _resolve(target)
+        if isinstance(command, typer.Typer):
+            app.add_typer(command, name=name)
+        else:
+            app.command(name)(command)
+    return app
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point of the console script; user mistakes exit 2 with one line on stderr."""
+    try:
+        build_app()(args=argv, prog_name="depthprune")
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        raise SystemExit(130) from None
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,203 @@
+"""Block access for every supported decoder architecture, and forwards with any set of blocks skipped.
+
+The searches and objectives never reach into a model; they go through :class:`BlockStack`, which knows
+where a causal LM keeps its embeddings, decoder blocks, final norm, rotary embedding and LM head.
+
+How a block is called differs across architectures (Gemma-3 gives sliding-window layers their own mask
+and rotary table, Mistral masks by window, Qwen3 may mix both). Rather than re-deriving those arguments
+per architecture, :meth:`BlockStack.prepare` runs the model's own forward once with every block swapped
+for a recorder that returns its input unchanged: that costs an embedding lookup, and yields exactly
+the keyword arguments the model itself passes to block ``i``. Running any subset of blocks is then
+a loop over the real blocks with those arguments. No forward is patched; the module list is restored
+before ``prepare`` returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from depthprune.errors import UserError
+
+# model_type -> the causal-LM class name transformers uses for it.
+SUPPORTED_ARCHITECTURES = {
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "mistral": "MistralForCausalLM",
+    "gemma3_text": "Gemma3ForCausalLM",
+}
+
+
+def check_supported(config: Any) -> None:
+    """Raise a :class:`UserError` naming the supported architectures when ``config`` is not one."""
+    model_type = getattr(config, "model_type", None)
+    if model_type not in SUPPORTED_ARCHITECTURES:
+        supported = ", ".join(f"{name} ({cls})" for name, cls in SUPPORTED_ARCHITECTURES.items())
+        raise UserError(f"unsupported architecture {model_type!r}; supported: {supported}")
+
+
+def load_config(model: str, revision: str | None = None):
+    """The transformers config of a hub id or local directory, or a one-line :class:`UserError`."""
+    from transformers import AutoConfig
+
+    try:
+        config = AutoConfig.from_pretrained(model, revision=revision)
+    except (OSError, ValueError) as error:
+        raise UserError(f"{model!r} is not a model directory or a hub id that can be loaded: "
+                        f"{str(error).splitlines()[0]}") from None
+    check_supported(config)
+    return config
+
+
+def load_model(model: str, *, dtype: str = "float32", device: str = "cpu", revision: str | None = None):
+    """Load a supported causal LM and its tokenizer in eval mode.
+
+    Args:
+        model: hub id or local directory.
+        dtype: torch dtype name (``float32``, ``bfloat16``, ``float16``).
+        device: torch device.
+        revision: hub revision (branch, tag or commit).
+
+    Returns:
+        ``(model, tokenizer)``.
+    """
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    load_config(model, revision)
+    torch_dtype = getattr(torch, dtype, None)
+    if not isinstance(torch_dtype, torch.dtype):
+        raise UserError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16")
+    causal_lm = AutoModelForCausalLM.from_pretrained(model, revision=revision, dtype=torch_dtype)
+    causal_lm.to(device).eval()
+    tokenizer = AutoTokenizer.from_pretrained(model, revision=revision)
+    return causal_lm, tokenizer
+
+
+@dataclass
+class PreparedBatch:
+    """What every block needs for one batch: the embedded input and the per-block call arguments."""
+
+    hidden: torch.Tensor
+    """Output of the embedding layer (scaled where the architecture scales it), ``[batch, seq, hidden]``."""
+    block_kwargs: list[dict[str, Any]] = field(repr=False)
+    """Keyword arguments the model passes to block ``i`` (mask, rotary table, positions)."""
+
+
+class _Recorder(nn.Module):
+    """Stands in for a decoder block during :meth:`BlockStack.prepare`: records its call, returns the input."""
+
+    def __init__(self, index: int, sink: list[dict[str, Any] | None]):
+        super().__init__()
+        self.index = index
+        self.sink = sink
+
+    def forward(self, hidden_states, *args, **kwargs):
+        if args:  # every supported architecture passes block arguments by keyword
+            raise RuntimeError("decoder block called with positional arguments; unsupported transformers version")
+        kwargs.pop("past_key_values", None)
+        kwargs["use_cache"] = False
+        self.sink[self.index] = kwargs
+        if self.index == 0:
+            self.sink.append({"hidden": hidden_states})
+        return hidden_states
+
+
+class BlockStack:
+    """A supported causal LM seen as embeddings → N decoder blocks → final norm → LM head.
+
+    Args:
+        model: a loaded ``*ForCausalLM`` of a supported architecture.
+    """
+
+    def __init__(self, model):
+        check_supported(model.config)
+        self.model = model
+        self.config = model.config
+        self.decoder = model.model
+        self.blocks = model.model.layers
+        self.embed_tokens = model.model.embed_tokens
+        self.norm = model.model.norm
+        self.rotary_emb = getattr(model.model, "rotary_emb", None)
+        self.lm_head = model.lm_head
+        self.final_logit_softcapping = getattr(self.config, "final_logit_softcapping", None)
+
+    @property
+    def num_blocks(self) -> int:
+        return len(self.blocks)
+
+    @property
+    def device(self):
+        return self.lm_head.weight.device
+
+    def validate_removed(self, removed_blocks) -> frozenset[int]:
+        """Check a removal set against this model; return it as a frozenset."""
+        return validate_removed(removed_blocks, self.num_blocks)
+
+    def prepare(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> PreparedBatch:
+        """Embed ``input_ids`` and record the arguments each block receives in the model's own forward."""
+        sink: list[dict[str, Any] | None] = [None] * self.num_blocks
+        recorders = [_Recorder(i, sink) for i in range(self.num_blocks)]
+        original = self.decoder.layers
+        self.decoder.layers = nn.ModuleList(recorders)
+        try:
+            with torch.no_grad():
+                self.decoder(input_ids=input_ids.to(self.device),
+                             attention_mask=None if attention_mask is None else attention_mask.to(self.device),
+                             use_cache=False)
+        finally:
+            self.decoder.layers = original
+        hidden = sink.pop()["hidden"]
+        return PreparedBatch(hidden=hidden, block_kwargs=sink)
+
+    def run_blocks(self, hidden: torch.Tensor, batch: PreparedBatch, block_indices) -> torch.Tensor:
+        """Run the given blocks (original indices, in order) on ``hidden``."""
+        for index in block_indices:
+            hidden = self.blocks[index](hidden, **batch.block_kwargs[index])
+        return hidden
+
+    def head(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Final norm and LM head (with the logit soft-capping of architectures that use it)."""
+        logits = self.lm_head(self.norm(hidden))
+        if self.final_logit_softcapping is not None:
+            logits = torch.tanh(logits / self.final_logit_softcapping) * self.final_logit_softcapping
+        return logits
+
+    def kept_blocks(self, removed_blocks) -> list[int]:
+        removed = self.validate_removed(removed_blocks)
+        return [i for i in range(self.num_blocks) if i not in removed]
+
+    def forward(self, input_ids: torch.Tensor, removed_blocks=(), attention_mask: torch.Tensor | None = None):
+        """Logits of the model with ``removed_blocks`` skipped (identity), ``[batch, seq, vocab]``."""
+        kept = self.kept_blocks(removed_blocks)
+        with torch.no_grad():
+            batch = self.prepare(input_ids, attention_mask)
+            return self.head(self.run_blocks(batch.hidden, batch, kept))
+
+
+def validate_removed(removed_blocks, num_blocks: int) -> frozenset[int]:
+    """Check that ``removed_blocks`` are distinct indices in ``[0, num_blocks)`` leaving at least one block."""
+    removed = list(removed_blocks)
+    if len(set(removed)) != len(removed):
+        duplicates = sorted({i for i in removed if removed.count(i) > 1})
+        raise UserError(f"duplicate block indices {duplicates}")
+    for index in removed:
+        if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < num_blocks:
+            raise UserError(f"block index {index!r} is out of range: the model has blocks 0..{num_blocks - 1}")
+    if len(removed) >= num_blocks:
+        raise UserError(f"cannot remove all {num_blocks} blocks; at least one must remain")
+    return frozenset(removed)
+
+
+def parse_block_list(text: str) -> list[int]:
+    """Parse ``"3,7,8"`` into ``[3, 7, 8]`` with a one-line error for anything else."""
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise UserError("no block indices given (expected e.g. --remove 3,7,8)")
+    try:
+        return [int(item) for item in items]
+    except ValueError:
+        raise UserError(f"block indices must be integers separated by commas, got {text!r}") from None

@@ -1,0 +1,41 @@
+"""Shared fixtures: an isolated data directory per session, and tiny random models on disk."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_home(tmp_path_factory) -> Path:
+    """Every test session gets its own DEPTHPRUNE_HOME and SQLite registry, never the user's."""
+    home = tmp_path_factory.mktemp("depthprune-home")
+    previous = {key: os.environ.get(key) for key in ("DEPTHPRUNE_HOME", "DEPTHPRUNE_REGISTRY_URL")}
+    os.environ["DEPTHPRUNE_HOME"] = str(home)
+    os.environ.pop("DEPTHPRUNE_REGISTRY_URL", None)
+    yield home
+    for key, value in previous.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dirs(tmp_path_factory):
+    """``architecture -> directory`` of a saved tiny random model, made once per session on demand."""
+    from tiny_models import save_tiny_model
+
+    made: dict[str, Path] = {}
+
+    def get(architecture: str) -> Path:
+        if architecture not in made:
+            made[architecture] = save_tiny_model(architecture, tmp_path_factory.mktemp(f"tiny-{architecture}"))
+        return made[architecture]
+
+    return get
