@@ -1,0 +1,27 @@
+"""Content hashes that tie a registry row to the weights it describes (torch-free, used by every package)."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+WEIGHT_PATTERNS = ("*.safetensors", "*.bin")
+
+
+def weights_sha256(directory: str | Path) -> str:
+    """sha256 over the weight files of a checkpoint directory, in name order (names included).
+
+    Raises:
+        FileNotFoundError: when the directory holds no weight file.
+    """
+    directory = Path(directory)
+    files = sorted({path for pattern in WEIGHT_PATTERNS for path in directory.glob(pattern)})
+    if not files:
+        raise FileNotFoundError(f"no weight files (*.safetensors, *.bin) in {directory}")
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(path.name.encode())
+        with path.open("rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
