@@ -1,0 +1,188 @@
+"""A streaming client of the OpenAI completions API that times every token.
+
+One request = one ``POST {target}/v1/completions`` with ``stream: true`` and
+``stream_options.include_usage``; ``ignore_eos`` and ``min_tokens`` (vLLM extra body fields) make every
+model generate exactly ``max_tokens`` tokens, so dense and pruned variants do the same work. The
+timings follow ``vllm bench serve``: TTFT is the time to the first chunk carrying a choice, ITL the gap
+between later chunks, latency the time to the last chunk with a choice.
+
+Only the URL the user gave is contacted; redirects are not followed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+import httpx
+
+from depthprune.errors import UserError
+
+
+@dataclass
+class RequestResult:
+    """What one streamed request measured (times in seconds, from ``time.perf_counter``)."""
+
+    success: bool = False
+    """True when at least one token arrived and the stream ended cleanly."""
+    error_kind: str | None = None
+    """Short class of failure: ``http_503``, ``timeout``, ``connection``, ``protocol``, ``no_tokens``."""
+    error: str = ""
+    """The server's message or the exception text, for the report."""
+    prompt_len: int = 0
+    """Prompt tokens as the server counted them (``usage.prompt_tokens``), else the client's estimate."""
+    output_tokens: int = 0
+    """Generated tokens (``usage.completion_tokens``), else the number of chunks with a choice."""
+    ttft: float = 0.0
+    """Seconds from sending the request to the first chunk with a choice."""
+    itl: list[float] = field(default_factory=list)
+    """Gaps in seconds between successive chunks with a choice."""
+    latency: float = 0.0
+    """Seconds from sending to the last chunk with a choice (end-to-end latency)."""
+    start_time: float = 0.0
+    """``time.perf_counter()`` when the request was sent."""
+    queue_time: float = 0.0
+    """Seconds the request waited on the client's concurrency cap after its arrival time."""
+    generated_text: str = ""
+    """The generated text (kept for debugging; not written to result files)."""
+
+
+def completion_payload(model: str, prompt: str, max_tokens: int, *, ignore_eos: bool = True) -> dict:
+    """The request body of one benchmark completion (greedy, fixed length when ``ignore_eos``)."""
+    payload = {
+        "model": model,
+        "prompt": prompt,
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    if ignore_eos:
+        payload["ignore_eos"] = True
+        payload["min_tokens"] = max_tokens
+    return payload
+
+
+async def stream_completion(
+    client: httpx.AsyncClient,
+    target: str,
+    model: str,
+    prompt: str,
+    max_tokens: int,
+    *,
+    prompt_len_estimate: int = 0,
+    ignore_eos: bool = True,
+    timeout_s: float = 300.0,
+) -> RequestResult:
+    """Send one streaming completion and time its tokens; never raises for server or network failures.
+
+    Args:
+        client: A shared ``httpx.AsyncClient``.
+        target: Base URL of the server (``http://127.0.0.1:8000``).
+        model: The ``model`` field (served name or alias).
+        prompt: Prompt text.
+        max_tokens: Tokens to generate.
+        prompt_len_estimate: Prompt length to report when the server sends no usage.
+        ignore_eos: Ask the server to generate exactly ``max_tokens`` tokens.
+        timeout_s: Whole-request time limit.
+
+    Returns:
+        The measured :class:`RequestResult`; ``success`` is False with ``error_kind`` set on failure.
+    """
+    result = RequestResult(prompt_len=prompt_len_estimate)
+    url = target.rstrip("/") + "/v1/completions"
+    payload = completion_payload(model, prompt, max_tokens, ignore_eos=ignore_eos)
+    chunks_with_choice = 0
+    usage_tokens: int | None = None
+    text_parts: list[str] = []
+    start = time.perf_counter()
+    result.start_time = start
+    last = start
+    try:
+        async with client.stream("POST", url, json=payload, timeout=timeout_s) as response:
+            if response.status_code != 200:
+                body = (await response.aread()).decode(errors="replace")
+                result.error_kind = f"http_{response.status_code}"
+                result.error = _error_message(body)
+                return result
+            async for line in response.aiter_lines():
+                line = line.strip()
+                # SSE comments (pings) start with ':'; blank lines separate events.
+                if not line or line.startswith(":") or not line.startswith("data:"):
+                    continue
+                data = line[len("data:") :].strip()
+                if data == "[DONE]":
+                    break
+                chunk = json.loads(data)
+                if "error" in chunk:
+                    result.error_kind = "stream_error"
+                    result.error = _error_message(data)
+                    return result
+                if chunk.get("choices"):
+                    now = time.perf_counter()
+                    if chunks_with_choice == 0:
+                        result.ttft = now - start
+                    else:
+                        result.itl.append(now - last)
+                    last = now
+                    chunks_with_choice += 1
+                    text_parts.append(chunk["choices"][0].get("text") or "")
+                if chunk.get("usage"):
+                    usage = chunk["usage"]
+                    usage_tokens = usage.get("completion_tokens")
+                    if usage.get("prompt_tokens") is not None:
+                        result.prompt_len = int(usage["prompt_tokens"])
+    except httpx.TimeoutException as error:
+        result.error_kind, result.error = (
+            "timeout",
+            f"no answer within {timeout_s:g} s ({type(error).__name__})",
+        )
+        return result
+    except httpx.TransportError as error:
+        result.error_kind, result.error = "connection", f"{type(error).__name__}: {error}"
+        return result
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as error:
+        result.error_kind, result.error = "protocol", f"malformed stream: {error}"
+        return result
+    result.generated_text = "".join(text_parts)
+    if chunks_with_choice == 0:
+        result.error_kind, result.error = "no_tokens", "the stream ended without a token"
+        return result
+    result.latency = last - start
+    result.output_tokens = int(usage_tokens) if usage_tokens is not None else chunks_with_choice
+    result.success = True
+    return result
+
+
+def _error_message(body: str) -> str:
+    """The ``error.message`` of an OpenAI-style error body, else the body itself (shortened)."""
+    try:
+        parsed = json.loads(body)
+        error = parsed.get("error", parsed) if isinstance(parsed, dict) else parsed
+        if isinstance(error, dict):
+            return str(error.get("message") or error.get("detail") or error)[:500]
+        return str(error)[:500]
+    except (json.JSONDecodeError, AttributeError):
+        return body[:500]
+
+
+def served_models(target: str, *, api_key: str | None = None, timeout_s: float = 10.0) -> dict[str, dict]:
+    """``id -> entry`` of ``GET {target}/v1/models``; an unreachable or non-OpenAI target is a UserError."""
+    url = target.rstrip("/") + "/v1/models"
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        response = httpx.get(url, headers=headers, timeout=timeout_s)
+    except httpx.HTTPError as error:
+        raise UserError(f"cannot reach {target} ({type(error).__name__}); is the server running?") from None
+    if response.status_code in (401, 403):
+        raise UserError(f"{url} refused the request (HTTP {response.status_code}); pass --api-key")
+    if response.status_code != 200:
+        raise UserError(
+            f"{url} answered HTTP {response.status_code}; is {target} an OpenAI-compatible server?"
+        )
+    try:
+        entries = response.json()["data"]
+        return {str(entry["id"]): entry for entry in entries}
+    except (ValueError, KeyError, TypeError):
+        raise UserError(f"{url} did not return an OpenAI model list") from None

@@ -1,0 +1,124 @@
+"""Compare variants with the dense model: measured ratios next to the ideal N/(N-M).
+
+Removing M of N blocks makes the block stack N/(N-M) times cheaper; embeddings, LM head, sampling and
+serving overheads do not shrink, so that is the ceiling of the speedup (anchors.md). Ratios are taken
+per round (variant and dense measured back to back under the same load) and combined by the geometric
+mean, so machine drift between rounds cancels.
+
+``fraction_of_ideal_speedup`` = measured output-throughput speedup / ideal speedup; ``fraction_of_ideal_gain``
+= (speedup - 1) / (ideal - 1), the stricter reading (0 = no gain, 1 = all of the ideal gain).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from depthprune.errors import UserError
+
+THROUGHPUT_KEYS = ("request_throughput", "output_throughput", "total_token_throughput")
+"""Higher is better; the ideal ratio is N/(N-M)."""
+LATENCY_KEYS = tuple(
+    f"{stat}_{metric}_ms" for metric in ("ttft", "tpot", "itl", "e2el") for stat in ("mean", "median", "p99")
+)
+"""Lower is better; the ideal ratio is (N-M)/N (TTFT also has fixed per-request costs)."""
+
+
+@dataclass(frozen=True)
+class BlockCounts:
+    """How deep a served model is relative to its base."""
+
+    num_blocks: int
+    """N, blocks of the dense base model."""
+    removed: int
+    """M, blocks removed (0 for the dense model)."""
+    source: str = ""
+    """Where N and M came from (``registry``, ``/v1/models``, ``pruning.json``, ``--blocks``)."""
+
+    def __post_init__(self):
+        if self.num_blocks < 1 or not 0 <= self.removed < self.num_blocks:
+            raise UserError(f"block counts N={self.num_blocks}, M={self.removed} need N >= 1 and 0 <= M < N")
+
+    @property
+    def ideal_speedup(self) -> float:
+        """N / (N - M)."""
+        return self.num_blocks / (self.num_blocks - self.removed)
+
+
+def parse_blocks_overrides(specs: Sequence[str]) -> dict[str, BlockCounts]:
+    """``["dense=16:0", "v25=16:4"]`` (or comma-separated) -> ``{name: BlockCounts}``."""
+    overrides: dict[str, BlockCounts] = {}
+    for spec in (part for item in specs for part in item.split(",") if part.strip()):
+        name, sep, counts = spec.strip().partition("=")
+        n, colon, m = counts.partition(":")
+        try:
+            if not (sep and colon and name):
+                raise ValueError
+            overrides[name] = BlockCounts(int(n), int(m), source="--blocks")
+        except ValueError:
+            raise UserError(f"--blocks {spec!r} must look like NAME=N:M (e.g. ppl-best=16:4)") from None
+    return overrides
+
+
+def geometric_mean(values: Sequence[float]) -> float | None:
+    """Geometric mean of positive values; None when there are none."""
+    positive = [value for value in values if value and value > 0 and math.isfinite(value)]
+    if not positive:
+        return None
+    return math.exp(sum(math.log(value) for value in positive) / len(positive))
+
+
+def ratios_to_baseline(
+    per_round_metrics: dict[str, list[dict]],
+    baseline: str,
+    keys: Sequence[str] = THROUGHPUT_KEYS + LATENCY_KEYS,
+) -> dict[str, dict[str, float | None]]:
+    """``model -> {key: geometric mean over rounds of model[key] / baseline[key]}`` for each other model.
+
+    Args:
+        per_round_metrics: ``model -> [metrics of round 0, round 1, ...]`` (same rounds for every model).
+        baseline: The model the others are divided by (the dense model).
+        keys: Metric keys to compare.
+    """
+    base_rounds = per_round_metrics[baseline]
+    ratios: dict[str, dict[str, float | None]] = {}
+    for model, rounds in per_round_metrics.items():
+        if model == baseline:
+            continue
+        ratios[model] = {}
+        for key in keys:
+            per_round = [
+                variant[key] / base[key]
+                for variant, base in zip(rounds, base_rounds)
+                if base.get(key) and variant.get(key) is not None
+            ]
+            ratios[model][key] = geometric_mean(per_round)
+    return ratios
+
+
+def speedup_summary(throughput_ratio: float | None, counts: BlockCounts | None) -> dict:
+    """Ideal speedup and the fractions of it that a measured output-throughput ratio reaches."""
+    if counts is None:
+        return {
+            "num_blocks": None,
+            "removed_blocks": None,
+            "ideal_speedup": None,
+            "output_throughput_speedup": throughput_ratio,
+            "fraction_of_ideal_speedup": None,
+            "fraction_of_ideal_gain": None,
+        }
+    ideal = counts.ideal_speedup
+    fraction = throughput_ratio / ideal if throughput_ratio is not None else None
+    gain = None
+    if throughput_ratio is not None and ideal > 1:
+        gain = (throughput_ratio - 1) / (ideal - 1)
+    return {
+        "num_blocks": counts.num_blocks,
+        "removed_blocks": counts.removed,
+        "blocks_source": counts.source,
+        "ideal_speedup": ideal,
+        "output_throughput_speedup": throughput_ratio,
+        "fraction_of_ideal_speedup": fraction,
+        "fraction_of_ideal_gain": gain,
+    }

@@ -1,0 +1,74 @@
+"""The settings of one load test, as a dataclass the registry stores with every serving benchmark."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from depthprune.errors import UserError
+
+
+@dataclass
+class LoadConfig:
+    """How load is generated; every model of a comparison gets exactly this load."""
+
+    rate: float = math.inf
+    """Mean requests per second; ``inf`` sends every request at once (saturation)."""
+    burstiness: float = 1.0
+    """Gamma shape of the arrival gaps: 1 = Poisson, < 1 burstier, > 1 more even (as ``vllm bench serve``)."""
+    max_concurrency: int | None = None
+    """Most requests in flight from the client; None = no cap."""
+    num_prompts: int = 64
+    """Measured requests per model and round."""
+    input_len: int = 128
+    """Prompt tokens: exact for synthetic prompts, a cut for texts."""
+    output_len: int = 64
+    """Tokens every request generates (``max_tokens``; with ``ignore_eos`` exactly this many)."""
+    warmup: int = 2
+    """Unmeasured requests sent to each model before the first round."""
+    seed: int = 0
+    """Seed of prompts and arrival times."""
+    rounds: int = 1
+    """Interleaved rounds: each round runs every model once, rotating the order, so drift cancels."""
+    prompts: str = "synthetic"
+    """``demo`` (the demo model's test text), ``synthetic``, or a file path."""
+    ignore_eos: bool = True
+    """Ask the server to ignore end-of-sequence so every model generates ``output_len`` tokens."""
+    goodput_slos_ms: dict[str, float] = field(default_factory=dict)
+    """SLOs in ms for goodput: keys ``ttft``, ``tpot``, ``e2el``."""
+    percentiles: tuple[float, ...] = (90.0, 99.0)
+    """Latency percentiles to report."""
+    request_timeout_s: float = 300.0
+    """A request that takes longer fails with ``timeout``."""
+    max_run_s: float = 1800.0
+    """Time limit of one model's run in one round; requests still open then fail with ``run_time_limit``."""
+
+    def __post_init__(self):
+        if not self.rate > 0:
+            raise UserError(f"--rate must be positive or inf, got {self.rate}")
+        if not self.burstiness > 0:
+            raise UserError(f"--burstiness must be positive, got {self.burstiness}")
+        if self.max_concurrency is not None and self.max_concurrency < 1:
+            raise UserError(f"--max-concurrency must be at least 1, got {self.max_concurrency}")
+        if self.num_prompts < 1:
+            raise UserError(f"--num-prompts must be at least 1, got {self.num_prompts}")
+        if self.num_prompts > 100_000:
+            raise UserError(f"--num-prompts is bounded to 100000, got {self.num_prompts}")
+        if self.input_len < 1 or self.output_len < 1:
+            raise UserError("--input-len and --output-len must be at least 1")
+        if self.warmup < 0:
+            raise UserError(f"--warmup must be 0 or more, got {self.warmup}")
+        if not 1 <= self.rounds <= 100:
+            raise UserError(f"--rounds must be in 1..100, got {self.rounds}")
+        if self.request_timeout_s <= 0 or self.max_run_s <= 0:
+            raise UserError("time limits must be positive")
+        if any(not 0 < p < 100 for p in self.percentiles):
+            raise UserError(f"percentiles must be in (0, 100), got {self.percentiles}")
+
+    def as_dict(self) -> dict:
+        """JSON-safe settings (``inf`` written as the string ``"inf"``)."""
+        settings = asdict(self)
+        settings["rate"] = "inf" if math.isinf(self.rate) else self.rate
+        settings["burstiness"] = "inf" if math.isinf(self.burstiness) else self.burstiness
+        settings["percentiles"] = list(self.percentiles)
+        return settings

@@ -1,0 +1,217 @@
+"""Write a load-test result as a Markdown table and PNG plots (matplotlib, Agg backend, no display).
+
+Files written into the report directory: ``loadtest.md``, ``latency_percentiles.png`` (per latency
+family, the mean/median/percentiles of each model), ``throughput.png`` (measured output throughput
+next to the ideal N/(N-M) times the dense model's), and with ``--sweep`` ``throughput_vs_rate.png``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from loadtest.metrics import percentile_key
+
+
+def _fmt(value, digits: int = 1) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, int):
+        return str(value)
+    return f"{value:.{digits}f}"
+
+
+def markdown_report(result: dict) -> str:
+    """The Markdown summary of a result (per-model metrics, then each variant against the baseline)."""
+    settings = result["settings"]
+    percentiles = settings["percentiles"]
+    top = percentile_key("x", max(percentiles)).split("_")[0] if percentiles else None
+    load = (
+        f"Load: {settings['num_prompts']} requests × {settings['rounds']} round(s), "
+        f"rate {settings['rate']} req/s, burstiness {settings['burstiness']}, "
+        f"max concurrency {settings['max_concurrency'] or 'none'}, {settings['input_len']} input / "
+        f"{settings['output_len']} output tokens, prompts `{settings['prompts']}`, "
+        f"tokenizer: {result.get('tokenizer', '?')}. Target {result['target']}; {result.get('hardware', '')}."
+    )
+    header = [
+        "model",
+        "blocks",
+        "req/s",
+        "output tok/s",
+        "total tok/s",
+        "mean TTFT ms",
+        f"{top} TTFT ms",
+        "mean TPOT ms",
+        f"{top} TPOT ms",
+        "mean ITL ms",
+        "mean E2EL ms",
+        f"{top} E2EL ms",
+        "failed",
+    ]
+    lines = [
+        load,
+        "",
+        "| " + " | ".join(header) + " |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for model, metrics in result["models"].items():
+        blocks = metrics.get("blocks") or {}
+        depth = (
+            f"{blocks['num_blocks'] - blocks['removed_blocks']}/{blocks['num_blocks']}"
+            if blocks.get("num_blocks")
+            else "?"
+        )
+        row = [
+            model,
+            depth,
+            _fmt(metrics["request_throughput"], 2),
+            _fmt(metrics["output_throughput"]),
+            _fmt(metrics["total_token_throughput"]),
+            _fmt(metrics["mean_ttft_ms"]),
+            _fmt(metrics.get(f"{top}_ttft_ms")),
+            _fmt(metrics["mean_tpot_ms"], 2),
+            _fmt(metrics.get(f"{top}_tpot_ms"), 2),
+            _fmt(metrics["mean_itl_ms"], 2),
+            _fmt(metrics["mean_e2el_ms"]),
+            _fmt(metrics.get(f"{top}_e2el_ms")),
+            _fmt(metrics["failed"]),
+        ]
+        lines.append("| " + " | ".join(row) + " |")
+    if result.get("comparison"):
+        lines += [
+            "",
+            f"Against `{result['baseline']}` (geometric mean of per-round ratios; "
+            "latency ratio < 1 is faster):",
+            "",
+            "| variant | ideal N/(N-M) | output-throughput speedup | fraction of ideal speedup | "
+            "fraction of ideal gain | mean TTFT ratio | mean TPOT ratio | mean ITL ratio | "
+            "mean E2EL ratio |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for model, comparison in result["comparison"].items():
+            ratios = comparison["ratios"]
+            lines.append(
+                "| "
+                + " | ".join(
+                    [
+                        model,
+                        _fmt(comparison["ideal_speedup"], 3),
+                        _fmt(comparison["output_throughput_speedup"], 3),
+                        _fmt(comparison["fraction_of_ideal_speedup"], 3),
+                        _fmt(comparison["fraction_of_ideal_gain"], 3),
+                        _fmt(ratios.get("mean_ttft_ms"), 3),
+                        _fmt(ratios.get("mean_tpot_ms"), 3),
+                        _fmt(ratios.get("mean_itl_ms"), 3),
+                        _fmt(ratios.get("mean_e2el_ms"), 3),
+                    ]
+                )
+                + " |"
+            )
+    if result.get("sweep"):
+        models = list(result["models"])
+        lines += [
+            "",
+            "Rate sweep (output tok/s per model; the last step is the saturation point):",
+            "",
+            "| rate req/s | " + " | ".join(models) + " | failed |",
+            "|---" * (len(models) + 2) + "|",
+        ]
+        for step in result["sweep"]:
+            failed = sum(step["models"][m]["failed"] for m in models)
+            lines.append(
+                "| "
+                + " | ".join(
+                    [str(step["rate"])]
+                    + [_fmt(step["models"][m]["output_throughput"]) for m in models]
+                    + [str(failed)]
+                )
+                + " |"
+            )
+        if result.get("sweep_stop_reason"):
+            lines += ["", f"Sweep stopped: {result['sweep_stop_reason']}."]
+    return "\n".join(lines) + "\n"
+
+
+def write_plots(result: dict, directory: Path) -> list[Path]:
+    """Write the PNG plots of ``result`` into ``directory``; returns their paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    models = list(result["models"])
+    percentiles = result["settings"]["percentiles"]
+    written: list[Path] = []
+
+    stats = ["mean", "median"] + [percentile_key("x", p).split("_")[0] for p in percentiles]
+    figure, axes = plt.subplots(1, 4, figsize=(16, 4))
+    width = 0.8 / max(len(models), 1)
+    for axis, (family, title) in zip(
+        axes, [("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2E latency")]
+    ):
+        for index, model in enumerate(models):
+            values = [result["models"][model].get(f"{stat}_{family}_ms") or 0.0 for stat in stats]
+            axis.bar([i + index * width for i in range(len(stats))], values, width, label=model)
+        axis.set_xticks([i + width * (len(models) - 1) / 2 for i in range(len(stats))], stats)
+        axis.set_title(f"{title} (ms)")
+    axes[0].legend(fontsize="small")
+    figure.tight_layout()
+    path = directory / "latency_percentiles.png"
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    written.append(path)
+
+    figure, axis = plt.subplots(figsize=(6, 4))
+    measured = [result["models"][m]["output_throughput"] for m in models]
+    axis.bar(models, measured, color="tab:blue", label="measured")
+    baseline = result["models"].get(result.get("baseline"), {}).get("output_throughput")
+    labelled = False
+    for index, model in enumerate(models):
+        ideal = (result.get("comparison", {}).get(model) or {}).get("ideal_speedup")
+        if ideal and baseline:
+            axis.hlines(
+                baseline * ideal,
+                index - 0.4,
+                index + 0.4,
+                colors="tab:red",
+                label=None if labelled else "ideal N/(N-M) × dense",
+            )
+            labelled = True
+    axis.set_ylabel("output tokens/s")
+    axis.set_title("Output throughput")
+    axis.legend(fontsize="small")
+    figure.tight_layout()
+    path = directory / "throughput.png"
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+    written.append(path)
+
+    if result.get("sweep"):
+        figure, axis = plt.subplots(figsize=(6, 4))
+        rates = [step["offered_rate"] for step in result["sweep"]]
+        for model in models:
+            axis.plot(
+                rates,
+                [step["models"][model]["output_throughput"] for step in result["sweep"]],
+                marker="o",
+                label=model,
+            )
+        axis.set_xscale("log")
+        axis.set_xlabel("offered request rate (req/s)")
+        axis.set_ylabel("output tokens/s")
+        axis.set_title("Throughput vs request rate")
+        axis.legend(fontsize="small")
+        figure.tight_layout()
+        path = directory / "throughput_vs_rate.png"
+        figure.savefig(path, dpi=100)
+        plt.close(figure)
+        written.append(path)
+    return written
+
+
+def write_report(result: dict, directory: str | Path) -> list[Path]:
+    """Write ``loadtest.md`` and the plots into ``directory`` (created); returns the written paths."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    markdown = directory / "loadtest.md"
+    markdown.write_text(markdown_report(result))
+    return [markdown] + write_plots(result, directory)

@@ -1,0 +1,207 @@
+"""Put load on a server: one model's timed run, warm-ups, and interleaved rounds over several models.
+
+Every loop here is bounded: a run sends exactly ``num_prompts`` requests, each request has a time limit,
+and a whole run has one too (requests still open when it expires are cancelled and counted as failed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import httpx
+
+from loadtest.arrivals import arrival_offsets
+from loadtest.client import RequestResult, stream_completion
+from loadtest.config import LoadConfig
+from loadtest.metrics import compute_metrics
+from loadtest.prompts import Prompt
+
+
+@dataclass
+class RunResult:
+    """One model's measured run in one round."""
+
+    model: str
+    """The model name sent in requests."""
+    round: int
+    """Round index (0-based)."""
+    rate: float
+    """Request rate of the run (``inf`` = all at once)."""
+    duration_s: float
+    """Wall seconds from the start of sending to the last completion."""
+    requests: list[RequestResult] = field(default_factory=list)
+    """Per-request measurements, in sending order."""
+
+    def metrics(self, config: LoadConfig) -> dict:
+        """The ``vllm bench serve`` summary of this run."""
+        return compute_metrics(
+            self.requests,
+            self.duration_s,
+            goodput_slos_ms=config.goodput_slos_ms,
+            percentiles=config.percentiles,
+        )
+
+
+def make_client(config: LoadConfig, api_key: str | None = None) -> httpx.AsyncClient:
+    """An ``httpx.AsyncClient`` whose connection pool fits the load (no redirects are followed)."""
+    connections = max(16, min(config.max_concurrency or config.num_prompts, 4096))
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    return httpx.AsyncClient(
+        headers=headers,
+        follow_redirects=False,
+        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+        timeout=httpx.Timeout(config.request_timeout_s, connect=10.0),
+    )
+
+
+async def timed_run(
+    client: httpx.AsyncClient,
+    target: str,
+    model: str,
+    prompts: Sequence[Prompt],
+    config: LoadConfig,
+    *,
+    rate: float | None = None,
+    round_index: int = 0,
+    on_request_done: Callable[[], None] | None = None,
+) -> RunResult:
+    """Send ``prompts`` to ``model`` on the arrival schedule of ``config`` and time every token.
+
+    Args:
+        client: Shared HTTP client.
+        target: Base URL of the server.
+        model: Model name for the requests.
+        prompts: One prompt per request, in sending order.
+        config: Load settings (burstiness, concurrency cap, output length, time limits, seed).
+        rate: Request rate overriding ``config.rate`` (the sweep uses it).
+        round_index: Recorded in the result; also varies nothing else, so all models see one schedule.
+        on_request_done: Called after each request (progress bars).
+
+    Returns:
+        The :class:`RunResult` with one :class:`RequestResult` per prompt.
+    """
+    rate = config.rate if rate is None else rate
+    offsets = arrival_offsets(len(prompts), rate, config.burstiness, seed=config.seed + round_index)
+    semaphore = (
+        asyncio.Semaphore(config.max_concurrency) if config.max_concurrency else contextlib.nullcontext()
+    )
+    results: list[RequestResult | None] = [None] * len(prompts)
+    start = time.perf_counter()
+
+    async def one(index: int) -> None:
+        delay = start + offsets[index] - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        arrival = time.perf_counter()
+        async with semaphore:
+            result = await stream_completion(
+                client,
+                target,
+                model,
+                prompts[index].text,
+                config.output_len,
+                prompt_len_estimate=prompts[index].estimated_len,
+                ignore_eos=config.ignore_eos,
+                timeout_s=config.request_timeout_s,
+            )
+        result.queue_time = result.start_time - arrival
+        results[index] = result
+        if on_request_done:
+            on_request_done()
+
+    tasks = [asyncio.create_task(one(i)) for i in range(len(prompts))]
+    _, pending = await asyncio.wait(tasks, timeout=config.max_run_s)
+    for task in pending:
+        task.cancel()
+    if pending:
+        await asyncio.gather(*pending, return_exceptions=True)
+    duration = time.perf_counter() - start
+    for task in tasks:
+        if not task.cancelled() and task.exception() is not None:
+            raise task.exception()
+    filled = [
+        result
+        if result is not None
+        else RequestResult(
+            error_kind="run_time_limit", error=f"still open after the run limit of {config.max_run_s:g} s"
+        )
+        for result in results
+    ]
+    return RunResult(model=model, round=round_index, rate=rate, duration_s=duration, requests=filled)
+
+
+async def warm_up(
+    client: httpx.AsyncClient, target: str, model: str, prompts: Sequence[Prompt], config: LoadConfig
+) -> list[RequestResult]:
+    """Send ``prompts`` (unmeasured) to ``model``, at most ``max_concurrency`` at a time."""
+    semaphore = (
+        asyncio.Semaphore(config.max_concurrency) if config.max_concurrency else contextlib.nullcontext()
+    )
+
+    async def one(prompt: Prompt) -> RequestResult:
+        async with semaphore:
+            return await stream_completion(
+                client,
+                target,
+                model,
+                prompt.text,
+                config.output_len,
+                prompt_len_estimate=prompt.estimated_len,
+                ignore_eos=config.ignore_eos,
+                timeout_s=config.request_timeout_s,
+            )
+
+    return list(await asyncio.gather(*(one(prompt) for prompt in prompts)))
+
+
+def round_order(models: Sequence[str], round_index: int) -> list[str]:
+    """The models of round ``round_index``, rotated so no model always runs first (or last)."""
+    shift = round_index % len(models)
+    return list(models[shift:]) + list(models[:shift])
+
+
+async def interleaved_rounds(
+    client: httpx.AsyncClient,
+    targets: dict[str, str],
+    prompts_per_round: Sequence[Sequence[Prompt]],
+    config: LoadConfig,
+    *,
+    rate: float | None = None,
+    on_request_done: Callable[[], None] | None = None,
+    on_run_done: Callable[[RunResult], None] | None = None,
+) -> list[RunResult]:
+    """Run every model once per round under the identical load of that round.
+
+    Args:
+        client: Shared HTTP client.
+        targets: ``model -> base URL``, in the order given by the user.
+        prompts_per_round: The prompts of each round (the same for every model of a round).
+        config: Load settings.
+        rate: Request rate overriding ``config.rate``.
+        on_request_done: Called after each request.
+        on_run_done: Called with each finished run.
+
+    Returns:
+        All runs, in the order they ran.
+    """
+    runs: list[RunResult] = []
+    for round_index, prompts in enumerate(prompts_per_round):
+        for model in round_order(list(targets), round_index):
+            run = await timed_run(
+                client,
+                targets[model],
+                model,
+                prompts,
+                config,
+                rate=rate,
+                round_index=round_index,
+                on_request_done=on_request_done,
+            )
+            runs.append(run)
+            if on_run_done:
+                on_run_done(run)
+    return runs
