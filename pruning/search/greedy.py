@@ -1,0 +1,56 @@
+"""SLEB's greedy iterative elimination (Song et al., 2024).
+
+Start from the dense model; at each of M steps, try removing each remaining block on top of the blocks
+already removed and keep the one whose removal gives the lowest calibration loss. Cost:
+N + (N−1) + ... + (N−M+1) subset evaluations; the first step is exactly the single-block prior, so on a
+shared evaluator it is free once the prior exists. Deterministic (ties go to the lower block index).
+Optimal when the objective is additive; otherwise it can be trapped by an early choice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tqdm.auto import tqdm
+
+from pruning.search.base import SearchResult, SubsetObjective, as_key, check_budget, finish, parse_options
+
+
+@dataclass
+class Options:
+    """Greedy elimination has no settings (deterministic; the seed is ignored)."""
+
+
+def search(objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True,
+           **options) -> SearchResult:
+    """Remove blocks one at a time, each time the one that hurts the calibration loss least.
+
+    Args:
+        objective: scores removal sets (lower is better).
+        budget: M, the number of blocks to remove.
+        seed: unused (deterministic).
+        progress: show a progress bar over candidate evaluations.
+        **options: none are accepted.
+
+    Returns:
+        The removal set, its loss, and per step the chosen block and the candidates' losses.
+    """
+    settings = parse_options(Options, options, "greedy")
+    check_budget(objective, budget)
+    num_blocks = objective.num_blocks
+    total = sum(num_blocks - step for step in range(budget))
+    removed: list[int] = []
+    history: list[dict] = []
+    with tqdm(total=total, desc="greedy", disable=not progress, leave=False) as bar:
+        for step in range(budget):
+            candidates = {}
+            for block in range(num_blocks):
+                if block in removed:
+                    continue
+                candidates[block] = objective.score(as_key([*removed, block]))
+                bar.update()
+            chosen = min(candidates, key=lambda block: (candidates[block], block))
+            removed.append(chosen)
+            history.append({"step": step, "chosen": chosen, "loss": candidates[chosen],
+                            "candidates": {str(block): loss for block, loss in candidates.items()}})
+    return finish(objective, removed, history, settings)
