@@ -1,0 +1,433 @@
+"""Calibration and evaluation data: one spec string per source, resolved to text windows or questions.
+
+Specs (``DATA_SOURCES`` lists them with their kind):
+
+* ``c4``, ``wikitext2``, ``lambada`` — flowing text from the Hugging Face hub through ``datasets``, as the
+  pruning literature uses them: C4 ``allenai/c4`` English shards (calibration from the first train shard,
+  evaluation from ``en/c4-validation.00000-of-00008.json.gz`` like SparseGPT/SLEB), WikiText-2
+  ``wikitext-2-raw-v1`` (train / test), LAMBADA (``cimec/lambada`` validation for calibration,
+  ``EleutherAI/lambada_openai`` test for evaluation, the split lm-eval scores).
+* ``commonsense170k`` — the LLM-Adapters ``ft-training_set/commonsense_170k.json`` mixture (BoolQ, PIQA,
+  SIQA, HellaSwag, WinoGrande, ARC, OBQA) the study calibrates the task margin on. Each row is turned into a
+  multiple-choice item: the choices are the label set of the instruction's ``Answer format: a/b/...`` line,
+  the correct one is the word after ``the correct answer is``. ``commonsense170k@FILE`` reads a local copy.
+* ``demo:text`` / ``demo:qa`` — the held-out splits of the demo model (``data/text_*.jsonl`` and
+  ``data/qa_*.jsonl``); ``demo:text@DIR`` names the demo model directory explicitly.
+* ``text:PATH`` — a local ``.txt`` file (documents separated by blank lines) or ``.jsonl`` with a ``text``
+  field.
+* ``mc:PATH`` — a local JSONL of ``{"context": ..., "choices": [...], "label": i}``.
+
+Text samples are cut SLEB/SparseGPT-style: documents are shuffled with the seed, tokenized and concatenated
+(the EOS token between documents), the stream is cut into non-overlapping windows of ``seq_len`` tokens, and
+``samples`` of them are drawn at random with the seed. The same seed gives the same windows.
+Multiple-choice items are drawn at random (without replacement) with the seed.
+
+Offline (no network, as on the machines this repository is tested on), a hub source that cannot be fetched
+raises a :class:`UserError` naming the local spec to use instead.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from depthprune.errors import UserError
+
+TEXT = "text"
+MULTIPLE_CHOICE = "multiple_choice"
+
+# spec name -> (kind, description); ``text:``/``mc:`` take a path, ``demo:*`` an optional ``@DIR``.
+DATA_SOURCES: dict[str, tuple[str, str]] = {
+    "c4": (TEXT, "C4 English (allenai/c4 shards)"),
+    "wikitext2": (TEXT, "WikiText-2 raw (wikitext-2-raw-v1)"),
+    "lambada": (TEXT, "LAMBADA passages"),
+    "commonsense170k": (MULTIPLE_CHOICE, "LLM-Adapters Commonsense-170k (commonsense_170k.json)"),
+    "demo:text": (TEXT, "the demo model's held-out text (data/text_*.jsonl)"),
+    "demo:qa": (MULTIPLE_CHOICE, "the demo model's held-out questions (data/qa_*.jsonl)"),
+    "text:PATH": (TEXT, "a local .txt (blank-line separated) or .jsonl with a 'text' field"),
+    "mc:PATH": (MULTIPLE_CHOICE, "a local .jsonl of {context, choices, label}"),
+}
+SPLITS = ("calibration", "test")
+
+C4_FILES = {
+    "calibration": ("train", "en/c4-train.00000-of-01024.json.gz"),
+    "test": ("validation", "en/c4-validation.00000-of-00008.json.gz"),
+}
+COMMONSENSE_170K_URL = (
+    "https://raw.githubusercontent.com/AGI-Edgerunners/LLM-Adapters/main/ft-training_set/commonsense_170k.json"
+)
+
+
+@dataclass(frozen=True)
+class DataSpec:
+    """A parsed data spec string."""
+
+    spec: str
+    """The string as given, e.g. ``"demo:qa@/models/demo"``."""
+    source: str
+    """The source name: a key of :data:`DATA_SOURCES`, or ``"text"`` / ``"mc"`` for the path specs."""
+    kind: str
+    """``"text"`` or ``"multiple_choice"``."""
+    path: str | None = None
+    """The local file (``text:``, ``mc:``, ``commonsense170k@``) or demo directory (``demo:*@``), if any."""
+
+
+@dataclass(frozen=True)
+class ChoiceItem:
+    """One multiple-choice question."""
+
+    context: str
+    """The question (goes after ``Question:`` in the prompt)."""
+    choices: tuple[str, ...]
+    """The candidate answers (at least two)."""
+    label: int
+    """Index of the correct choice."""
+
+
+@dataclass
+class TextSamples:
+    """Calibration text: ``samples`` token windows of equal length."""
+
+    input_ids: list[list[int]]
+    """``samples`` windows of ``seq_len`` token ids each."""
+    source: str
+    """The spec they came from."""
+
+    kind = TEXT
+
+
+@dataclass
+class ChoiceSamples:
+    """Calibration questions."""
+
+    items: list[ChoiceItem]
+    """The drawn items."""
+    source: str
+    """The spec they came from."""
+
+    kind = MULTIPLE_CHOICE
+
+
+def known_specs() -> str:
+    """The spec forms, for error messages."""
+    return ", ".join(DATA_SOURCES)
+
+
+def parse_spec(spec: str) -> DataSpec:
+    """Parse a data spec string without reading anything.
+
+    Raises:
+        UserError: the spec names no known source, or a path spec has no path.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise UserError(f"empty data spec; use one of: {known_specs()}")
+    spec = spec.strip()
+    for prefix, source in (("text:", "text"), ("mc:", "mc")):
+        if spec.startswith(prefix):
+            path = spec[len(prefix):]
+            if not path:
+                raise UserError(f"data spec {spec!r} needs a file path, e.g. {prefix}calibration.jsonl")
+            return DataSpec(spec, source, DATA_SOURCES[f"{prefix}PATH"][0], path)
+    name, _, path = spec.partition("@")
+    if name not in DATA_SOURCES or name.endswith("PATH"):
+        raise UserError(f"unknown data spec {spec!r}; use one of: {known_specs()}")
+    if "@" in spec and not path:
+        raise UserError(f"data spec {spec!r} has an empty path after '@'")
+    if path and name not in ("demo:text", "demo:qa", "commonsense170k"):
+        raise UserError(f"data spec {name!r} takes no '@PATH'")
+    return DataSpec(spec, name, DATA_SOURCES[name][0], path or None)
+
+
+def spec_kind(spec: str) -> str:
+    """``"text"`` or ``"multiple_choice"`` for a spec string (no data is read)."""
+    return parse_spec(spec).kind
+
+
+# --------------------------------------------------------------------------------------------- local files
+
+
+def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
+    if not path.is_file():
+        raise UserError(f"data file {str(path)!r} does not exist")
+    rows = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise UserError(f"{path}:{number}: not valid JSON ({error.msg})") from None
+            if not isinstance(row, dict):
+                raise UserError(f"{path}:{number}: expected a JSON object per line")
+            rows.append((number, row))
+    return rows
+
+
+def read_text_file(path: str | Path) -> list[str]:
+    """Documents of a local text source: JSONL lines with a ``text`` field, or blank-line separated text."""
+    path = Path(path).expanduser()
+    if path.suffix == ".jsonl":
+        documents = []
+        for number, row in _read_jsonl(path):
+            if not isinstance(row.get("text"), str):
+                raise UserError(f"{path}:{number}: expected a string field 'text'")
+            documents.append(row["text"])
+    else:
+        if not path.is_file():
+            raise UserError(f"data file {str(path)!r} does not exist")
+        documents = re.split(r"\n\s*\n", path.read_text(encoding="utf-8"))
+    documents = [document for document in documents if document.strip()]
+    if not documents:
+        raise UserError(f"data file {str(path)!r} has no text")
+    return documents
+
+
+def choice_item_from_row(row: dict, where: str) -> ChoiceItem:
+    """Validate one ``{context, choices, label}`` row; ``where`` names it in the error."""
+    context, choices, label = row.get("context"), row.get("choices"), row.get("label")
+    if not isinstance(context, str):
+        raise UserError(f"{where}: expected a string field 'context'")
+    if (not isinstance(choices, list) or len(choices) < 2
+            or not all(isinstance(choice, str) and choice.strip() for choice in choices)):
+        raise UserError(f"{where}: 'choices' must be a list of at least two non-empty strings")
+    if not isinstance(label, int) or isinstance(label, bool) or not 0 <= label < len(choices):
+        raise UserError(f"{where}: 'label' must be an integer index into the {len(choices)} choices, "
+                        f"got {label!r}")
+    return ChoiceItem(context, tuple(choices), label)
+
+
+def read_choice_file(path: str | Path) -> list[ChoiceItem]:
+    """Items of a local multiple-choice JSONL file, every row validated."""
+    path = Path(path).expanduser()
+    items = [choice_item_from_row(row, f"{path}:{number}") for number, row in _read_jsonl(path)]
+    if not items:
+        raise UserError(f"data file {str(path)!r} has no items")
+    return items
+
+
+# ------------------------------------------------------------------------------------------ Commonsense-170k
+
+_ANSWER_FORMAT = re.compile(r"Answer format:\s*([^\n]+)", re.IGNORECASE)
+_CORRECT_ANSWER = re.compile(r"the correct answer is\s*([^\s.,;]+)", re.IGNORECASE)
+
+
+def parse_commonsense_row(row: dict, where: str = "commonsense170k") -> ChoiceItem:
+    """Turn one LLM-Adapters Commonsense-170k row into a :class:`ChoiceItem`.
+
+    A row looks like ``{"instruction": "...\\n\\nAnswer format: option1/option2", "input": "",
+    "output": "the correct answer is option2", "answer": "option2"}``. The choices are the label set of
+    the ``Answer format`` line, the label is the position of the word after ``the correct answer is``
+    (from ``output``, else ``answer``), and the context is the instruction (plus ``input`` when non-empty).
+
+    Raises:
+        UserError: no label set, no answer, or an answer outside the label set.
+    """
+    instruction = row.get("instruction")
+    if not isinstance(instruction, str):
+        raise UserError(f"{where}: expected a string field 'instruction'")
+    found = _ANSWER_FORMAT.search(instruction)
+    if not found:
+        raise UserError(f"{where}: no 'Answer format: ...' label set in the instruction")
+    choices = tuple(label.strip() for label in found.group(1).split("/") if label.strip())
+    if len(choices) < 2:
+        raise UserError(f"{where}: the answer format {found.group(1)!r} lists fewer than two labels")
+    answer_text = row.get("output") if isinstance(row.get("output"), str) else ""
+    answer = _CORRECT_ANSWER.search(answer_text)
+    chosen = answer.group(1) if answer else row.get("answer")
+    if not isinstance(chosen, str):
+        raise UserError(f"{where}: no 'the correct answer is ...' in the output and no 'answer' field")
+    lowered = [choice.lower() for choice in choices]
+    if chosen.strip().lower() not in lowered:
+        raise UserError(f"{where}: answer {chosen!r} is not one of the labels {list(choices)}")
+    context = instruction.strip()
+    extra = row.get("input")
+    if isinstance(extra, str) and extra.strip():
+        context = f"{context}\n{extra.strip()}"
+    return ChoiceItem(context, choices, lowered.index(chosen.strip().lower()))
+
+
+# ----------------------------------------------------------------------------------------------- the hub
+
+
+def _offline_error(spec: DataSpec, error: Exception, alternative: str) -> UserError:
+    first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    return UserError(f"cannot load {spec.source!r} ({DATA_SOURCES[spec.source][1]}): {first_line[:200]}. "
+                     f"Offline? Use a local spec instead: {alternative}")
+
+
+def _hub_rows(spec: DataSpec, alternative: str, *args, **kwargs):
+    """``datasets.load_dataset(*args, **kwargs)``; any failure becomes a one-line UserError."""
+    try:
+        from datasets import load_dataset
+
+        return load_dataset(*args, **kwargs)
+    except Exception as error:  # noqa: BLE001 - network, auth and format errors all mean "not available here"
+        raise _offline_error(spec, error, alternative) from None
+
+
+def _hub_text(spec: DataSpec, split: str) -> list[str]:
+    local = "demo:text or text:PATH"
+    if spec.source == "c4":
+        hub_split, data_file = C4_FILES[split]
+        rows = _hub_rows(spec, local, "allenai/c4", data_files={hub_split: data_file}, split=hub_split)
+        return [row["text"] for row in rows]
+    if spec.source == "wikitext2":
+        rows = _hub_rows(spec, local, "wikitext", "wikitext-2-raw-v1",
+                         split="train" if split == "calibration" else "test")
+        # WikiText lines are paragraphs and headings; join them into one document as the literature does.
+        return ["".join(row["text"] for row in rows)]
+    if spec.source == "lambada":
+        if split == "calibration":
+            rows = _hub_rows(spec, local, "cimec/lambada", split="validation")
+        else:
+            rows = _hub_rows(spec, local, "EleutherAI/lambada_openai", "default", split="test")
+        return [row["text"] for row in rows]
+    raise AssertionError(spec.source)
+
+
+def _hub_commonsense(spec: DataSpec) -> list[ChoiceItem]:
+    if spec.path:
+        path = Path(spec.path).expanduser()
+        if not path.is_file():
+            raise UserError(f"Commonsense-170k file {str(path)!r} does not exist")
+        rows = json.loads(path.read_text(encoding="utf-8"))
+        where = str(path)
+    else:
+        rows = _hub_rows(spec, "demo:qa, mc:PATH or commonsense170k@/path/to/commonsense_170k.json",
+                         "json", data_files=COMMONSENSE_170K_URL, split="train")
+        where = "commonsense_170k.json"
+    items = [parse_commonsense_row(dict(row), f"{where} row {index}") for index, row in enumerate(rows)]
+    if not items:
+        raise UserError(f"{where} has no rows")
+    return items
+
+
+# -------------------------------------------------------------------------------------------------- demo
+
+
+def demo_dir(spec: DataSpec) -> Path:
+    """The demo model directory a ``demo:*`` spec points at (the default recipe's when no ``@DIR``)."""
+    if spec.path:
+        return Path(spec.path).expanduser()
+    from pruning.demo_model import default_demo_dir  # lazily: the demo model pulls in training code
+
+    return Path(default_demo_dir())
+
+
+def _demo_file(spec: DataSpec, split: str) -> Path:
+    stem = "text" if spec.source == "demo:text" else "qa"
+    path = demo_dir(spec) / "data" / f"{stem}_{split}.jsonl"
+    if not path.is_file():
+        raise UserError(f"{str(path)!r} does not exist: build the demo model first (`depthprune demo-model`) "
+                        f"or name its directory as {spec.source}@DIR")
+    return path
+
+
+# ------------------------------------------------------------------------------------------------ loading
+
+
+def _check_split(split: str) -> None:
+    if split not in SPLITS:
+        raise UserError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
+
+
+def load_documents(spec: str, split: str = "calibration") -> list[str]:
+    """All documents of a text source's split."""
+    _check_split(split)
+    parsed = parse_spec(spec)
+    if parsed.kind != TEXT:
+        raise UserError(f"data {spec!r} is multiple-choice, not text")
+    if parsed.source == "text":
+        return read_text_file(parsed.path)
+    if parsed.source == "demo:text":
+        return read_text_file(_demo_file(parsed, split))
+    documents = [document for document in _hub_text(parsed, split) if document.strip()]
+    if not documents:
+        raise UserError(f"data {spec!r} ({split}) has no text")
+    return documents
+
+
+def load_choice_items(spec: str, split: str = "calibration") -> list[ChoiceItem]:
+    """All items of a multiple-choice source's split (Commonsense-170k has only its training file)."""
+    _check_split(split)
+    parsed = parse_spec(spec)
+    if parsed.kind != MULTIPLE_CHOICE:
+        raise UserError(f"data {spec!r} is text, not multiple-choice")
+    if parsed.source == "mc":
+        return read_choice_file(parsed.path)
+    if parsed.source == "demo:qa":
+        return read_choice_file(_demo_file(parsed, split))
+    return _hub_commonsense(parsed)
+
+
+def tokenize_stream(documents: list[str], tokenizer) -> list[int]:
+    """Token ids of the documents concatenated, the EOS token (when the tokenizer has one) between them."""
+    separator = [tokenizer.eos_token_id] if tokenizer.eos_token_id is not None else []
+    stream: list[int] = []
+    for document in documents:
+        if stream:
+            stream.extend(separator)
+        stream.extend(tokenizer(document, add_special_tokens=False)["input_ids"])
+    return stream
+
+
+def text_windows(documents: list[str], tokenizer, seq_len: int) -> list[list[int]]:
+    """Every non-overlapping ``seq_len`` window of the documents' token stream, in order (for perplexity)."""
+    stream = tokenize_stream(documents, tokenizer)
+    return [stream[start:start + seq_len] for start in range(0, len(stream) - seq_len + 1, seq_len)]
+
+
+def sample_text(spec: str, tokenizer, samples: int, seq_len: int, seed: int,
+                split: str = "calibration") -> TextSamples:
+    """``samples`` random windows of ``seq_len`` tokens, deterministic in ``seed`` (see the module docstring).
+
+    Raises:
+        UserError: the source has fewer than ``samples`` windows of that length.
+    """
+    documents = load_documents(spec, split)
+    rng = random.Random(seed)
+    order = list(range(len(documents)))
+    rng.shuffle(order)
+    # Large corpora (C4) are not tokenized whole: documents are taken in shuffled order until a generous
+    # character-based estimate (>= 2 chars per token) covers 8x the tokens the draw needs.
+    needed = samples * seq_len
+    chosen, approx_tokens = [], 0
+    for index in order:
+        chosen.append(documents[index])
+        approx_tokens += len(documents[index]) // 2 + 1
+        if approx_tokens >= 8 * needed:
+            break
+    windows = text_windows(chosen, tokenizer, seq_len)
+    if len(windows) < samples and len(chosen) < len(documents):  # the estimate was off: use everything
+        windows = text_windows([documents[index] for index in order], tokenizer, seq_len)
+    if len(windows) < samples:
+        raise UserError(f"data {spec!r} has only {len(windows)} windows of {seq_len} tokens, fewer than the "
+                        f"{samples} samples asked for: lower the samples or the sequence length")
+    picked = sorted(rng.sample(range(len(windows)), samples))
+    return TextSamples([windows[index] for index in picked], spec)
+
+
+def sample_choices(spec: str, samples: int, seed: int, split: str = "calibration") -> ChoiceSamples:
+    """``samples`` random items of a multiple-choice source, deterministic in ``seed``.
+
+    Raises:
+        UserError: the source has fewer than ``samples`` items.
+    """
+    items = load_choice_items(spec, split)
+    if len(items) < samples:
+        raise UserError(f"data {spec!r} has only {len(items)} items, fewer than the {samples} samples "
+                        f"asked for: lower the samples")
+    picked = sorted(random.Random(seed).sample(range(len(items)), samples))
+    return ChoiceSamples([items[index] for index in picked], spec)
+
+
+def load_samples(spec: str, tokenizer, samples: int, seq_len: int, seed: int,
+                 split: str = "calibration") -> TextSamples | ChoiceSamples:
+    """Resolve a spec to calibration samples of its kind (text windows or multiple-choice items)."""
+    if parse_spec(spec).kind == TEXT:
+        return sample_text(spec, tokenizer, samples, seq_len, seed, split)
+    return sample_choices(spec, samples, seed, split)

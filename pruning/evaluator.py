@@ -1,0 +1,395 @@
+"""The fast subset evaluator: ``score(removed_blocks) -> calibration loss``, what every search calls.
+
+Exact — a score equals the calibration loss of the pruned checkpoint (the dense model run with those
+blocks skipped) — and much cheaper than a full forward per candidate:
+
+* **Boundary cache.** One dense pass at start-up stores the hidden state entering each block (block
+  boundaries). Blocks before the first removed one are untouched by the removal, so a candidate only runs
+  the kept blocks from the nearest cached boundary at or before its first removed block. When all
+  boundaries do not fit ``memory_budget_gb``, evenly spaced ones are kept (fewer boundaries cost a few extra
+  dense blocks per candidate, never exactness); on a GPU whose budget is too small the cache lives in host
+  memory and is copied in per batch.
+* **Memo.** Scores are memoised by removed set (GA and BO revisit subsets), and can be saved to / loaded from
+  JSON so that an interrupted search resumes without re-scoring.
+* **Batched sequences**, and the **LM head only where needed**: at the answer positions for ``task_margin``
+  (its logits are a small fraction of the tokens).
+* **KL reference.** ``kl`` needs the dense next-token distribution: its log-probabilities
+  (``samples × seq_len × vocab`` floats) are cached once when they fit the budget; otherwise only the
+  dense final hidden states are kept and the dense LM head is re-run per candidate (for a 128k vocabulary
+  and 64×2048 tokens the log-probabilities would take 64 GiB, the hidden states 2 GiB).
+
+``naive=True`` is the SLEB way, kept for the benchmark: a full forward per candidate (every block, the LM
+head on every position), no boundary cache and no memo.
+
+The evaluator also provides what some searches need besides scores: single-block scores (the prior),
+per-sample residual-branch gradients (CBO) and ShortGPT's Block Influence.
+"""
+
+from __future__ import annotations
+
+import bisect
+import json
+import math
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from depthprune.errors import UserError
+from pruning.models import BlockStack, load_config, load_model, validate_removed
+from pruning.objectives import CalibrationBatch, CalibrationConfig, get_objective, make_batches
+
+MEMO_FORMAT = 1
+
+
+@dataclass
+class EvaluatorStats:
+    """Work counters of one evaluator; the registry stores them per search."""
+
+    block_forwards: int = 0
+    """Decoder-block calls, each on one batch of sequences (a full pass over the data costs N × batches)."""
+    tokens: int = 0
+    """Token positions run through decoder blocks, summed over block calls."""
+    evaluations: int = 0
+    """Removal sets actually scored (distinct ones, as repeats hit the memo; naive mode scores every call)."""
+    memo_hits: int = 0
+    """Scores answered from the memo."""
+    head_positions: int = 0
+    """Positions sent through the LM head."""
+    wall_seconds: float = 0.0
+    """Wall time spent scoring, in gradients and in Block Influence (start-up excluded)."""
+    setup_seconds: float = 0.0
+    """Wall time of start-up: data, model and the dense reference pass."""
+
+
+def available_memory_bytes() -> int:
+    """Host memory available now (psutil when installed, else the page counts of the OS)."""
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except ImportError:  # pragma: no cover - psutil comes with the pinned environment
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def plan_boundaries(num_blocks: int, slots: int) -> list[int]:
+    """Which block boundaries to cache when only ``slots`` fit: evenly spaced, always including 0.
+
+    Boundary ``k`` is the hidden state entering block ``k`` (0 is the embedding output).
+    """
+    if slots >= num_blocks:
+        return list(range(num_blocks))
+    slots = max(slots, 1)
+    return sorted({math.floor(j * num_blocks / slots) for j in range(slots)})
+
+
+class SubsetEvaluator:
+    """Scores removal sets under one calibration configuration (implements ``SubsetObjective``).
+
+    Build it with :func:`build_evaluator`.
+    """
+
+    def __init__(self, stack: BlockStack, config: CalibrationConfig, batches: list[CalibrationBatch], *,
+                 model_id: str, dtype: str = "float32", memory_budget_gb: float | None = None,
+                 naive: bool = False, progress: bool = True):
+        self.stack = stack
+        self.config = config
+        self.model_id = model_id
+        self.dtype = dtype
+        self.naive = naive
+        self.progress = progress
+        self.objective = get_objective(config.objective)
+        self.num_blocks = stack.num_blocks
+        self.device = stack.device
+        self.batches = [batch.to(self.device) for batch in batches]
+        self.num_samples = sum(batch.num_samples for batch in batches)
+        self.stats = EvaluatorStats()
+        self._memo: dict[frozenset[int], float] = {}
+        self._single_scores: np.ndarray | None = None
+        self._influence: np.ndarray | None = None
+        self._gradients: np.ndarray | None = None
+        stack.model.requires_grad_(False)  # only the residual scales α ever need gradients
+        budget = memory_budget_gb * 2**30 if memory_budget_gb is not None else None
+        self._plan_cache(budget)
+        self._dense_pass()
+
+    # ------------------------------------------------------------------------------------------ set-up
+
+    def _plan_cache(self, budget_bytes: float | None) -> None:
+        """Decide where and which boundary states (and the KL reference) are cached."""
+        hidden_size = self.stack.config.hidden_size
+        element = torch.empty((), dtype=self.stack.lm_head.weight.dtype).element_size()
+        positions = sum(batch.input_ids.numel() for batch in self.batches)
+        per_boundary = positions * hidden_size * element
+        on_gpu = self.device.type != "cpu"
+        if budget_bytes is None:
+            if on_gpu:
+                free, _ = torch.cuda.mem_get_info(self.device)
+                budget_bytes = 0.5 * free
+            else:
+                budget_bytes = 0.25 * available_memory_bytes()
+        self.cache_device = self.device
+        slots = int(budget_bytes // per_boundary) if per_boundary else self.num_blocks
+        if on_gpu and slots < self.num_blocks:
+            # Over the device budget: keep the cache in host memory (half of what is free) instead.
+            self.cache_device = torch.device("cpu")
+            budget_bytes = 0.5 * available_memory_bytes()
+            slots = int(budget_bytes // per_boundary)
+        self.boundaries = [] if self.naive else plan_boundaries(self.num_blocks, slots)
+        self.cache_budget_bytes = int(budget_bytes)
+        self.cache_bytes = len(self.boundaries) * per_boundary
+        vocab = self.stack.lm_head.weight.shape[0]
+        reference_bytes = positions * vocab * 4
+        # Dense log-probs when they fit next to the boundaries; else the dense final hidden states.
+        self.cache_reference_logprobs = (self.objective.needs_reference
+                                         and self.cache_bytes + reference_bytes <= budget_bytes)
+
+    def _count_blocks(self, batch: CalibrationBatch, blocks: int) -> None:
+        self.stats.block_forwards += blocks
+        self.stats.tokens += blocks * batch.input_ids.numel()
+
+    def _head(self, hidden: torch.Tensor) -> torch.Tensor:
+        self.stats.head_positions += hidden.shape[0]
+        return self.stack.head(hidden)
+
+    def _dense_pass(self) -> None:
+        """One dense forward over the data: boundary states, KL reference, Block Influence, dense loss."""
+        start = time.perf_counter()
+        self._states: list[dict[int, torch.Tensor]] = []
+        self._prepared = []
+        self._reference: list[torch.Tensor | None] = []
+        influence = torch.zeros(self.num_blocks, dtype=torch.float64)
+        influence_tokens = 0
+        losses = []
+        bar = tqdm(self.batches, desc="dense reference pass", unit="batch", disable=not self.progress)
+        with torch.no_grad():
+            for batch in bar:
+                prepared = self.stack.prepare(batch.input_ids)
+                hidden = prepared.hidden
+                states = {}
+                mask = batch.token_mask
+                for index, block in enumerate(self.stack.blocks):
+                    if index in self.boundaries:
+                        states[index] = hidden.to(self.cache_device)
+                    output = block(hidden, **prepared.block_kwargs[index])
+                    cosine = torch.nn.functional.cosine_similarity(hidden.float(), output.float(), dim=-1)
+                    influence[index] += (1 - cosine)[mask].double().sum().cpu()
+                    hidden = output
+                self._count_blocks(batch, self.num_blocks)
+                influence_tokens += int(mask.sum())
+                reference = None
+                if self.objective.needs_reference:
+                    if self.cache_reference_logprobs:
+                        logprobs = torch.log_softmax(self._head(hidden).float(), dim=-1)
+                        reference = logprobs.to(self.cache_device)
+                    else:
+                        reference = hidden.to(self.cache_device)
+                self._reference.append(reference)
+                if not self.naive:
+                    self._prepared.append(prepared.block_kwargs)
+                    self._states.append(states)
+                    # KL of the dense model to itself is 0 by definition; no head call needed.
+                    losses.append(torch.zeros(batch.num_samples) if self.objective.needs_reference else
+                                  self.objective.loss(batch, hidden, self._head, None).double().cpu())
+        self._influence = (influence / max(influence_tokens, 1)).numpy()
+        if not self.naive:
+            self._memo[frozenset()] = float(torch.cat(losses).double().mean())
+        self.stats.setup_seconds += time.perf_counter() - start
+
+    def _reference_for(self, batch_index: int):
+        """``row -> dense log-probs [seq, vocab]`` of one batch (``kl`` only)."""
+        stored = self._reference[batch_index]
+        if stored is None:
+            return None
+        if self.cache_reference_logprobs:
+            return lambda row: stored[row].to(self.device)
+
+        def recompute(row: int) -> torch.Tensor:
+            with torch.no_grad():
+                return torch.log_softmax(self._head(stored[row].to(self.device)).float(), dim=-1)
+
+        return recompute
+
+    # ------------------------------------------------------------------------------------------ scoring
+
+    def dense_loss(self) -> float:
+        """The calibration loss of the dense model (``score(frozenset())``)."""
+        return self.score(frozenset())
+
+    def score(self, removed_blocks) -> float:
+        """Calibration loss with ``removed_blocks`` skipped (lower is better), memoised by set.
+
+        Raises:
+            UserError: an index out of range, a duplicate, or every block removed.
+        """
+        removed = validate_removed(removed_blocks, self.num_blocks)
+        if not self.naive and removed in self._memo:
+            self.stats.memo_hits += 1
+            return self._memo[removed]
+        start = time.perf_counter()
+        with torch.no_grad():
+            loss = self._naive_loss(removed) if self.naive else self._suffix_loss(removed)
+        self.stats.evaluations += 1
+        self.stats.wall_seconds += time.perf_counter() - start
+        if not self.naive:
+            self._memo[removed] = loss
+        return loss
+
+    def _suffix_loss(self, removed: frozenset[int]) -> float:
+        first_removed = min(removed) if removed else self.num_blocks
+        start = self.boundaries[bisect.bisect_right(self.boundaries, first_removed) - 1]
+        blocks = [index for index in range(start, self.num_blocks) if index not in removed]
+        losses = []
+        for batch_index, batch in enumerate(self.batches):
+            hidden = self._states[batch_index][start].to(self.device)
+            kwargs = self._prepared[batch_index]
+            for index in blocks:
+                hidden = self.stack.blocks[index](hidden, **kwargs[index])
+            self._count_blocks(batch, len(blocks))
+            losses.append(self.objective.loss(batch, hidden, self._head, self._reference_for(batch_index)))
+        return float(torch.cat(losses).double().mean())
+
+    def _naive_loss(self, removed: frozenset[int]) -> float:
+        losses = []
+        for batch_index, batch in enumerate(self.batches):
+            logits = self.stack.forward(batch.input_ids, removed)
+            self._count_blocks(batch, self.num_blocks - len(removed))
+            self.stats.head_positions += batch.input_ids.numel()
+            losses.append(self.objective.loss(batch, logits, lambda x: x, self._reference_for(batch_index)))
+        return float(torch.cat(losses).double().mean())
+
+    # ------------------------------------------------------------------------------- what searches need
+
+    def single_block_scores(self) -> np.ndarray:
+        """``[N]`` losses with exactly block i removed (the prior of one-shot, GA and BO); computed once."""
+        if self._single_scores is None:
+            indices = tqdm(range(self.num_blocks), desc="single-block scores", unit="block",
+                           disable=not self.progress)
+            self._single_scores = np.array([self.score(frozenset({index})) for index in indices])
+        return self._single_scores.copy()
+
+    def block_influence(self) -> np.ndarray:
+        """``[N]`` ShortGPT Block Influence 1 − mean_t cos(h_in, h_out), over every real calibration token."""
+        return self._influence.copy()
+
+    def residual_gradients(self) -> np.ndarray:
+        """``[samples, N]`` per-sample gradients dL_s/dα_i at α = 1, block output h + α_i·(block(h) − h).
+
+        CBO's matrix A. Samples are text windows or multiple-choice items. For ``kl`` every entry is 0: the
+        dense model is the minimum of its own KL, so its gradient vanishes there.
+        """
+        if self._gradients is not None:
+            return self._gradients.copy()
+        start = time.perf_counter()
+        rows = []
+        for batch_index, batch in enumerate(tqdm(self.batches, desc="residual gradients", unit="batch",
+                                                 disable=not self.progress)):
+            with torch.no_grad():
+                prepared = self.stack.prepare(batch.input_ids)
+            alphas = torch.ones(batch.num_samples, self.num_blocks, device=self.device,
+                                dtype=prepared.hidden.dtype, requires_grad=True)
+            sample_of_row = (batch.sequence_item if batch.sequence_item is not None
+                             else torch.arange(batch.input_ids.shape[0], device=self.device))
+            row_alphas = alphas[sample_of_row]
+            with torch.enable_grad():
+                hidden = prepared.hidden
+                for index, block in enumerate(self.stack.blocks):
+                    output = block(hidden, **prepared.block_kwargs[index])
+                    hidden = hidden + row_alphas[:, index, None, None] * (output - hidden)
+                self._count_blocks(batch, self.num_blocks)
+                losses = self.objective.loss(batch, hidden, self._head, self._reference_for(batch_index))
+                # Samples are independent in a batch, so the gradient of the sum row s is dL_s/dα.
+                (gradient,) = torch.autograd.grad(losses.sum(), alphas)
+            rows.append(gradient.double().cpu())
+        self._gradients = torch.cat(rows).numpy()
+        self.stats.wall_seconds += time.perf_counter() - start
+        return self._gradients.copy()
+
+    # ----------------------------------------------------------------------------------------- the memo
+
+    def _memo_key(self) -> dict:
+        return {"model": self.model_id, "dtype": self.dtype, "config": asdict(self.config)}
+
+    def save_memo(self, path: str | Path) -> Path:
+        """Write every score so far as JSON (atomically), with the model and configuration they belong to."""
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        payload = {"format": MEMO_FORMAT, **self._memo_key(),
+                   "scores": [{"removed": sorted(removed), "loss": loss}
+                              for removed, loss in sorted(self._memo.items(), key=lambda kv: sorted(kv[0]))]}
+        temporary = path.with_suffix(path.suffix + ".tmp")
+        temporary.write_text(json.dumps(payload, indent=1))
+        temporary.replace(path)
+        return path
+
+    def load_memo(self, path: str | Path) -> int:
+        """Add the scores of a :meth:`save_memo` file; returns how many were read.
+
+        Raises:
+            UserError: the file is missing, malformed, or belongs to another model or configuration.
+        """
+        path = Path(path)
+        try:
+            payload = json.loads(path.read_text())
+        except FileNotFoundError:
+            raise UserError(f"memo file {str(path)!r} does not exist") from None
+        except json.JSONDecodeError as error:
+            raise UserError(f"memo file {str(path)!r} is not valid JSON ({error.msg})") from None
+        if not isinstance(payload, dict) or payload.get("format") != MEMO_FORMAT:
+            raise UserError(f"{str(path)!r} is not a depthprune score memo")
+        expected = self._memo_key()
+        for key, value in expected.items():
+            if payload.get(key) != value:
+                raise UserError(f"memo {str(path)!r} was made for {key} {payload.get(key)!r}, not {value!r}")
+        for entry in payload["scores"]:
+            self._memo[validate_removed(entry["removed"], self.num_blocks)] = float(entry["loss"])
+        return len(payload["scores"])
+
+
+def build_evaluator(model: str, config: CalibrationConfig, *, dtype: str = "float32", device: str = "cpu",
+                    memory_budget_gb: float | None = None, naive: bool = False, progress: bool = True,
+                    batch_size: int = 8, split: str = "calibration") -> SubsetEvaluator:
+    """Load a model and its calibration data, and run the dense reference pass.
+
+    Every input is checked (objective and data kind, the data itself, the model's config) before the model's
+    weights are loaded.
+
+    Args:
+        model: hub id or local directory of a supported causal LM.
+        config: the calibration configuration.
+        dtype: torch dtype the model runs in.
+        device: torch device.
+        memory_budget_gb: how much memory the boundary cache (and the KL reference) may take on ``device``;
+            default half of the free GPU memory, or a quarter of the available host memory on CPU.
+        naive: score by a full forward per candidate with no cache or memo (for benchmarks).
+        progress: show progress bars.
+        batch_size: sequences per forward.
+        split: ``calibration`` (default) or ``test`` split of the data source.
+
+    Returns:
+        A ready :class:`SubsetEvaluator`.
+    """
+    from transformers import AutoTokenizer
+
+    from pruning.data import load_samples
+
+    if not isinstance(config, CalibrationConfig):
+        raise TypeError("config must be a CalibrationConfig")
+    if not isinstance(batch_size, int) or batch_size < 1:
+        raise UserError(f"batch size must be a positive integer, got {batch_size!r}")
+    if memory_budget_gb is not None and memory_budget_gb < 0:
+        raise UserError(f"memory budget must be >= 0 GiB, got {memory_budget_gb}")
+    started = time.perf_counter()
+    load_config(model)
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    samples = load_samples(config.data, tokenizer, config.samples, config.seq_len, config.seed, split)
+    batches = make_batches(samples, tokenizer, config.seq_len, batch_size)
+    causal_lm, _ = load_model(model, dtype=dtype, device=device)
+    evaluator = SubsetEvaluator(BlockStack(causal_lm), config, batches, model_id=str(model), dtype=dtype,
+                                memory_budget_gb=memory_budget_gb, naive=naive, progress=progress)
+    evaluator.stats.setup_seconds = time.perf_counter() - started
+    return evaluator
