@@ -1,0 +1,799 @@
+"""The registry's Python API: the one shared state of pruning, evaluation, serving and load tests.
+
+Typical use::
+
+    from registry import open_registry
+
+    registry = open_registry()               # DEPTHPRUNE_REGISTRY_URL, or SQLite under DEPTHPRUNE_HOME
+    registry.register_base_model("meta-llama/Meta-Llama-3-8B", revision=None, weights_sha256=sha,
+                                 num_blocks=32, architecture="llama", path="/models/llama3-8b")
+    variant = registry.register_variant(base_model="meta-llama/Meta-Llama-3-8B", removed_blocks=[...],
+                                        calibration=asdict(calibration_config), search="greedy", ...)
+    registry.set_alias("ppl-best", variant.name)
+    registry.resolve("ppl-best")             # also: a name, an id, "dense", "ppl-best@<base model>"
+
+Variants, evaluations and serving benchmarks of the dense model are attached to the base model;
+``resolve("dense")`` returns it as a :class:`VariantInfo` with ``is_dense=True``.
+"""
+
+from __future__ import annotations
+
+import math
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, select
+from sqlalchemy.orm import Session
+
+from depthprune.errors import UserError
+from depthprune.settings import default_registry_url
+from registry.database import WRITE_OPTION, create_registry_engine, display_url, retrying
+from registry.models import AliasRow, BaseModelRow, EvaluationRow, ServingBenchmarkRow, VariantRow, utc_now
+from registry.naming import (
+    DENSE,
+    auto_variant_name,
+    check_name,
+    identity_hash,
+    json_dict,
+    kept_to_original,
+    model_slug,
+    normalise_model,
+    parse_removed_blocks,
+    split_qualified,
+)
+from registry.records import BaseModelInfo, EvaluationInfo, ServingBenchmarkInfo, VariantInfo
+from registry.schema import migrate
+from registry.versions import tool_versions
+
+VariantReference = str | int | VariantInfo
+"""What names a variant: its id, name, an alias, ``dense``, ``NAME@BASE``, or a :class:`VariantInfo`."""
+
+
+def open_registry(url: str | None = None) -> Registry:
+    """Connect to the registry, creating or upgrading its schema.
+
+    Args:
+        url: SQLAlchemy URL; default :func:`depthprune.settings.default_registry_url` (the
+            ``DEPTHPRUNE_REGISTRY_URL`` environment variable, else a SQLite file under ``DEPTHPRUNE_HOME``).
+
+    Returns:
+        The open :class:`Registry`.
+
+    Raises:
+        UserError: when the URL is not a database URL or does not connect.
+    """
+    url = url or default_registry_url()
+    engine = create_registry_engine(url)
+    try:
+        migrate(engine)
+    except Exception:
+        engine.dispose()
+        raise
+    return Registry(engine, url)
+
+
+def _utc(moment: datetime | None) -> datetime | None:
+    # SQLite hands timestamps back without a zone; they were written in UTC.
+    if moment is not None and moment.tzinfo is None:
+        return moment.replace(tzinfo=timezone.utc)
+    return moment
+
+
+def _optional_float(value: Any, what: str) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "item"):
+        raise UserError(f"{what} must be a number, got {value!r}")
+    number = float(value.item() if hasattr(value, "item") else value)
+    return None if math.isnan(number) else number
+
+
+def _optional_count(value: Any, what: str) -> int | None:
+    if value is None:
+        return None
+    if hasattr(value, "item") and callable(value.item):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise UserError(f"{what} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _required_text(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise UserError(f"{what} must be a non-empty string, got {value!r}")
+    return value.strip()
+
+
+class Registry:
+    """An open registry database. Use :func:`open_registry` to get one; close it when done."""
+
+    def __init__(self, engine: Engine, url: str):
+        self.engine = engine
+        """The SQLAlchemy engine."""
+        self.url = url
+        """The URL it was opened with."""
+        self._write_engine = engine.execution_options(**{WRITE_OPTION: True})
+
+    def __repr__(self) -> str:
+        return f"Registry({display_url(self.url)!r})"
+
+    def __enter__(self) -> Registry:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Release the database connections."""
+        self.engine.dispose()
+
+    @contextmanager
+    def _reading(self) -> Iterator[Session]:
+        with Session(self.engine) as session:
+            yield session
+
+    def _write(self, operation):
+        """Run ``operation(session)`` in one write transaction, retried on transient failures."""
+
+        def attempt():
+            with Session(self._write_engine) as session, session.begin():
+                return operation(session)
+
+        return retrying(attempt)
+
+    # ---------------------------------------------------------------- base models
+
+    def register_base_model(
+        self,
+        model: str,
+        *,
+        revision: str | None,
+        weights_sha256: str,
+        num_blocks: int,
+        architecture: str,
+        path: str | None = None,
+    ) -> BaseModelInfo:
+        """Record a dense model; registering it again updates its row.
+
+        Args:
+            model: hub id or local directory (a directory is stored as its absolute path).
+            revision: hub revision, if any.
+            weights_sha256: :func:`depthprune.checksums.weights_sha256` of its weights.
+            num_blocks: number of decoder blocks N.
+            architecture: ``config.model_type``.
+            path: local directory of the weights (defaults to ``model`` when that is a directory).
+
+        Returns:
+            The stored :class:`BaseModelInfo`.
+        """
+        key = normalise_model(model)
+        weights_sha256 = _required_text(weights_sha256, "weights_sha256")
+        architecture = _required_text(architecture, "architecture")
+        if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 2:
+            raise UserError(f"num_blocks must be an integer >= 2, got {num_blocks!r}")
+        if path is not None:
+            path = str(Path(path).expanduser().resolve())
+        elif Path(key).is_dir():
+            path = key
+
+        def operation(session: Session) -> BaseModelInfo:
+            row = session.scalar(select(BaseModelRow).where(BaseModelRow.model == key))
+            if row is None:
+                row = BaseModelRow(model=key, created_at=utc_now())
+                session.add(row)
+            row.revision, row.weights_sha256, row.num_blocks = revision, weights_sha256, num_blocks
+            row.architecture, row.updated_at = architecture, utc_now()
+            row.path = path or row.path
+            session.flush()
+            return self._base_info(row)
+
+        return self._write(operation)
+
+    def base_models(self) -> list[BaseModelInfo]:
+        """Every registered base model, by name."""
+        with self._reading() as session:
+            return [
+                self._base_info(row)
+                for row in session.scalars(select(BaseModelRow).order_by(BaseModelRow.model))
+            ]
+
+    def get_base_model(self, model: str) -> BaseModelInfo:
+        """The base model registered as ``model`` (hub id, path, or short name); UserError if unknown."""
+        with self._reading() as session:
+            return self._base_info(self._find_base(session, model))
+
+    # ---------------------------------------------------------------- variants
+
+    def register_variant(
+        self,
+        *,
+        base_model: str,
+        removed_blocks: list[int],
+        calibration: dict,
+        search: str,
+        search_options: dict,
+        calibration_loss: float | None,
+        dense_loss: float | None,
+        search_seconds: float | None,
+        block_forwards: int | None,
+        subset_evaluations: int | None,
+        checkpoint_path: str | None,
+        checkpoint_sha256: str | None,
+        name: str | None = None,
+    ) -> VariantInfo:
+        """Record a pruned variant. The same (base, removed set, calibration, search) updates its row.
+
+        On an update, every field takes the new value, except that ``checkpoint_path`` and
+        ``checkpoint_sha256`` given as ``None`` keep the recorded checkpoint, and ``name=None`` keeps
+        the recorded name.
+
+        Args:
+            base_model: a registered base model (hub id, path or short name).
+            removed_blocks: original indices of the removed blocks.
+            calibration: ``dataclasses.asdict`` of the calibration configuration; needs ``objective``.
+            search: search algorithm name (a key of ``pruning.search.SEARCHES``).
+            search_options: the algorithm's settings as used.
+            calibration_loss: calibration loss of the variant.
+            dense_loss: calibration loss of the dense model.
+            search_seconds: wall time of the search.
+            block_forwards: decoder-block forwards during the search.
+            subset_evaluations: distinct removal sets scored.
+            checkpoint_path: directory of the pruned checkpoint, if one was written.
+            checkpoint_sha256: its weights checksum.
+            name: a name for the variant (default: generated, e.g. ``llama-3-8b-ppl-greedy-m7-1a2b3c``).
+
+        Returns:
+            The stored :class:`VariantInfo`.
+        """
+        calibration = json_dict(calibration, "calibration")
+        objective = calibration.get("objective")
+        if not isinstance(objective, str) or not objective:
+            raise UserError(
+                f"calibration must name its objective (calibration['objective']), got {calibration!r}"
+            )
+        search = _required_text(search, "search")
+        search_options = json_dict(search_options, "search_options")
+        losses = {
+            what: _optional_float(value, what)
+            for what, value in (
+                ("calibration_loss", calibration_loss),
+                ("dense_loss", dense_loss),
+                ("search_seconds", search_seconds),
+            )
+        }
+        counts = {
+            what: _optional_count(value, what)
+            for what, value in (
+                ("block_forwards", block_forwards),
+                ("subset_evaluations", subset_evaluations),
+            )
+        }
+        if name is not None:
+            check_name(name, "variant name")
+        if checkpoint_path is not None:
+            checkpoint_path = str(Path(checkpoint_path).expanduser().resolve())
+        versions = tool_versions()
+
+        def operation(session: Session) -> VariantInfo:
+            base = self._find_base(session, base_model)
+            removed = parse_removed_blocks(removed_blocks, base.num_blocks)
+            identity = identity_hash(base.model, removed, calibration, search)
+            row = session.scalar(select(VariantRow).where(VariantRow.identity == identity))
+            if name is not None:
+                self._check_name_free(session, name, row.id if row is not None else None)
+            if row is None:
+                row = VariantRow(
+                    identity=identity,
+                    base_model_id=base.id,
+                    created_at=utc_now(),
+                    name=name or auto_variant_name(base.model, objective, search, removed, identity),
+                )
+                session.add(row)
+            elif name is not None:
+                row.name = name
+            row.base_weights_sha256 = base.weights_sha256
+            row.removed_blocks, row.kept_to_original = removed, kept_to_original(removed, base.num_blocks)
+            row.calibration, row.objective, row.search, row.search_options = (
+                calibration,
+                objective,
+                search,
+                search_options,
+            )
+            for what, value in {**losses, **counts}.items():
+                setattr(row, what, value)
+            if checkpoint_path is not None or checkpoint_sha256 is not None:
+                row.checkpoint_path, row.checkpoint_sha256 = checkpoint_path, checkpoint_sha256
+            row.versions, row.updated_at = versions, utc_now()
+            session.flush()
+            return self._variant_info(session, base, row)
+
+        return self._write(operation)
+
+    def resolve(self, name: VariantReference) -> VariantInfo:
+        """The variant named by an id, a name, an alias, ``dense``, or ``NAME@BASE``.
+
+        ``dense`` (and an alias) is ambiguous when several base models have one; then qualify it with the
+        base model, ``dense@meta-llama/Meta-Llama-3-8B`` or ``dense@meta-llama-3-8b`` (the short name).
+        A base model's own hub id or path also resolves to its dense model.
+
+        Raises:
+            UserError: when nothing, or more than one thing, has that name.
+        """
+        with self._reading() as session:
+            base, row = self._find(session, name)
+            return self._dense_info(session, base) if row is None else self._variant_info(session, base, row)
+
+    def list_variants(
+        self, base_model: str | None = None, *, include_dense: bool = False
+    ) -> list[VariantInfo]:
+        """Registered variants, by base model then registration order.
+
+        Args:
+            base_model: only this base model's variants.
+            include_dense: put each base model's dense model first.
+        """
+        with self._reading() as session:
+            bases = (
+                [self._find_base(session, base_model)]
+                if base_model is not None
+                else list(session.scalars(select(BaseModelRow).order_by(BaseModelRow.model)))
+            )
+            found: list[VariantInfo] = []
+            for base in bases:
+                if include_dense:
+                    found.append(self._dense_info(session, base))
+                rows = session.scalars(
+                    select(VariantRow).where(VariantRow.base_model_id == base.id).order_by(VariantRow.id)
+                )
+                found.extend(self._variant_info(session, base, row) for row in rows)
+            return found
+
+    def set_alias(self, alias: str, variant: VariantReference) -> VariantInfo:
+        """Point ``alias`` (per base model) at a variant, or at ``dense``; moves an existing alias.
+
+        Returns:
+            The variant the alias now points at.
+        """
+        check_name(alias, "alias")
+
+        def operation(session: Session) -> VariantInfo:
+            base, row = self._find(session, variant)
+            clash = session.scalar(select(VariantRow).where(VariantRow.name == alias))
+            if clash is not None:
+                raise UserError(
+                    f"alias {alias!r} is already the name of variant {clash.id}; choose another alias"
+                )
+            existing = session.scalar(
+                select(AliasRow).where(AliasRow.base_model_id == base.id, AliasRow.alias == alias)
+            )
+            if existing is None:
+                existing = AliasRow(base_model_id=base.id, alias=alias)
+                session.add(existing)
+            existing.variant_id = None if row is None else row.id
+            existing.updated_at = utc_now()
+            session.flush()
+            return self._dense_info(session, base) if row is None else self._variant_info(session, base, row)
+
+        return self._write(operation)
+
+    def remove_alias(self, alias: str, base_model: str | None = None) -> None:
+        """Delete an alias (``ALIAS@BASE`` or ``base_model`` picks one when several base models have it)."""
+
+        def operation(session: Session) -> None:
+            name, qualifier = split_qualified(alias)
+            rows = self._alias_rows(session, name, qualifier or base_model)
+            if not rows:
+                raise UserError(f"no alias {alias!r}; see `depthprune variants list`")
+            if len(rows) > 1:
+                raise UserError(self._ambiguous_alias_message(session, name, rows))
+            session.delete(rows[0])
+
+        self._write(operation)
+
+    def aliases(self) -> dict[str, str]:
+        """``{ALIAS@BASE: variant name}`` for every alias (``dense`` for the base model itself)."""
+        with self._reading() as session:
+            found = {}
+            for alias in session.scalars(select(AliasRow).order_by(AliasRow.alias)):
+                base = session.get(BaseModelRow, alias.base_model_id)
+                target = DENSE if alias.variant_id is None else session.get(VariantRow, alias.variant_id).name
+                found[f"{alias.alias}@{base.model}"] = target
+            return found
+
+    def remove_variant(self, name: VariantReference, *, delete_checkpoint: bool = False) -> VariantInfo:
+        """Delete a variant with its aliases, evaluations and serving benchmarks.
+
+        Args:
+            name: the variant's id or name (not an alias, so that an alias never deletes by surprise).
+            delete_checkpoint: also delete its checkpoint directory (only one holding ``pruning.json``).
+
+        Returns:
+            What was removed.
+        """
+
+        def operation(session: Session) -> VariantInfo:
+            base, row = self._find(session, name)
+            if row is None:
+                raise UserError(
+                    f"{name!r} is the dense base model {base.model}; only pruned variants can be removed"
+                )
+            if isinstance(name, str) and name not in (row.name, str(row.id)):
+                raise UserError(
+                    f"{name!r} is an alias of {row.name!r}: remove the variant by its name, or the alias "
+                    f"with `depthprune variants alias {name} --delete`"
+                )
+            info = self._variant_info(session, base, row)
+            session.delete(row)
+            return info
+
+        removed = self._write(operation)
+        if delete_checkpoint and removed.checkpoint_path:
+            checkpoint = Path(removed.checkpoint_path)
+            # Only a directory this project wrote; never a base model or an unrelated folder.
+            if (checkpoint / "pruning.json").is_file():
+                shutil.rmtree(checkpoint)
+        return removed
+
+    # ---------------------------------------------------------------- evaluations and benchmarks
+
+    def add_evaluation(
+        self, variant: VariantReference, *, suite: str, task: str, metric: str, value: float, settings: dict
+    ) -> EvaluationInfo:
+        """Record one metric of a variant; the same (variant, suite, task, metric, settings) is replaced.
+
+        Args:
+            variant: which variant (id, name, alias, ``dense``, or a :class:`VariantInfo`).
+            suite: the harness, e.g. ``ppl`` or ``lm-eval``.
+            task: the task or data set, e.g. ``wikitext2`` or ``piqa``.
+            metric: e.g. ``perplexity``, ``acc``, ``acc_norm``.
+            value: the measurement (infinity allowed, NaN not).
+            settings: how it was measured.
+
+        Returns:
+            The stored :class:`EvaluationInfo`.
+        """
+        suite, task, metric = (
+            _required_text(value_, what)
+            for value_, what in ((suite, "suite"), (task, "task"), (metric, "metric"))
+        )
+        number = _optional_float(value, "value")
+        if number is None:
+            raise UserError(f"evaluation value of {suite}/{task}/{metric} is missing or NaN")
+        settings = json_dict(settings, "settings")
+        versions = tool_versions()
+
+        def operation(session: Session) -> EvaluationInfo:
+            base, row = self._find(session, variant)
+            variant_id = None if row is None else row.id
+            identity = identity_hash(base.model, variant_id, suite, task, metric, settings)
+            evaluation = session.scalar(select(EvaluationRow).where(EvaluationRow.identity == identity))
+            if evaluation is None:
+                evaluation = EvaluationRow(
+                    identity=identity,
+                    base_model_id=base.id,
+                    variant_id=variant_id,
+                    suite=suite,
+                    task=task,
+                    metric=metric,
+                    settings=settings,
+                )
+                session.add(evaluation)
+            evaluation.value, evaluation.versions, evaluation.created_at = number, versions, utc_now()
+            session.flush()
+            return self._evaluation_info(base, row, evaluation)
+
+        return self._write(operation)
+
+    def evaluations(self, variant: VariantReference) -> list[EvaluationInfo]:
+        """A variant's evaluations, by suite, task and metric."""
+        with self._reading() as session:
+            base, row = self._find(session, variant)
+            query = select(EvaluationRow).where(EvaluationRow.base_model_id == base.id)
+            query = query.where(
+                EvaluationRow.variant_id.is_(None) if row is None else EvaluationRow.variant_id == row.id
+            )
+            rows = session.scalars(
+                query.order_by(
+                    EvaluationRow.suite, EvaluationRow.task, EvaluationRow.metric, EvaluationRow.id
+                )
+            )
+            return [self._evaluation_info(base, row, evaluation) for evaluation in rows]
+
+    def add_serving_benchmark(
+        self, variant: VariantReference, *, settings: dict, metrics: dict, hardware: str
+    ) -> ServingBenchmarkInfo:
+        """Record one load-test run of a served variant (runs accumulate; none is replaced).
+
+        Args:
+            variant: which variant (id, name, alias, ``dense``, or a :class:`VariantInfo`).
+            settings: load settings (request rate, concurrency, lengths, number of prompts, ...).
+            metrics: results under ``vllm bench serve`` key names; per-request lists are dropped, only
+                scalar values are kept.
+            hardware: where it ran.
+
+        Returns:
+            The stored :class:`ServingBenchmarkInfo`.
+        """
+        settings = json_dict(settings, "settings")
+        metrics = {
+            key: value
+            for key, value in json_dict(metrics, "metrics").items()
+            if not isinstance(value, (list, dict))
+        }
+        if not metrics:
+            raise UserError("serving benchmark metrics are empty")
+        hardware = _required_text(hardware, "hardware")
+        versions = tool_versions()
+
+        def operation(session: Session) -> ServingBenchmarkInfo:
+            base, row = self._find(session, variant)
+            benchmark = ServingBenchmarkRow(
+                base_model_id=base.id,
+                variant_id=None if row is None else row.id,
+                settings=settings,
+                metrics=metrics,
+                hardware=hardware,
+                versions=versions,
+                created_at=utc_now(),
+            )
+            session.add(benchmark)
+            session.flush()
+            return self._benchmark_info(base, row, benchmark)
+
+        return self._write(operation)
+
+    def serving_benchmarks(self, variant: VariantReference) -> list[ServingBenchmarkInfo]:
+        """A variant's load-test runs, newest first."""
+        with self._reading() as session:
+            base, row = self._find(session, variant)
+            query = select(ServingBenchmarkRow).where(ServingBenchmarkRow.base_model_id == base.id)
+            query = query.where(
+                ServingBenchmarkRow.variant_id.is_(None)
+                if row is None
+                else ServingBenchmarkRow.variant_id == row.id
+            )
+            rows = session.scalars(
+                query.order_by(ServingBenchmarkRow.created_at.desc(), ServingBenchmarkRow.id.desc())
+            )
+            return [self._benchmark_info(base, row, benchmark) for benchmark in rows]
+
+    # ---------------------------------------------------------------- checkpoints
+
+    def verify_checkpoint(self, variant: VariantReference) -> None:
+        """Refuse a checkpoint whose weights changed since it was registered.
+
+        For the dense model, a local directory is checked against the base model's checksum; a hub id
+        is left to the hub's own revision pinning.
+
+        Raises:
+            UserError: when the directory is missing, has no recorded checksum, or no longer matches.
+        """
+        from depthprune.checksums import weights_sha256
+
+        info = variant if isinstance(variant, VariantInfo) else self.resolve(variant)
+        label = info.qualified_name
+        if info.is_dense:
+            if not info.checkpoint_path or not Path(info.checkpoint_path).is_dir():
+                return
+        elif not info.checkpoint_path:
+            raise UserError(f"variant {label!r} has no checkpoint; write one with `depthprune checkpoint`")
+        directory = Path(info.checkpoint_path)
+        if not directory.is_dir():
+            raise UserError(f"checkpoint of {label!r} is missing: {directory} is not a directory")
+        if not info.checkpoint_sha256:
+            raise UserError(
+                f"checkpoint of {label!r} has no recorded sha256, so it cannot be verified; "
+                "register it again with its checksum"
+            )
+        try:
+            actual = weights_sha256(directory)
+        except FileNotFoundError as error:
+            raise UserError(f"checkpoint of {label!r} is not usable: {error}") from None
+        if actual != info.checkpoint_sha256:
+            raise UserError(
+                f"checkpoint of {label!r} at {directory} was modified: weights sha256 {actual[:12]}... "
+                f"!= registered {info.checkpoint_sha256[:12]}...; re-create or re-register it"
+            )
+
+    # ---------------------------------------------------------------- lookups (inside a session)
+
+    def _find_base(self, session: Session, model: str) -> BaseModelRow:
+        if not isinstance(model, str) or not model:
+            raise UserError(f"base model must be a hub id, path or short name, got {model!r}")
+        row = session.scalar(select(BaseModelRow).where(BaseModelRow.model == normalise_model(model)))
+        if row is not None:
+            return row
+        matches = [base for base in session.scalars(select(BaseModelRow)) if model_slug(base.model) == model]
+        if len(matches) == 1:
+            return matches[0]
+        if matches:
+            raise UserError(
+                f"base model {model!r} is ambiguous: " + ", ".join(base.model for base in matches)
+            )
+        known = (
+            ", ".join(session.scalars(select(BaseModelRow.model).order_by(BaseModelRow.model))) or "none yet"
+        )
+        raise UserError(
+            f"base model {model!r} is not registered (registered: {known}); `depthprune prune` registers it"
+        )
+
+    def _alias_rows(self, session: Session, alias: str, base_model: str | None) -> list[AliasRow]:
+        query = select(AliasRow).where(AliasRow.alias == alias)
+        if base_model is not None:
+            query = query.where(AliasRow.base_model_id == self._find_base(session, base_model).id)
+        return list(session.scalars(query))
+
+    def _ambiguous_alias_message(self, session: Session, name: str, rows: list[AliasRow]) -> str:
+        options = ", ".join(f"{name}@{session.get(BaseModelRow, row.base_model_id).model}" for row in rows)
+        return f"{name!r} is ambiguous, several base models have it: say which, e.g. {options}"
+
+    def _find(self, session: Session, reference: VariantReference) -> tuple[BaseModelRow, VariantRow | None]:
+        """``(base, variant row)``; the row is ``None`` for the dense model."""
+        if isinstance(reference, VariantInfo):
+            if reference.is_dense:
+                return self._find_base(session, reference.base_model), None
+            reference = reference.id
+        if isinstance(reference, int) and not isinstance(reference, bool):
+            row = session.get(VariantRow, reference)
+            if row is None:
+                raise UserError(f"no variant with id {reference}; see `depthprune variants list`")
+            return row.base, row
+        if not isinstance(reference, str) or not reference.strip():
+            raise UserError(f"a variant is named by its id, name, an alias or 'dense', got {reference!r}")
+        reference = reference.strip()
+        if reference.isdigit():
+            return self._find(session, int(reference))
+        row = session.scalar(select(VariantRow).where(VariantRow.name == reference))
+        if row is not None:
+            return row.base, row
+        name, qualifier = split_qualified(reference)
+        if name == DENSE:
+            if qualifier is not None:
+                return self._find_base(session, qualifier), None
+            bases = list(session.scalars(select(BaseModelRow).order_by(BaseModelRow.model)))
+            if len(bases) == 1:
+                return bases[0], None
+            if not bases:
+                raise UserError("no base model is registered yet, so there is no 'dense' model to use")
+            raise UserError(
+                "'dense' is ambiguous, several base models are registered: say which, e.g. "
+                + ", ".join(f"dense@{base.model}" for base in bases)
+            )
+        aliases = self._alias_rows(session, name, qualifier)
+        if len(aliases) == 1:
+            base = session.get(BaseModelRow, aliases[0].base_model_id)
+            return base, None if aliases[0].variant_id is None else session.get(
+                VariantRow, aliases[0].variant_id
+            )
+        if aliases:
+            raise UserError(self._ambiguous_alias_message(session, name, aliases))
+        base = session.scalar(select(BaseModelRow).where(BaseModelRow.model == normalise_model(reference)))
+        if base is not None:
+            return base, None
+        raise UserError(f"no variant or alias named {reference!r}; see `depthprune variants list`")
+
+    # ---------------------------------------------------------------- rows -> records
+
+    @staticmethod
+    def _base_info(row: BaseModelRow) -> BaseModelInfo:
+        return BaseModelInfo(
+            id=row.id,
+            model=row.model,
+            revision=row.revision,
+            weights_sha256=row.weights_sha256,
+            num_blocks=row.num_blocks,
+            architecture=row.architecture,
+            path=row.path,
+            created_at=_utc(row.created_at),
+            updated_at=_utc(row.updated_at),
+        )
+
+    @staticmethod
+    def _alias_names(session: Session, base: BaseModelRow, row: VariantRow | None) -> list[str]:
+        query = select(AliasRow.alias).where(AliasRow.base_model_id == base.id)
+        query = query.where(AliasRow.variant_id.is_(None) if row is None else AliasRow.variant_id == row.id)
+        return list(session.scalars(query.order_by(AliasRow.alias)))
+
+    def _variant_info(self, session: Session, base: BaseModelRow, row: VariantRow) -> VariantInfo:
+        return VariantInfo(
+            id=row.id,
+            name=row.name,
+            base_model=base.model,
+            base_revision=base.revision,
+            num_blocks=base.num_blocks,
+            architecture=base.architecture,
+            removed_blocks=list(row.removed_blocks),
+            kept_to_original=list(row.kept_to_original),
+            calibration=dict(row.calibration),
+            search=row.search,
+            search_options=dict(row.search_options),
+            calibration_loss=row.calibration_loss,
+            dense_loss=row.dense_loss,
+            search_seconds=row.search_seconds,
+            block_forwards=row.block_forwards,
+            subset_evaluations=row.subset_evaluations,
+            checkpoint_path=row.checkpoint_path,
+            checkpoint_sha256=row.checkpoint_sha256,
+            created_at=_utc(row.created_at),
+            versions=dict(row.versions),
+            aliases=self._alias_names(session, base, row),
+            is_dense=False,
+            base_weights_sha256=row.base_weights_sha256,
+            updated_at=_utc(row.updated_at),
+        )
+
+    def _dense_info(self, session: Session, base: BaseModelRow) -> VariantInfo:
+        return VariantInfo(
+            id=None,
+            name=DENSE,
+            base_model=base.model,
+            base_revision=base.revision,
+            num_blocks=base.num_blocks,
+            architecture=base.architecture,
+            removed_blocks=[],
+            kept_to_original=list(range(base.num_blocks)),
+            calibration={},
+            search=DENSE,
+            search_options={},
+            calibration_loss=None,
+            dense_loss=None,
+            search_seconds=None,
+            block_forwards=None,
+            subset_evaluations=None,
+            checkpoint_path=base.path or base.model,
+            checkpoint_sha256=base.weights_sha256,
+            created_at=_utc(base.created_at),
+            versions={},
+            aliases=self._alias_names(session, base, None),
+            is_dense=True,
+            base_weights_sha256=base.weights_sha256,
+            updated_at=_utc(base.updated_at),
+        )
+
+    @staticmethod
+    def _evaluation_info(
+        base: BaseModelRow, row: VariantRow | None, evaluation: EvaluationRow
+    ) -> EvaluationInfo:
+        return EvaluationInfo(
+            id=evaluation.id,
+            variant=DENSE if row is None else row.name,
+            variant_id=None if row is None else row.id,
+            base_model=base.model,
+            suite=evaluation.suite,
+            task=evaluation.task,
+            metric=evaluation.metric,
+            value=evaluation.value,
+            settings=dict(evaluation.settings),
+            versions=dict(evaluation.versions),
+            created_at=_utc(evaluation.created_at),
+        )
+
+    @staticmethod
+    def _benchmark_info(
+        base: BaseModelRow, row: VariantRow | None, benchmark: ServingBenchmarkRow
+    ) -> ServingBenchmarkInfo:
+        return ServingBenchmarkInfo(
+            id=benchmark.id,
+            variant=DENSE if row is None else row.name,
+            variant_id=None if row is None else row.id,
+            base_model=base.model,
+            settings=dict(benchmark.settings),
+            metrics=dict(benchmark.metrics),
+            hardware=benchmark.hardware,
+            versions=dict(benchmark.versions),
+            created_at=_utc(benchmark.created_at),
+        )
+
+    @staticmethod
+    def _check_name_free(session: Session, name: str, own_id: int | None) -> None:
+        holder = session.scalar(select(VariantRow).where(VariantRow.name == name))
+        if holder is not None and holder.id != own_id:
+            raise UserError(
+                f"variant name {name!r} is taken by another variant (id {holder.id}); choose another"
+            )
+        if session.scalar(select(AliasRow).where(AliasRow.alias == name)) is not None:
+            raise UserError(f"variant name {name!r} is already an alias; choose another name")

@@ -1,0 +1,128 @@
+"""SQLAlchemy tables of the registry: base models, variants, aliases, evaluations, serving benchmarks.
+
+The schema itself is created and evolved by the Alembic migrations in ``registry/migrations``; these
+classes must stay in step with them (``tests/test_registry.py`` compares the two).
+Evaluations and serving benchmarks point at a base model and, for a pruned variant, at the variant:
+``variant_id IS NULL`` means the dense base model itself, which is always servable as ``dense``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+
+def utc_now() -> datetime:
+    """Timestamps are stored in UTC."""
+    return datetime.now(timezone.utc)
+
+
+class Base(DeclarativeBase):
+    """Declarative base of every registry table."""
+
+
+class BaseModelRow(Base):
+    """A dense model that variants were pruned from."""
+
+    __tablename__ = "base_models"
+    __table_args__ = (UniqueConstraint("model", name="uq_base_models_model"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    model: Mapped[str] = mapped_column(String(512))
+    revision: Mapped[str | None] = mapped_column(String(256))
+    weights_sha256: Mapped[str] = mapped_column(String(64))
+    num_blocks: Mapped[int] = mapped_column(Integer)
+    architecture: Mapped[str] = mapped_column(String(128))
+    path: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+
+    variants: Mapped[list[VariantRow]] = relationship(back_populates="base", cascade="all, delete-orphan")
+
+
+class VariantRow(Base):
+    """A pruned variant: which blocks went, under which calibration configuration and search."""
+
+    __tablename__ = "variants"
+    __table_args__ = (
+        UniqueConstraint("name", name="uq_variants_name"),
+        UniqueConstraint("identity", name="uq_variants_identity"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(256))
+    # sha256 of (base, removed set, calibration, search): registering the same again updates this row.
+    identity: Mapped[str] = mapped_column(String(64))
+    base_model_id: Mapped[int] = mapped_column(ForeignKey("base_models.id", ondelete="CASCADE"), index=True)
+    base_weights_sha256: Mapped[str] = mapped_column(String(64))
+    removed_blocks: Mapped[list] = mapped_column(JSON)
+    kept_to_original: Mapped[list] = mapped_column(JSON)
+    calibration: Mapped[dict] = mapped_column(JSON)
+    objective: Mapped[str] = mapped_column(String(128), index=True)
+    search: Mapped[str] = mapped_column(String(128), index=True)
+    search_options: Mapped[dict] = mapped_column(JSON)
+    calibration_loss: Mapped[float | None] = mapped_column(Float)
+    dense_loss: Mapped[float | None] = mapped_column(Float)
+    search_seconds: Mapped[float | None] = mapped_column(Float)
+    block_forwards: Mapped[int | None] = mapped_column(Integer)
+    subset_evaluations: Mapped[int | None] = mapped_column(Integer)
+    checkpoint_path: Mapped[str | None] = mapped_column(Text)
+    checkpoint_sha256: Mapped[str | None] = mapped_column(String(64))
+    versions: Mapped[dict] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+
+    base: Mapped[BaseModelRow] = relationship(back_populates="variants")
+
+
+class AliasRow(Base):
+    """A stable name (``ppl-best``) for a variant of one base model; no variant means the dense model."""
+
+    __tablename__ = "aliases"
+    __table_args__ = (UniqueConstraint("base_model_id", "alias", name="uq_aliases_base_alias"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    base_model_id: Mapped[int] = mapped_column(ForeignKey("base_models.id", ondelete="CASCADE"), index=True)
+    alias: Mapped[str] = mapped_column(String(256), index=True)
+    variant_id: Mapped[int | None] = mapped_column(ForeignKey("variants.id", ondelete="CASCADE"), index=True)
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+
+
+class EvaluationRow(Base):
+    """One metric of one task, e.g. ``ppl``/``wikitext2``/``perplexity`` or ``lm-eval``/``piqa``/``acc``.
+
+    Evaluating the same (variant, suite, task, metric, settings) again replaces the value.
+    """
+
+    __tablename__ = "evaluations"
+    __table_args__ = (UniqueConstraint("identity", name="uq_evaluations_identity"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    # sha256 of (base, variant, suite, task, metric, settings): evaluating again replaces the value.
+    identity: Mapped[str] = mapped_column(String(64))
+    base_model_id: Mapped[int] = mapped_column(ForeignKey("base_models.id", ondelete="CASCADE"), index=True)
+    variant_id: Mapped[int | None] = mapped_column(ForeignKey("variants.id", ondelete="CASCADE"), index=True)
+    suite: Mapped[str] = mapped_column(String(128))
+    task: Mapped[str] = mapped_column(String(256))
+    metric: Mapped[str] = mapped_column(String(128))
+    value: Mapped[float] = mapped_column(Float)
+    settings: Mapped[dict] = mapped_column(JSON)
+    versions: Mapped[dict] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+
+
+class ServingBenchmarkRow(Base):
+    """One load-test run against a served variant; ``metrics`` uses ``vllm bench serve`` key names."""
+
+    __tablename__ = "serving_benchmarks"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    base_model_id: Mapped[int] = mapped_column(ForeignKey("base_models.id", ondelete="CASCADE"), index=True)
+    variant_id: Mapped[int | None] = mapped_column(ForeignKey("variants.id", ondelete="CASCADE"), index=True)
+    settings: Mapped[dict] = mapped_column(JSON)
+    metrics: Mapped[dict] = mapped_column(JSON)
+    hardware: Mapped[str] = mapped_column(String(512))
+    versions: Mapped[dict] = mapped_column(JSON)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)

