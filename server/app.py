@@ -1,0 +1,129 @@
+"""The gateway application: ``create_app(settings)`` wires backends, router, proxy and metrics together.
+
+The lifespan owns the backends: it starts the managed vLLM processes (unless the caller already did,
+as ``depthprune serve`` does to report start errors before serving), opens the pooled HTTP clients and
+the health monitor, and on shutdown stops every process it started. Every error, including the
+framework's own (unknown route, wrong method), is answered in OpenAI's error shape.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from contextlib import asynccontextmanager
+
+from fastapi import FastAPI
+from fastapi.exceptions import RequestValidationError
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request
+
+from server.backends import Backend, BackendPool
+from server.errors import GatewayError, error_response
+from server.metrics import GatewayMetrics
+from server.protocol import ExperimentSpec
+from server.proxy import Proxy
+from server.routes import router as routes
+from server.routing import Router
+from server.settings import GatewaySettings
+
+log = logging.getLogger("depthprune.server")
+
+
+def build_router(settings: GatewaySettings, seed: int | None = None) -> Router:
+    """A router over the settings' variants with the settings' experiments installed.
+
+    Raises:
+        ValueError: an experiment is malformed or names nothing served (message says which).
+    """
+    router = Router({spec.name: spec.metadata for spec in settings.backends}, seed=seed)
+    for name, raw in settings.experiments.items():
+        try:
+            spec = raw if isinstance(raw, ExperimentSpec) else ExperimentSpec.model_validate(raw)
+            router.set_experiment(name, spec)
+        except Exception as error:  # pydantic ValidationError or ValueError, both user mistakes
+            raise ValueError(f"experiment {name!r}: {error}") from None
+    return router
+
+
+def create_app(
+    settings: GatewaySettings, pool: BackendPool | None = None, seed: int | None = None
+) -> FastAPI:
+    """The FastAPI gateway for ``settings``.
+
+    Args:
+        settings: backends, experiments and limits.
+        pool: backends already started (``BackendPool.start_backends``); None starts them in the lifespan.
+        seed: seed of the random arm choice for requests without a user key (tests).
+
+    Returns:
+        The ASGI application; run it with uvicorn.
+    """
+    from depthprune.errors import UserError
+
+    try:
+        router = build_router(settings, seed)
+    except ValueError as error:
+        raise UserError(str(error)) from None
+    metrics = GatewayMetrics()
+    restarts_seen: dict[str, int] = {}
+
+    def on_backend_change(backend: Backend) -> None:
+        metrics.backend_up.labels(backend.name).set(1 if backend.up else 0)
+        new = backend.restarts - restarts_seen.get(backend.name, 0)
+        if new > 0:
+            metrics.backend_restarts.labels(backend.name).inc(new)
+            restarts_seen[backend.name] = backend.restarts
+
+    if pool is None:
+        pool = BackendPool(settings)
+    pool.on_change = on_backend_change
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        await pool.open()
+        for backend in pool.backends.values():
+            on_backend_change(backend)
+        try:
+            yield
+        finally:
+            await pool.close()
+
+    app = FastAPI(
+        title="depthprune gateway", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
+    )
+    app.state.settings = settings
+    app.state.pool = pool
+    app.state.router = router
+    app.state.metrics = metrics
+    app.state.proxy = Proxy(settings, pool, router, metrics)
+    app.state.created = int(time.time())
+    app.include_router(routes)
+
+    @app.exception_handler(GatewayError)
+    async def gateway_error(request: Request, error: GatewayError):
+        return error.response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, error: StarletteHTTPException):
+        message = {
+            404: f"no route {request.method} {request.url.path}",
+            405: f"method {request.method} not allowed on {request.url.path}",
+        }.get(error.status_code, str(error.detail))
+        return error_response(error.status_code, message, headers=getattr(error, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, error: RequestValidationError):
+        first = error.errors()[0] if error.errors() else {"msg": "invalid request", "loc": ()}
+        return error_response(
+            400,
+            f"invalid request: {first['msg']}",
+            param=".".join(str(p) for p in first.get("loc", ())) or None,
+            code="invalid_value",
+        )
+
+    @app.exception_handler(Exception)
+    async def unexpected_error(request: Request, error: Exception):
+        log.exception("unexpected error on %s %s", request.method, request.url.path)
+        return error_response(500, f"internal gateway error: {type(error).__name__}", code="internal_error")
+
+    return app

