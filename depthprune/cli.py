@@ -41,7 +41,7 @@ def build_app() -> typer.Typer:
     """The typer application with every subcommand that is installed."""
     app = typer.Typer(
         name="depthprune",
-        help="Prune whole Transformer blocks under a calibration configuration, register and serve the variants.",
+        help="Prune whole Transformer blocks under a calibration configuration; register and serve variants.",
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,

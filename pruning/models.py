@@ -88,7 +88,7 @@ class PreparedBatch:
 
 
 class _Recorder(nn.Module):
-    """Stands in for a decoder block during :meth:`BlockStack.prepare`: records its call, returns the input."""
+    """Stands in for a decoder block in :meth:`BlockStack.prepare`: records its call, returns the input."""
 
     def __init__(self, index: int, sink: list[dict[str, Any] | None]):
         super().__init__()
@@ -97,7 +97,7 @@ class _Recorder(nn.Module):
 
     def forward(self, hidden_states, *args, **kwargs):
         if args:  # every supported architecture passes block arguments by keyword
-            raise RuntimeError("decoder block called with positional arguments; unsupported transformers version")
+            raise RuntimeError("decoder block called with positional arguments: unsupported transformers")
         kwargs.pop("past_key_values", None)
         kwargs["use_cache"] = False
         self.sink[self.index] = kwargs
@@ -144,10 +144,9 @@ class BlockStack:
         original = self.decoder.layers
         self.decoder.layers = nn.ModuleList(recorders)
         try:
+            mask = None if attention_mask is None else attention_mask.to(self.device)
             with torch.no_grad():
-                self.decoder(input_ids=input_ids.to(self.device),
-                             attention_mask=None if attention_mask is None else attention_mask.to(self.device),
-                             use_cache=False)
+                self.decoder(input_ids=input_ids.to(self.device), attention_mask=mask, use_cache=False)
         finally:
             self.decoder.layers = original
         hidden = sink.pop()["hidden"]
@@ -179,14 +178,14 @@ class BlockStack:
 
 
 def validate_removed(removed_blocks, num_blocks: int) -> frozenset[int]:
-    """Check that ``removed_blocks`` are distinct indices in ``[0, num_blocks)`` leaving at least one block."""
+    """Check that ``removed_blocks`` are distinct indices in ``[0, num_blocks)`` and leave one block."""
     removed = list(removed_blocks)
     if len(set(removed)) != len(removed):
         duplicates = sorted({i for i in removed if removed.count(i) > 1})
         raise UserError(f"duplicate block indices {duplicates}")
     for index in removed:
         if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < num_blocks:
-            raise UserError(f"block index {index!r} is out of range: the model has blocks 0..{num_blocks - 1}")
+            raise UserError(f"block index {index!r} is out of range: blocks are 0..{num_blocks - 1}")
     if len(removed) >= num_blocks:
         raise UserError(f"cannot remove all {num_blocks} blocks; at least one must remain")
     return frozenset(removed)

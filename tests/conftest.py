@@ -35,7 +35,26 @@ def tiny_model_dirs(tmp_path_factory):
 
     def get(architecture: str) -> Path:
         if architecture not in made:
-            made[architecture] = save_tiny_model(architecture, tmp_path_factory.mktemp(f"tiny-{architecture}"))
+            directory = tmp_path_factory.mktemp(f"tiny-{architecture}")
+            made[architecture] = save_tiny_model(architecture, directory)
         return made[architecture]
 
     return get
+
+
+@pytest.fixture
+def run_cli(capsys):
+    """Run ``depthprune ARGS...`` in-process; returns ``(exit_code, stdout, stderr)`` of that call only."""
+    from depthprune.cli import main
+
+    def run(*args: str):
+        capsys.readouterr()
+        try:
+            main([str(arg) for arg in args])
+            code = 0
+        except SystemExit as exit_:
+            code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return run

@@ -1,0 +1,153 @@
+"""Pruned checkpoints: parity with the dense model run with blocks skipped, in transformers and in vLLM."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+from depthprune.checksums import weights_sha256
+from depthprune.errors import UserError
+from pruning.checkpoint import PrunedCheckpoint, write_pruned_checkpoint
+from pruning.models import BlockStack
+
+ARCHITECTURES = ["llama", "qwen3", "mistral", "gemma3_text"]
+REMOVAL_SETS = [[1, 4], [0, 2, 5], [3]]
+PROMPTS = [[5, 6, 7, 8, 9], [40, 41, 42], [200, 13, 77, 90, 4, 18]]
+
+
+@pytest.mark.parametrize("architecture", ARCHITECTURES)
+@pytest.mark.parametrize("removed", REMOVAL_SETS)
+def test_saved_checkpoint_logits_equal_dense_with_blocks_skipped(tiny_model_dirs, tmp_path, architecture,
+                                                                  removed):
+    base = tiny_model_dirs(architecture)
+    written = write_pruned_checkpoint(str(base), removed, tmp_path / "variant")
+
+    dense = BlockStack(AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32).eval())
+    variant = AutoModelForCausalLM.from_pretrained(written.path, dtype=torch.float32).eval()
+    input_ids = torch.randint(4, 256, (2, 40), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        expected = dense.forward(input_ids, removed)
+        actual = variant(input_ids, use_cache=False).logits
+    torch.testing.assert_close(actual, expected, rtol=1e-5, atol=1e-5)
+    assert variant.config.num_hidden_layers == 6 - len(removed)
+
+
+def test_written_metadata(tiny_model_dirs, tmp_path):
+    base = tiny_model_dirs("gemma3_text")
+    original_types = AutoConfig.from_pretrained(base).layer_types
+    written = write_pruned_checkpoint(str(base), [4, 0], tmp_path / "variant",
+                                      calibration={"objective": "perplexity"}, scores={"loss": 1.5})
+    directory = Path(written.path)
+    config = AutoConfig.from_pretrained(directory)
+    assert config.layer_types == [original_types[i] for i in [1, 2, 3, 5]]
+    recorded = PrunedCheckpoint.read(directory)
+    assert recorded.removed_blocks == [0, 4]
+    assert recorded.kept_to_original == [1, 2, 3, 5]
+    assert recorded.base_weights_sha256 == weights_sha256(base)
+    assert recorded.weights_sha256 == weights_sha256(directory)
+    assert recorded.calibration == {"objective": "perplexity"} and recorded.scores == {"loss": 1.5}
+    assert f"base_model: {base}" in (directory / "README.md").read_text()
+    assert AutoTokenizer.from_pretrained(directory).eos_token == "</s>"
+    assert (directory / "generation_config.json").is_file()
+
+
+def test_qwen_max_window_layers_follows_kept_blocks(tmp_path):
+    from transformers import Qwen3Config
+
+    from pruning.checkpoint import slice_per_layer_config
+
+    config = Qwen3Config(num_hidden_layers=6, use_sliding_window=True, sliding_window=8, max_window_layers=3)
+    assert config.layer_types[2:4] == ["full_attention", "sliding_attention"]
+    slice_per_layer_config(config, [0, 2, 3, 5])
+    assert config.num_hidden_layers == 4
+    assert config.max_window_layers == 2
+    assert config.layer_types == ["full_attention"] * 2 + ["sliding_attention"] * 2
+
+
+@pytest.mark.parametrize("remove, message", [
+    ("1,9", "out of range"), ("2,2", "duplicate"), ("0,1,2,3,4,5", "at least one"), ("a,b", "integers"),
+])
+def test_bad_input_is_one_line_and_writes_nothing(tiny_model_dirs, tmp_path, run_cli, remove, message):
+    out, base = tmp_path / "variant", tiny_model_dirs("llama")
+    code, _, error = run_cli("checkpoint", "--model", base, "--remove", remove, "--out", out)
+    assert code == 2
+    assert message in error and len(error.strip().splitlines()) == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_path_that_is_not_a_model(tmp_path, run_cli):
+    (tmp_path / "empty").mkdir()
+    code, _, error = run_cli("checkpoint", "--model", tmp_path / "empty", "--remove", "1",
+                             "--out", tmp_path / "o")
+    assert code == 2 and "is not a model" in error
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(UserError, match="not a model directory"):
+        write_pruned_checkpoint("./does-not-exist", [1], tmp_path / "o")
+
+
+def test_existing_output_is_not_clobbered(tiny_model_dirs, tmp_path):
+    out = tmp_path / "variant"
+    out.mkdir()
+    (out / "keep.txt").write_text("mine")
+    with pytest.raises(UserError, match="already exists"):
+        write_pruned_checkpoint(str(tiny_model_dirs("llama")), [1], out)
+    assert (out / "keep.txt").read_text() == "mine"
+    write_pruned_checkpoint(str(tiny_model_dirs("llama")), [1], out, overwrite=True)
+    assert not (out / "keep.txt").exists() and (out / "pruning.json").is_file()
+
+
+def test_cli_json(tiny_model_dirs, tmp_path, run_cli):
+    code, out, _ = run_cli("checkpoint", "--model", tiny_model_dirs("qwen3"), "--remove", "3,1", "--out",
+                           tmp_path / "v", "--json")
+    assert code == 0
+    record = json.loads(out.strip().splitlines()[-1])
+    assert record["removed_blocks"] == [1, 3] and record["kept_to_original"] == [0, 2, 4, 5]
+
+
+def transformers_greedy(directory: Path, prompt: list[int], max_tokens: int) -> tuple[list[int], list[float]]:
+    """Greedy tokens by full forwards, and the top-1 minus top-2 logit gap at each step."""
+    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+    tokens, gaps = list(prompt), []
+    with torch.no_grad():
+        for _ in range(max_tokens):
+            logits = model(torch.tensor([tokens]), use_cache=False).logits[0, -1]
+            top = torch.topk(logits, 2).values
+            gaps.append(float(top[0] - top[1]))
+            tokens.append(int(logits.argmax()))
+    return tokens[len(prompt):], gaps
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_vllm_greedy_tokens_equal_transformers(tiny_model_dirs, tmp_path):
+    """vLLM (real CPU engine) loads every saved variant and generates transformers' greedy tokens."""
+    variants = {}
+    for architecture, removed in zip(ARCHITECTURES, [[1, 4], [0, 2, 5], [1, 3], [0, 4]]):
+        variants[architecture] = write_pruned_checkpoint(str(tiny_model_dirs(architecture)), removed,
+                                                         tmp_path / architecture).path
+    max_tokens = 8
+    request = tmp_path / "request.json"
+    request.write_text(json.dumps({"models": list(variants.values()), "prompts": PROMPTS,
+                                   "max_tokens": max_tokens}))
+    result = tmp_path / "result.json"
+    script = Path(__file__).with_name("vllm_greedy.py")
+    completed = subprocess.run([sys.executable, str(script), str(request), str(result)], capture_output=True,
+                               text=True, timeout=900)
+    assert completed.returncode == 0, completed.stderr[-4000:]
+    generated = json.loads(result.read_text())
+    for architecture, directory in variants.items():
+        for prompt, vllm_tokens in zip(PROMPTS, generated[directory]):
+            expected, gaps = transformers_greedy(Path(directory), prompt, max_tokens)
+            for step, (ours, theirs) in enumerate(zip(vllm_tokens, expected)):
+                if ours != theirs:
+                    # Random tiny models can have near-ties; a flip there is float noise, not a bug.
+                    assert gaps[step] < 1e-4, (architecture, prompt, step, vllm_tokens, expected)
+                    break
+            else:
+                assert len(vllm_tokens) == max_tokens
