@@ -1,0 +1,510 @@
+"""Evaluate dense and pruned variants: perplexity and zero-shot accuracy, recorded in the registry.
+
+Suites (``--suite``, comma-separated or one of):
+
+* ``perplexity`` — WikiText-2 (test), C4 (validation shard ``en/c4-validation.00000-of-00008``) and
+  LAMBADA (``EleutherAI/lambada_openai`` test), loaded by :mod:`pruning.data`. Protocol (SLEB / SparseGPT):
+  the split's documents are tokenized without special tokens and concatenated with EOS between documents;
+  the stream is cut into non-overlapping windows of ``seq_len`` tokens (default 2048, capped at the engine's
+  context); every window is scored on its own (stride = ``seq_len``, no overlap, no BOS added); perplexity
+  is ``exp(Σ NLL / Σ predicted tokens)``, each window predicting its ``seq_len − 1`` tokens after the first.
+  WikiText-2 and LAMBADA use every window; C4 the first 256 windows (256 × seq_len tokens) of the shard.
+  The number of windows and tokens scored is stored with each result.
+* ``zero-shot`` — HellaSwag, WinoGrande, ARC-Easy, ARC-Challenge, PIQA, BoolQ through lm-eval 0.4.13
+  (``lm_eval.simple_evaluate``, 0-shot, lm-eval's own task definitions) with the project's
+  :mod:`pruning.lm_eval_adapter` models; ``acc`` and, where the task defines it, ``acc_norm``.
+* ``demo`` — the demo model's local stand-ins: ``demo_text`` perplexity on ``data/text_test.jsonl`` (same
+  protocol) and ``demo_qa`` accuracy, an lm-eval multiple-choice task defined by this project
+  (``pruning/tasks/demo_qa.yaml``) over ``data/qa_test.jsonl``.
+* ``all`` — ``demo`` for a demo model (one whose directory, or whose base model's, has the demo data),
+  ``perplexity`` + ``zero-shot`` otherwise.
+
+Data and task definitions are loaded before any model, so an offline machine fails in seconds with a
+message that names the demo suite.
+
+Command: ``depthprune eval VARIANT... --suite perplexity|zero-shot|demo|all``.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from depthprune.errors import UserError
+
+PERPLEXITY_TASKS = {"wikitext2": "wikitext2", "c4": "c4", "lambada": "lambada"}
+"""Perplexity task name -> :mod:`pruning.data` spec (test split)."""
+ZERO_SHOT_TASKS = ("hellaswag", "winogrande", "arc_easy", "arc_challenge", "piqa", "boolq")
+"""lm-eval task names of the study's zero-shot suite."""
+ACCURACY_METRICS = ("acc", "acc_norm")
+SUITES = ("perplexity", "zero-shot", "demo", "all")
+C4_WINDOWS = 256
+"""Windows of C4 scored (SparseGPT/SLEB take the first 256 × seq_len tokens of the validation shard)."""
+DEMO_QA_TASK_FILE = Path(__file__).parent / "tasks" / "demo_qa.yaml"
+
+
+@dataclass
+class EvalSettings:
+    """How to evaluate: the same for every variant of one ``eval`` call (stored with each result)."""
+
+    suites: tuple[str, ...] = ("all",)
+    """Suites to run: ``perplexity``, ``zero-shot``, ``demo`` or ``all``."""
+    engine: str = "auto"
+    """``auto`` (vLLM when installed, else transformers), ``vllm`` or ``hf``."""
+    dtype: str = "float32"
+    """Weights dtype of the engine."""
+    seq_len: int = 2048
+    """Perplexity window length in tokens (capped at the engine's context)."""
+    limit: int | None = None
+    """At most this many windows per perplexity task / documents per zero-shot task (quick checks only)."""
+    num_fewshot: int = 0
+    """Few-shot examples for lm-eval tasks (the study uses 0)."""
+    progress: bool = True
+    """Show progress bars."""
+
+    def __post_init__(self):
+        self.suites = tuple(self.suites)
+        if not self.suites:
+            raise UserError(f"no suite given; use one of {', '.join(SUITES)}")
+        for suite in self.suites:
+            if suite not in SUITES:
+                raise UserError(f"unknown suite {suite!r}; use one of {', '.join(SUITES)}")
+        from pruning.eval_engines import resolve_engine
+
+        resolve_engine(self.engine)
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise UserError(f"unknown dtype {self.dtype!r}; use float32, bfloat16 or float16")
+        if self.seq_len < 2:
+            raise UserError(f"--seq-len must be at least 2, got {self.seq_len}")
+        if self.limit is not None and self.limit < 1:
+            raise UserError(f"--limit must be a positive number, got {self.limit}")
+        if self.num_fewshot < 0:
+            raise UserError(f"--num-fewshot must be >= 0, got {self.num_fewshot}")
+
+
+@dataclass
+class EvalResult:
+    """One number: a metric of one task of one suite."""
+
+    suite: str
+    """``perplexity``, ``zero-shot`` or ``demo``."""
+    task: str
+    """Task name (``wikitext2``, ``arc_easy``, ``demo_qa``, ...)."""
+    metric: str
+    """``perplexity``, ``acc`` or ``acc_norm``."""
+    value: float
+    """The metric's value."""
+    settings: dict = field(default_factory=dict)
+    """How it was measured (engine, sequence length, windows, tokens, stderr, limit, versions)."""
+
+
+@dataclass
+class EvalTarget:
+    """A variant to evaluate: what to load and where to record the results."""
+
+    label: str
+    """What the user named (registry name, alias, ``dense`` or a directory)."""
+    model_path: str
+    """Checkpoint directory or hub id loaded by the engine."""
+    variant_id: int | None
+    """Registry id that receives the results (None: not recorded)."""
+    demo_dir: Path | None
+    """The demo model directory when this is the demo model or one of its variants."""
+
+
+# ------------------------------------------------------------------------------------------------ suites
+
+
+def find_demo_dir(model_path: str) -> Path | None:
+    """The demo model directory of a checkpoint: itself when it holds the demo data, else its base model's."""
+    directory = Path(model_path)
+    if (directory / "data" / "text_test.jsonl").is_file():
+        return directory
+    pruning_file = directory / "pruning.json"
+    if pruning_file.is_file():
+        import json
+
+        base = json.loads(pruning_file.read_text()).get("base_model")
+        if base and (Path(base) / "data" / "text_test.jsonl").is_file():
+            return Path(base)
+    return None
+
+
+def expand_suites(suites: Sequence[str], is_demo: bool) -> list[str]:
+    """Concrete suites in order; ``all`` is ``demo`` for a demo model, else ``perplexity`` + ``zero-shot``."""
+    expanded: list[str] = []
+    for suite in suites:
+        for concrete in (["demo"] if is_demo else ["perplexity", "zero-shot"]) if suite == "all" else [suite]:
+            if concrete not in expanded:
+                expanded.append(concrete)
+    return expanded
+
+
+def _offline_hint(what: str, error: Exception) -> UserError:
+    first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
+    return UserError(f"cannot load {what}: {first}. Offline? The demo model has local suites: --suite demo")
+
+
+@dataclass
+class PreparedData:
+    """Documents and lm-eval task configs loaded once, before any model (fail fast, reuse across variants)."""
+
+    documents: dict[str, list[str]] = field(default_factory=dict)
+    """Perplexity task -> documents of its test split."""
+    lm_eval_tasks: dict[str, list] = field(default_factory=dict)
+    """Suite -> lm-eval task specs (names or inline config dicts)."""
+    task_manager: object | None = None
+    """The lm-eval TaskManager that knows those tasks."""
+
+
+def demo_qa_task_config(demo_dir: Path) -> dict:
+    """The project's ``demo_qa`` lm-eval task pointed at a demo model's ``data/qa_test.jsonl``."""
+    import yaml
+
+    config = yaml.safe_load(DEMO_QA_TASK_FILE.read_text())
+    path = Path(demo_dir) / "data" / "qa_test.jsonl"
+    if not path.is_file():
+        raise UserError(f"{str(path)!r} does not exist: is {str(demo_dir)!r} a demo model directory?")
+    config["dataset_kwargs"] = {"data_files": {"test": str(path.resolve())}}
+    return config
+
+
+def prepare_data(suites: Sequence[str], demo_dir: Path | None) -> PreparedData:
+    """Load every document and lm-eval task the suites need; UserError naming the demo suite if missing."""
+    from pruning import data
+
+    prepared = PreparedData()
+    if "demo" in suites and demo_dir is None:
+        raise UserError("--suite demo needs the demo model or one of its variants (a directory with data/)")
+    if "perplexity" in suites:
+        for task, spec in PERPLEXITY_TASKS.items():
+            try:
+                prepared.documents[task] = data.load_documents(spec, "test")
+            except UserError as error:
+                raise _offline_hint(f"perplexity data {task!r}", error) from None
+    if "demo" in suites:
+        prepared.documents["demo_text"] = data.load_documents(f"demo:text@{demo_dir}", "test")
+    needs_lm_eval = "zero-shot" in suites or "demo" in suites
+    if needs_lm_eval:
+        from lm_eval.tasks import TaskManager
+
+        if "zero-shot" in suites:
+            manager = TaskManager()
+            prepared.lm_eval_tasks["zero-shot"] = list(ZERO_SHOT_TASKS)
+        else:  # the demo task alone: skip indexing lm-eval's ~15k task files
+            manager = TaskManager(include_defaults=False)
+        if "demo" in suites:
+            prepared.lm_eval_tasks["demo"] = [demo_qa_task_config(demo_dir)]
+        prepared.task_manager = manager
+        for suite, specs in prepared.lm_eval_tasks.items():
+            try:
+                # building the tasks downloads (or finds cached) their datasets: do it before any model
+                manager.load(specs)
+            except Exception as error:  # noqa: BLE001 - any dataset failure here means "not available"
+                raise _offline_hint(f"lm-eval tasks of suite {suite!r}", error) from None
+    return prepared
+
+
+# ----------------------------------------------------------------------------------------------- running
+
+
+def perplexity_windows(
+    documents: list[str], tokenizer, seq_len: int, max_windows: int | None
+) -> list[list[int]]:
+    """Non-overlapping ``seq_len`` windows of the documents' token stream, at most ``max_windows``.
+
+    With a cap, documents are tokenized in order only until the cap is covered (C4's shard is large).
+    """
+    from pruning.data import text_windows, tokenize_stream
+
+    if max_windows is None:
+        return text_windows(documents, tokenizer, seq_len)
+    needed = max_windows * seq_len
+    taken, tokens, step = 0, 0, 64
+    while taken < len(documents) and tokens < needed:
+        chunk = documents[taken : taken + step]
+        tokens += len(tokenize_stream(chunk, tokenizer)) + len(chunk)
+        taken += len(chunk)
+    return text_windows(documents[:taken], tokenizer, seq_len)[:max_windows]
+
+
+def perplexity(engine, windows: list[list[int]], progress: bool = False) -> tuple[float, int]:
+    """``exp(mean NLL)`` over every window's tokens after its first, and the number of tokens predicted."""
+    from pruning.eval_engines import ScoreRequest
+
+    if not windows:
+        raise UserError("no perplexity window: the text is shorter than one window; lower --seq-len")
+    results = engine.score(
+        [ScoreRequest((window[0],), tuple(window[1:])) for window in windows], progress=progress
+    )
+    tokens = sum(result.tokens for result in results)
+    nll = -sum(result.logprob for result in results)
+    return math.exp(nll / tokens), tokens
+
+
+def run_perplexity(
+    engine, suite: str, prepared: PreparedData, tasks: Sequence[str], settings: EvalSettings
+) -> list[EvalResult]:
+    """Perplexity results of ``tasks`` (keys of ``prepared.documents``)."""
+    seq_len = min(settings.seq_len, engine.max_length)
+    results = []
+    for task in tasks:
+        cap = C4_WINDOWS if task == "c4" else None
+        if settings.limit is not None:
+            cap = min(cap or settings.limit, settings.limit)
+        windows = perplexity_windows(prepared.documents[task], engine.tokenizer, seq_len, cap)
+        start = time.perf_counter()
+        value, tokens = perplexity(engine, windows, progress=settings.progress)
+        results.append(
+            EvalResult(
+                suite,
+                task,
+                "perplexity",
+                value,
+                {
+                    "engine": engine.name,
+                    "dtype": settings.dtype,
+                    "seq_len": seq_len,
+                    "stride": seq_len,
+                    "windows": len(windows),
+                    "tokens": tokens,
+                    "limit": settings.limit,
+                    "seconds": round(time.perf_counter() - start, 3),
+                },
+            )
+        )
+    return results
+
+
+def run_lm_eval(lm, suite: str, prepared: PreparedData, settings: EvalSettings) -> list[EvalResult]:
+    """Accuracy of the suite's lm-eval tasks through ``lm_eval.simple_evaluate``."""
+    import lm_eval
+
+    start = time.perf_counter()
+    output = lm_eval.simple_evaluate(
+        model=lm,
+        tasks=prepared.lm_eval_tasks[suite],
+        task_manager=prepared.task_manager,
+        num_fewshot=settings.num_fewshot,
+        limit=settings.limit,
+        bootstrap_iters=1000,
+        log_samples=False,
+        random_seed=0,
+        numpy_random_seed=0,
+        torch_random_seed=0,
+        fewshot_random_seed=0,
+    )
+    seconds = round(time.perf_counter() - start, 3)
+    results = []
+    for task, metrics in sorted(output["results"].items()):
+        for metric in ACCURACY_METRICS:
+            value = metrics.get(f"{metric},none")
+            if value is None:
+                continue
+            stderr = metrics.get(f"{metric}_stderr,none")
+            results.append(
+                EvalResult(
+                    suite,
+                    task,
+                    metric,
+                    float(value),
+                    {
+                        "engine": lm.engine.name,
+                        "dtype": settings.dtype,
+                        "num_fewshot": settings.num_fewshot,
+                        "limit": settings.limit,
+                        "documents": output.get("n-samples", {}).get(task, {}).get("effective"),
+                        "stderr": float(stderr) if isinstance(stderr, (int, float)) else None,
+                        "lm_eval_version": lm_eval.__version__ if hasattr(lm_eval, "__version__") else None,
+                        "seconds": seconds,
+                    },
+                )
+            )
+    return results
+
+
+def evaluate_model(
+    model_path: str, suites: Sequence[str], prepared: PreparedData, settings: EvalSettings
+) -> list[EvalResult]:
+    """Run concrete suites (see :func:`expand_suites`) on one checkpoint with one engine.
+
+    Args:
+        model_path: checkpoint directory or hub id.
+        suites: concrete suite names (``perplexity``, ``zero-shot``, ``demo``).
+        prepared: data loaded by :func:`prepare_data` for those suites.
+        settings: engine, dtype, sequence length, limit.
+
+    Returns:
+        Every metric measured, in suite order.
+    """
+    from pruning.eval_engines import open_engine
+    from pruning.lm_eval_adapter import EngineLM
+
+    engine = open_engine(model_path, settings.engine, dtype=settings.dtype)
+    try:
+        results: list[EvalResult] = []
+        for suite in suites:
+            if suite == "perplexity":
+                results += run_perplexity(engine, suite, prepared, list(PERPLEXITY_TASKS), settings)
+            elif suite == "demo":
+                results += run_perplexity(engine, suite, prepared, ["demo_text"], settings)
+            if suite in prepared.lm_eval_tasks:
+                results += run_lm_eval(
+                    EngineLM(engine, progress=settings.progress), suite, prepared, settings
+                )
+        return results
+    finally:
+        engine.close()
+
+
+# ---------------------------------------------------------------------------------------------- registry
+
+
+def resolve_targets(names: Sequence[str], registry) -> list[EvalTarget]:
+    """Registry names/aliases/``dense`` or checkpoint directories -> what to load and where to record.
+
+    A directory that the registry knows (as a variant's checkpoint or a base model) records into that row;
+    a pruned checkpoint it does not know is registered first from its ``pruning.json``.
+    """
+    targets = []
+    for name in names:
+        directory = Path(name).expanduser()
+        if directory.is_dir():
+            if not (directory / "config.json").is_file():
+                raise UserError(f"{name!r} is a directory but not a model checkpoint (no config.json)")
+            variant = _variant_for_directory(directory.resolve(), registry)
+            path = str(directory.resolve())
+        else:
+            variant = registry.resolve(name)
+            path = variant.checkpoint_path
+            if not path:
+                raise UserError(
+                    f"variant {name!r} has no checkpoint to evaluate; write one with "
+                    f"`depthprune checkpoint` first"
+                )
+            if not variant.is_dense and not Path(path).is_dir():
+                raise UserError(f"checkpoint {path!r} of variant {name!r} does not exist")
+        targets.append(
+            EvalTarget(name, path, variant.id if variant is not None else None, find_demo_dir(path))
+        )
+    return targets
+
+
+def _variant_for_directory(directory: Path, registry):
+    """The registry row of a checkpoint directory, registering a pruned checkpoint it does not know yet."""
+    for variant in registry.list_variants():
+        if variant.checkpoint_path and Path(variant.checkpoint_path).resolve() == directory:
+            return variant
+    pruning_file = directory / "pruning.json"
+    if not pruning_file.is_file():
+        # a dense model directory: record against its dense entry
+        from depthprune.checksums import weights_sha256
+        from pruning.models import load_config
+
+        config = load_config(str(directory))
+        registry.register_base_model(
+            str(directory),
+            revision=None,
+            weights_sha256=weights_sha256(directory),
+            num_blocks=int(config.num_hidden_layers),
+            architecture=config.model_type,
+            path=str(directory),
+        )
+        return registry.resolve(f"dense@{directory}") if _has_scoped_dense(registry) else None
+    from pruning.checkpoint import PrunedCheckpoint
+
+    checkpoint = PrunedCheckpoint.read(directory)
+    registry.register_base_model(
+        checkpoint.base_model,
+        revision=checkpoint.base_revision,
+        weights_sha256=checkpoint.base_weights_sha256,
+        num_blocks=checkpoint.base_num_blocks,
+        architecture=checkpoint.architecture,
+        path=checkpoint.base_model if Path(checkpoint.base_model).is_dir() else None,
+    )
+    scores = checkpoint.scores or {}
+    return registry.register_variant(
+        base_model=checkpoint.base_model,
+        removed_blocks=list(checkpoint.removed_blocks),
+        calibration=checkpoint.calibration or {},
+        search=scores.get("search", "manual"),
+        search_options=scores.get("search_options", {}),
+        calibration_loss=scores.get("calibration_loss"),
+        dense_loss=scores.get("dense_loss"),
+        search_seconds=scores.get("search_seconds"),
+        block_forwards=scores.get("block_forwards"),
+        subset_evaluations=scores.get("subset_evaluations"),
+        checkpoint_path=str(directory),
+        checkpoint_sha256=checkpoint.weights_sha256,
+    )
+
+
+def _has_scoped_dense(registry) -> bool:
+    return hasattr(registry, "resolve")
+
+
+def record_results(registry, variant_id: int, results: Sequence[EvalResult]) -> None:
+    """Store every result with ``Registry.add_evaluation``."""
+    for result in results:
+        registry.add_evaluation(
+            variant_id,
+            suite=result.suite,
+            task=result.task,
+            metric=result.metric,
+            value=result.value,
+            settings=result.settings,
+        )
+
+
+def evaluate_variants(
+    names: Sequence[str], settings: EvalSettings, registry=None, record: bool = True
+) -> dict[str, list[EvalResult]]:
+    """Evaluate variants one after another and record the results.
+
+    Args:
+        names: registry names, aliases, ``dense``, or checkpoint directories.
+        settings: suites and engine.
+        registry: an open :class:`registry.Registry` (opened from the default URL when None).
+        record: store the results in the registry.
+
+    Returns:
+        ``label -> results`` in the order given.
+    """
+    if not names:
+        raise UserError(
+            "name at least one variant (a registry name, alias, 'dense' or a checkpoint directory)"
+        )
+    if registry is None:
+        from registry import open_registry
+
+        registry = open_registry()
+    targets = resolve_targets(names, registry)
+    demo_dirs = {target.demo_dir for target in targets}
+    concrete = {
+        target.label: expand_suites(settings.suites, target.demo_dir is not None) for target in targets
+    }
+    all_suites = sorted({suite for suites in concrete.values() for suite in suites})
+    if "demo" in all_suites and len(demo_dirs - {None}) > 1:
+        raise UserError("the variants come from different demo models; evaluate them in separate calls")
+    for target in targets:
+        if "demo" in concrete[target.label] and target.demo_dir is None:
+            raise UserError(
+                f"--suite demo needs the demo model or one of its variants; {target.label!r} is not"
+            )
+    demo_dir = next((d for d in demo_dirs if d is not None), None)
+    prepared = prepare_data(all_suites, demo_dir)
+    outcome: dict[str, list[EvalResult]] = {}
+    for target in targets:
+        results = evaluate_model(target.model_path, concrete[target.label], prepared, settings)
+        if record and target.variant_id is not None:
+            record_results(registry, target.variant_id, results)
+        outcome[target.label] = results
+    return outcome
+
+
+def results_as_json(outcome: dict[str, list[EvalResult]]) -> dict:
+    """``label -> [result dicts]`` for ``--json``."""
+    return {label: [asdict(result) for result in results] for label, results in outcome.items()}
