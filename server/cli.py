@@ -166,8 +166,9 @@ def serve(
     variants: Annotated[
         str | None,
         typer.Option(
-            help="Comma-separated variants to serve: registry names or aliases (dense, ppl-best, margin-best) "
-            "started here, or name=http://host:port for a vLLM server running elsewhere."
+            help="Comma-separated variants to serve: registry names or aliases "
+            "(dense, ppl-best, margin-best) started here, or name=http://host:port for a vLLM server "
+            "running elsewhere."
         ),
     ] = None,
     registry: Annotated[
@@ -181,8 +182,8 @@ def serve(
     config: Annotated[
         Path | None,
         typer.Option(
-            help="YAML/JSON file with `variants`, `experiments` (A/B arms by objective or variant), `vllm` options "
-            "and gateway settings; command-line options win."
+            help="YAML/JSON file with `variants`, `experiments` (A/B arms by objective or variant), "
+            "`vllm` options and gateway settings; command-line options win."
         ),
     ] = None,
     api_key: Annotated[

@@ -30,8 +30,8 @@ def create_fake_app(served_model: str, max_model_len: int = MAX_MODEL_LEN) -> Fa
 
     @app.get("/health")
     async def health():
-        if app.state.hang_health:
-            await asyncio.sleep(3600)
+        while app.state.hang_health:  # "stops answering" until the test lets it go
+            await asyncio.sleep(0.05)
         return PlainTextResponse("")
 
     @app.get("/v1/models")
@@ -195,7 +195,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--fail-start", action="store_true", help="print an error and exit 1 (start-failure test)"
     )
+    parser.add_argument("--hang-start", action="store_true", help="never listen (start-timeout test)")
     args, _ = parser.parse_known_args(argv)
+    if args.hang_start:
+        print("loading weights forever", flush=True)
+        time.sleep(3600)
     if args.fail_start:
         print("RuntimeError: fake engine failed to allocate the KV cache", flush=True)
         sys.exit(1)

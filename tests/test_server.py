@@ -471,6 +471,7 @@ def test_health_and_readiness(gateway):
 
 
 def test_importing_server_pulls_no_engine():
-    code = "import sys, server, server.cli; print([m for m in ('torch', 'vllm', 'transformers') if m in sys.modules])"
+    code = ("import sys, server, server.cli; "
+            "print([m for m in ('torch', 'vllm', 'transformers') if m in sys.modules])")
     output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert output.strip() == "[]"
