@@ -1,0 +1,335 @@
+"""``depthprune variants``: list, show, compare, alias, export and remove registered variants.
+
+Every command reads the registry named by ``--registry URL`` (default: ``DEPTHPRUNE_REGISTRY_URL``,
+else the SQLite file under ``DEPTHPRUNE_HOME``), prints rich tables, and prints JSON with ``--json``.
+Examples::
+
+    depthprune variants list
+    depthprune variants show ppl-best
+    depthprune variants compare dense ppl-best margin-best
+    depthprune variants alias ppl-best llama-3-8b-ppl-greedy-m7-1a2b3c
+    depthprune variants export --out registry.csv --format csv
+    depthprune variants rm llama-3-8b-ppl-greedy-m7-1a2b3c --delete-checkpoint
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from depthprune.errors import UserError
+
+app = typer.Typer(
+    help="List, inspect, compare, alias, export and remove the pruned variants in the registry.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+RegistryOption = Annotated[
+    str | None,
+    typer.Option(
+        "--registry",
+        metavar="URL",
+        help="Registry database URL (sqlite:///FILE or postgresql+psycopg://USER@HOST/DB); "
+        "default: $DEPTHPRUNE_REGISTRY_URL, else the SQLite file under $DEPTHPRUNE_HOME.",
+    ),
+]
+JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
+
+
+def _open(url: str | None):
+    from registry.api import open_registry
+
+    return open_registry(url)
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2, default=str))
+
+
+def _console():
+    import sys
+
+    from rich.console import Console
+
+    # Piped output has no width: use a wide one rather than squeezing columns into nothing.
+    return Console(width=None if sys.stdout.isatty() else 240)
+
+
+def _number(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def _short_model(model: str) -> str:
+    from registry.naming import model_slug
+
+    return model_slug(model)
+
+
+@app.command("list")
+def list_command(
+    base: Annotated[str | None, typer.Option(help="Only the variants of this base model.")] = None,
+    dense: Annotated[bool, typer.Option(help="Show each base model's dense model as well.")] = True,
+    registry_url: RegistryOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """List the registered variants: removed blocks, calibration, search, losses, aliases."""
+    with _open(registry_url) as registry:
+        variants = registry.list_variants(base, include_dense=dense)
+    if as_json:
+        _print_json([variant.to_dict() for variant in variants])
+        return
+    from rich.table import Table
+
+    if not variants:
+        _console().print("No variants registered yet; `depthprune prune` creates them.")
+        return
+    table = Table(title="Variants", header_style="bold")
+    for column in (
+        "id",
+        "name",
+        "base",
+        "blocks",
+        "mask",
+        "objective",
+        "data",
+        "search",
+        "cal. loss",
+        "dense loss",
+        "search s",
+        "aliases",
+    ):
+        table.add_column(column, no_wrap=column in ("name", "mask"), min_width=min(len(column), 8))
+    for variant in variants:
+        table.add_row(
+            _number(variant.id),
+            variant.name,
+            _short_model(variant.base_model),
+            f"{variant.num_blocks - variant.num_removed}/{variant.num_blocks}",
+            variant.mask(),
+            _number(variant.objective),
+            _number(variant.calibration.get("data")),
+            variant.search,
+            _number(variant.calibration_loss),
+            _number(variant.dense_loss),
+            _number(variant.search_seconds, 3),
+            ", ".join(variant.aliases),
+        )
+    _console().print(table)
+
+
+@app.command("show")
+def show(
+    name: Annotated[str, typer.Argument(help="Variant id, name, alias, 'dense' or NAME@BASE.")],
+    registry_url: RegistryOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show everything recorded about one variant, with its evaluations and serving benchmarks."""
+    with _open(registry_url) as registry:
+        variant = registry.resolve(name)
+        evaluations = registry.evaluations(variant)
+        benchmarks = registry.serving_benchmarks(variant)
+    if as_json:
+        _print_json(
+            {
+                "variant": variant.to_dict(),
+                "evaluations": [item.to_dict() for item in evaluations],
+                "serving_benchmarks": [item.to_dict() for item in benchmarks],
+            }
+        )
+        return
+    from rich.table import Table
+
+    console = _console()
+    fields = Table(title=f"Variant {variant.name}", show_header=False)
+    fields.add_column("field", style="bold")
+    fields.add_column("value", overflow="fold")
+    fields.add_row("id", _number(variant.id))
+    fields.add_row(
+        "base model", f"{variant.base_model} ({variant.architecture}, revision {variant.base_revision})"
+    )
+    fields.add_row("removed blocks", " ".join(map(str, variant.removed_blocks)) or "none")
+    fields.add_row("mask (■ kept, □ removed)", variant.mask())
+    fields.add_row("kept → original", " ".join(map(str, variant.kept_to_original)))
+    fields.add_row("calibration", json.dumps(variant.calibration, sort_keys=True))
+    fields.add_row("search", f"{variant.search} {json.dumps(variant.search_options, sort_keys=True)}")
+    fields.add_row("calibration loss", _number(variant.calibration_loss, 6))
+    fields.add_row("dense loss", _number(variant.dense_loss, 6))
+    fields.add_row("search time (s)", _number(variant.search_seconds))
+    fields.add_row("block forwards", _number(variant.block_forwards))
+    fields.add_row("subset evaluations", _number(variant.subset_evaluations))
+    fields.add_row("checkpoint", _number(variant.checkpoint_path))
+    fields.add_row("checkpoint sha256", _number(variant.checkpoint_sha256))
+    fields.add_row("aliases", ", ".join(variant.aliases) or "—")
+    fields.add_row("created", _number(variant.created_at))
+    fields.add_row("versions", " ".join(f"{key}={value}" for key, value in variant.versions.items()) or "—")
+    console.print(fields)
+    if evaluations:
+        table = Table(title="Evaluations", header_style="bold")
+        for column in ("suite", "task", "metric", "value", "settings", "when"):
+            table.add_column(column)
+        for item in evaluations:
+            table.add_row(
+                item.suite,
+                item.task,
+                item.metric,
+                _number(item.value, 6),
+                json.dumps(item.settings, sort_keys=True),
+                item.created_at.strftime("%Y-%m-%d %H:%M"),
+            )
+        console.print(table)
+    if benchmarks:
+        from registry.compare import LATENCY_METRICS, load_summary
+
+        table = Table(title="Serving benchmarks (newest first)", header_style="bold")
+        for column in ("when", "hardware", "load", *(label for _, label in LATENCY_METRICS)):
+            table.add_column(column)
+        for item in benchmarks:
+            table.add_row(
+                item.created_at.strftime("%Y-%m-%d %H:%M"),
+                item.hardware,
+                load_summary(item) or "—",
+                *(_number(item.metrics.get(key)) for key, _ in LATENCY_METRICS),
+            )
+        console.print(table)
+
+
+@app.command("compare")
+def compare(
+    names: Annotated[
+        list[str] | None,
+        typer.Argument(help="Variants to compare (id, name, alias, 'dense'); default: all, dense first."),
+    ] = None,
+    base: Annotated[str | None, typer.Option(help="With no NAMES: the variants of this base model.")] = None,
+    registry_url: RegistryOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Put variants side by side: mask, calibration, losses, evaluation scores and serving latency."""
+    from registry.compare import compare_variants, comparison_rows
+
+    with _open(registry_url) as registry:
+        if names:
+            references = list(names)
+        else:
+            references = registry.list_variants(base, include_dense=True)
+            if not any(not variant.is_dense for variant in references):
+                raise UserError("no variants to compare yet; `depthprune prune` creates them")
+        entries = compare_variants(registry, references)
+    if as_json:
+        _print_json(entries)
+        return
+    from rich.table import Table
+
+    table = Table(title="Variants side by side", header_style="bold")
+    table.add_column("", style="bold", no_wrap=True)
+    for entry in entries:
+        table.add_column(entry["variant"]["name"], no_wrap=True)
+    for label, cells in comparison_rows(entries):
+        table.add_row(label, *cells)
+    _console().print(table)
+
+
+@app.command("alias")
+def alias(
+    alias_name: Annotated[
+        str | None,
+        typer.Argument(metavar="ALIAS", help="The alias, e.g. ppl-best (ALIAS@BASE to pick a base)."),
+    ] = None,
+    variant: Annotated[
+        str | None, typer.Argument(help="Variant to point it at (id, name, 'dense'); omit to show it.")
+    ] = None,
+    delete: Annotated[bool, typer.Option("--delete", help="Remove the alias.")] = False,
+    registry_url: RegistryOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Set, show or delete an alias (per base model); with no ALIAS, list every alias."""
+    if delete and (alias_name is None or variant is not None):
+        raise UserError("--delete takes the alias only: depthprune variants alias ALIAS --delete")
+    with _open(registry_url) as registry:
+        if alias_name is None:
+            aliases = registry.aliases()
+            if as_json:
+                _print_json(aliases)
+            elif not aliases:
+                _console().print("No aliases yet; set one with `depthprune variants alias ALIAS VARIANT`.")
+            else:
+                for qualified, target in aliases.items():
+                    print(f"{qualified} -> {target}")
+            return
+        if delete:
+            registry.remove_alias(alias_name)
+            if as_json:
+                _print_json({"alias": alias_name, "deleted": True})
+            else:
+                print(f"deleted alias {alias_name}")
+            return
+        target = registry.resolve(alias_name) if variant is None else registry.set_alias(alias_name, variant)
+    if as_json:
+        _print_json({"alias": alias_name, "variant": target.to_dict()})
+    else:
+        print(
+            f"{alias_name} -> {target.name} ({_short_model(target.base_model)}, removed "
+            f"{' '.join(map(str, target.removed_blocks)) or 'none'})"
+        )
+
+
+@app.command("export")
+def export(
+    out: Annotated[Path | None, typer.Option(help="File to write (default: standard output).")] = None,
+    export_format: Annotated[
+        str, typer.Option("--format", help="json (everything) or csv (one row per variant).")
+    ] = "json",
+    base: Annotated[str | None, typer.Option(help="Only this base model and its variants.")] = None,
+    registry_url: RegistryOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Export every variant with its evaluations and serving benchmarks as JSON or CSV."""
+    from registry.export import FORMATS, export_document, render_export, write_atomically
+
+    if export_format not in FORMATS:
+        raise UserError(f"--format must be one of {', '.join(FORMATS)}, got {export_format!r}")
+    if out is not None and out.is_dir():
+        raise UserError(f"--out {out} is a directory; give a file name")
+    with _open(registry_url) as registry:
+        document = export_document(registry, base)
+    text = render_export(document, export_format)
+    if out is None:
+        print(text, end="")
+        return
+    write_atomically(out, text)
+    summary = {"path": str(out), "format": export_format, "variants": len(document["variants"])}
+    if as_json:
+        _print_json(summary)
+    else:
+        print(f"wrote {summary['variants']} variants (dense models included) to {out} as {export_format}")
+
+
+@app.command("rm")
+def remove(
+    names: Annotated[list[str], typer.Argument(help="Variants to remove, by id or name (not by alias).")],
+    delete_checkpoint: Annotated[
+        bool, typer.Option(help="Also delete each variant's checkpoint directory (one holding pruning.json).")
+    ] = False,
+    registry_url: RegistryOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Remove variants with their aliases, evaluations and serving benchmarks."""
+    with _open(registry_url) as registry:
+        # Resolve every name first, so that a typo in the third name removes nothing.
+        for name in names:
+            registry.resolve(name)
+        removed = [registry.remove_variant(name, delete_checkpoint=delete_checkpoint) for name in names]
+    if as_json:
+        _print_json([variant.to_dict() for variant in removed])
+        return
+    for variant in removed:
+        checkpoint = " and its checkpoint" if delete_checkpoint and variant.checkpoint_path else ""
+        print(f"removed {variant.name} (id {variant.id}){checkpoint}")

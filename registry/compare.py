@@ -1,0 +1,134 @@
+"""Side-by-side comparison of variants: masks, losses, evaluation scores and serving latency.
+
+:func:`compare_variants` gathers what the registry knows about each variant into one JSON-ready entry;
+:func:`comparison_rows` lays the entries out as table rows (one column per variant), which is what
+``depthprune variants compare`` prints.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from registry.api import Registry, VariantReference
+from registry.records import ServingBenchmarkInfo
+
+LATENCY_METRICS = (
+    ("median_ttft_ms", "TTFT p50 (ms)"),
+    ("p99_ttft_ms", "TTFT p99 (ms)"),
+    ("median_tpot_ms", "TPOT p50 (ms)"),
+    ("median_itl_ms", "ITL p50 (ms)"),
+    ("median_e2el_ms", "E2E p50 (ms)"),
+    ("p99_e2el_ms", "E2E p99 (ms)"),
+    ("request_throughput", "requests/s"),
+    ("output_throughput", "output tok/s"),
+)
+"""``vllm bench serve`` keys shown by ``compare``, with their row labels."""
+LOAD_SETTINGS = ("request_rate", "max_concurrency", "num_prompts", "input_len", "output_len")
+"""Load settings summarised next to the latency, so that unlike runs are not compared unnoticed."""
+
+
+def evaluation_key(suite: str, task: str, metric: str) -> str:
+    """``suite/task/metric``, the key of an evaluation in comparisons and exports."""
+    return f"{suite}/{task}/{metric}"
+
+
+def load_summary(benchmark: ServingBenchmarkInfo | None) -> str | None:
+    """``request_rate=4 max_concurrency=8 ...`` of a benchmark's settings, or ``None``."""
+    if benchmark is None:
+        return None
+    parts = [f"{key}={benchmark.settings[key]}" for key in LOAD_SETTINGS if key in benchmark.settings]
+    return " ".join(parts) or None
+
+
+def compare_variants(registry: Registry, references: list[VariantReference]) -> list[dict[str, Any]]:
+    """One entry per variant: its record, evaluations by key, and its latest serving benchmark.
+
+    Args:
+        registry: the open registry.
+        references: variants by id, name, alias or ``dense``.
+
+    Returns:
+        ``[{"variant": {...}, "mask": "■□■", "evaluations": {key: value}, "latency": {metric: value},
+        "benchmark": {...} | None}, ...]`` in the order given.
+    """
+    entries = []
+    for reference in references:
+        variant = registry.resolve(reference)
+        evaluations = {
+            evaluation_key(item.suite, item.task, item.metric): item.value
+            for item in registry.evaluations(variant)
+        }
+        benchmarks = registry.serving_benchmarks(variant)
+        latest = benchmarks[0] if benchmarks else None
+        latency = {key: latest.metrics.get(key) for key, _ in LATENCY_METRICS} if latest else {}
+        entries.append(
+            {
+                "variant": variant.to_dict(),
+                "mask": variant.mask(),
+                "evaluations": evaluations,
+                "latency": latency,
+                "benchmark": None if latest is None else latest.to_dict(),
+                "load": load_summary(latest),
+            }
+        )
+    return entries
+
+
+def _number(value: Any, digits: int = 4) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def _calibration_budget(entry: dict[str, Any]) -> str:
+    calibration = entry["variant"]["calibration"]
+    if calibration.get("samples") is None and calibration.get("seq_len") is None:
+        return "—"
+    return f"{_number(calibration.get('samples'))} × {_number(calibration.get('seq_len'))}"
+
+
+def comparison_rows(entries: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """``(label, one cell per variant)`` rows for a table with one column per variant."""
+
+    def row(label: str, cell) -> tuple[str, list[str]]:
+        return label, [cell(entry) for entry in entries]
+
+    def variant_field(name: str, digits: int = 4):
+        return lambda entry: _number(entry["variant"].get(name), digits)
+
+    def calibration_field(name: str):
+        return lambda entry: _number(entry["variant"]["calibration"].get(name))
+
+    rows = [
+        row("base model", lambda entry: entry["variant"]["base_model"]),
+        row("removed", lambda entry: " ".join(map(str, entry["variant"]["removed_blocks"])) or "none"),
+        row("mask (■ kept, □ removed)", lambda entry: entry["mask"]),
+        row(
+            "blocks",
+            lambda entry: (
+                f"{entry['variant']['num_blocks'] - entry['variant']['num_removed']}"
+                f"/{entry['variant']['num_blocks']}"
+            ),
+        ),
+        row("objective", calibration_field("objective")),
+        row("data", calibration_field("data")),
+        row("samples × seq_len", _calibration_budget),
+        row("search", lambda entry: entry["variant"]["search"]),
+        row("calibration loss", variant_field("calibration_loss")),
+        row("dense loss", variant_field("dense_loss")),
+        row("search time (s)", variant_field("search_seconds", 3)),
+        row("block forwards", variant_field("block_forwards")),
+    ]
+    evaluation_keys = sorted({key for entry in entries for key in entry["evaluations"]})
+    rows.extend(
+        row(key, lambda entry, key=key: _number(entry["evaluations"].get(key))) for key in evaluation_keys
+    )
+    if any(entry["latency"] for entry in entries):
+        rows.append(row("load", lambda entry: entry["load"] or "—"))
+        for key, label in LATENCY_METRICS:
+            if all(entry["latency"].get(key) is None for entry in entries):
+                continue  # a metric no run reported would only add a row of dashes
+            rows.append(row(label, lambda entry, key=key: _number(entry["latency"].get(key))))
+    return rows
