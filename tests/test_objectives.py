@@ -1,0 +1,154 @@
+"""Each objective equals a straightforward computation with plain model forwards on a tiny model."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from depthprune.errors import UserError
+from pruning.data import ChoiceItem, ChoiceSamples, TextSamples
+from pruning.models import BlockStack
+from pruning.objectives import OBJECTIVES, CalibrationConfig, make_batches
+
+
+@pytest.fixture(scope="module")
+def model_and_tokenizer():
+    from tiny_models import tiny_model, tiny_tokenizer
+
+    return tiny_model("llama", seed=1), tiny_tokenizer()
+
+
+def without_blocks(model, removed):
+    """A copy of ``model`` with the blocks deleted from its layer list (what a pruned checkpoint holds)."""
+    pruned = copy.deepcopy(model)
+    pruned.model.layers = torch.nn.ModuleList(
+        block for index, block in enumerate(pruned.model.layers) if index not in removed)
+    pruned.config.num_hidden_layers = len(pruned.model.layers)
+    pruned.config.use_cache = False  # a KV cache would be sized by the old layer numbering
+    return pruned
+
+
+def final_hidden(model, input_ids, removed=()):
+    stack = BlockStack(model)
+    with torch.no_grad():
+        prepared = stack.prepare(input_ids)
+        return stack, stack.run_blocks(prepared.hidden, prepared, stack.kept_blocks(removed))
+
+
+def test_config_checks():
+    config = CalibrationConfig("task_margin", "demo:qa")
+    assert (config.samples, config.seq_len, config.seed, config.kind) == (64, 2048, 0, "multiple_choice")
+    with pytest.raises(UserError, match="unknown objective 'ppl'"):
+        CalibrationConfig("ppl", "c4")
+    with pytest.raises(UserError, match="objective 'task_margin' needs multiple-choice"):
+        CalibrationConfig("task_margin", "c4")
+    with pytest.raises(UserError, match="objective 'kl' needs text"):
+        CalibrationConfig("kl", "commonsense170k")
+    with pytest.raises(UserError, match="unknown data spec"):
+        CalibrationConfig("kl", "c5")
+    for field, value in (("samples", 0), ("seq_len", 1), ("seed", -1), ("samples", 2.5)):
+        with pytest.raises(UserError, match=f"calibration {field} must be an integer"):
+            CalibrationConfig("perplexity", "c4", **{field: value})
+
+
+def test_objectives_share_one_signature():
+    import inspect
+
+    signatures = {str(inspect.signature(objective.loss)) for objective in OBJECTIVES.values()}
+    assert len(signatures) == 1
+    assert set(OBJECTIVES) == {"perplexity", "task_margin", "kl"}
+
+
+def windows(seed=0, count=5, length=20):
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(4, 256, (count, length), generator=generator).tolist()
+
+
+@pytest.mark.parametrize("removed", [(), (2,), (0, 5)])
+def test_perplexity_is_mean_token_nll(model_and_tokenizer, removed):
+    model, _ = model_and_tokenizer
+    samples = TextSamples(windows(), "hand-made")
+    (batch,) = make_batches(samples, None, 20, batch_size=8)
+    stack, hidden = final_hidden(model, batch.input_ids, removed)
+    losses = OBJECTIVES["perplexity"].loss(batch, hidden, stack.head, None)
+
+    pruned = without_blocks(model, removed)
+    expected = []
+    for window in samples.input_ids:
+        with torch.no_grad():
+            logits = pruned(torch.tensor([window])).logits[0]
+        logprobs = torch.log_softmax(logits, dim=-1)
+        expected.append(-sum(logprobs[t, window[t + 1]] for t in range(len(window) - 1)) / (len(window) - 1))
+    torch.testing.assert_close(losses, torch.stack(expected), atol=1e-5, rtol=1e-5)
+
+
+def test_kl_against_dense_distribution(model_and_tokenizer):
+    model, _ = model_and_tokenizer
+    samples = TextSamples(windows(seed=2, count=3), "hand-made")
+    (batch,) = make_batches(samples, None, 20, batch_size=8)
+    removed = (1, 3)
+    with torch.no_grad():
+        dense = torch.log_softmax(model(batch.input_ids).logits, dim=-1)
+        pruned = torch.log_softmax(without_blocks(model, removed)(batch.input_ids).logits, dim=-1)
+    expected = (dense.exp() * (dense - pruned)).sum(-1).mean(-1)
+
+    stack, hidden = final_hidden(model, batch.input_ids, removed)
+    losses = OBJECTIVES["kl"].loss(batch, hidden, stack.head, lambda row: dense[row])
+    torch.testing.assert_close(losses, expected, atol=1e-6, rtol=1e-4)
+    assert (losses > 0).all()
+    _, dense_hidden = final_hidden(model, batch.input_ids)
+    zero = OBJECTIVES["kl"].loss(batch, dense_hidden, stack.head, lambda row: dense[row])
+    torch.testing.assert_close(zero, torch.zeros(3), atol=1e-6, rtol=0)
+
+
+ITEMS = [
+    ChoiceItem("w10 w11 w12", ("w20", "w21 w22", "w23"), 1),
+    ChoiceItem("w30 w31", ("w40 w41 w42", "w43"), 0),
+    ChoiceItem("w50 w51 w52 w53 w54", ("w60", "w61", "w62", "w63"), 3),
+]
+
+
+def answer_logprob(model, tokenizer, context, choice):
+    """ℓ(choice): mean log-prob of the answer tokens given ``Question: {context}\\nAnswer: {choice}``."""
+    prompt = tokenizer(f"Question: {context}\nAnswer:")["input_ids"]
+    answer = tokenizer(f" {choice}", add_special_tokens=False)["input_ids"]
+    with torch.no_grad():
+        logprobs = torch.log_softmax(model(torch.tensor([prompt + answer])).logits[0], dim=-1)
+    return sum(logprobs[len(prompt) + k - 1, token] for k, token in enumerate(answer)) / len(answer)
+
+
+@pytest.mark.parametrize("removed", [(), (4,)])
+def test_task_margin_by_hand(model_and_tokenizer, removed):
+    model, tokenizer = model_and_tokenizer
+    pruned = without_blocks(model, removed)
+    expected = []
+    for item in ITEMS:
+        scores = [answer_logprob(pruned, tokenizer, item.context, choice) for choice in item.choices]
+        correct = scores[item.label]
+        margin = sum(correct - score for j, score in enumerate(scores) if j != item.label)
+        expected.append(-margin)
+
+    # batch_size 5 puts the 3-choice and 2-choice items together and the 4-choice item alone
+    batches = make_batches(ChoiceSamples(ITEMS, "hand-made"), tokenizer, 64, batch_size=5)
+    assert [batch.num_samples for batch in batches] == [2, 1]
+    losses = []
+    for batch in batches:
+        stack, hidden = final_hidden(model, batch.input_ids, removed)
+        positions = []
+        losses.append(OBJECTIVES["task_margin"].loss(batch, hidden, lambda h: positions.append(len(h))
+                                                     or stack.head(h), None))
+        # the LM head saw only the answer tokens
+        assert sum(positions) == len(batch.answer_tokens) < batch.token_mask.sum()
+    torch.testing.assert_close(torch.cat(losses), torch.stack(expected), atol=1e-5, rtol=1e-5)
+
+
+def test_long_prompt_is_cut_from_the_left(model_and_tokenizer):
+    _, tokenizer = model_and_tokenizer
+    item = ChoiceItem(" ".join(f"w{i}" for i in range(4, 100)), ("w5 w6", "w7"), 0)
+    (batch,) = make_batches(ChoiceSamples([item], "hand-made"), tokenizer, 16, batch_size=4)
+    assert batch.input_ids.shape[1] == 16
+    assert batch.answer_tokens.tolist() == [5, 6, 7]
+    with pytest.raises(UserError, match="too long for seq_len"):
+        make_batches(ChoiceSamples([ChoiceItem("w4", ("w5 w6 w7", "w8"), 0)], "x"), tokenizer, 3, 4)
