@@ -36,3 +36,55 @@ def checkpoint(
     else:
         print(f"wrote {written.path}: removed blocks {written.removed_blocks} of {written.base_num_blocks} "
               f"({written.architecture}), weights sha256 {written.weights_sha256[:12]}")
+
+
+def evaluate(
+    variants: Annotated[list[str], typer.Argument(
+        help="Variants to evaluate: registry names, aliases, 'dense' (or dense@BASE), "
+             "or checkpoint directories.")],
+    suite: Annotated[str, typer.Option(
+        help="perplexity (WikiText-2, C4, LAMBADA), zero-shot (HellaSwag, WinoGrande, ARC-E/C, PIQA, BoolQ), "
+             "demo (the demo model's local text perplexity and QA accuracy), or all (demo suites on a demo "
+             "model, else perplexity + zero-shot); comma-separated for several.")] = "all",
+    registry: Annotated[str | None, typer.Option(
+        help="Registry URL (default: DEPTHPRUNE_REGISTRY_URL or SQLite under DEPTHPRUNE_HOME).")] = None,
+    engine: Annotated[str, typer.Option(
+        help="auto (vLLM when installed, else transformers), vllm, or hf (plain torch forward).")] = "auto",
+    limit: Annotated[int | None, typer.Option(
+        help="At most N perplexity windows / N documents per task (quick checks; recorded).")] = None,
+    seq_len: Annotated[int, typer.Option(
+        help="Perplexity window length in tokens (non-overlapping; capped at the model's context).")] = 2048,
+    dtype: Annotated[str, typer.Option(help="Weights dtype: float32, bfloat16 or float16.")] = "float32",
+    num_fewshot: Annotated[int, typer.Option(help="Few-shot examples for lm-eval tasks (the study: 0).")] = 0,
+    no_record: Annotated[bool, typer.Option("--no-record",
+                                            help="Do not store the results in the registry.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
+) -> None:
+    """Measure perplexity and zero-shot accuracy of dense and pruned variants; record them in the registry."""
+    from pruning.evaluate import EvalSettings, evaluate_variants, results_as_json
+    from registry import open_registry
+
+    settings = EvalSettings(suites=tuple(item.strip() for item in suite.split(",") if item.strip()),
+                            engine=engine, dtype=dtype, seq_len=seq_len, limit=limit, num_fewshot=num_fewshot,
+                            progress=not as_json)
+    outcome = evaluate_variants(variants, settings, open_registry(registry), record=not no_record)
+    if as_json:
+        print(json.dumps(results_as_json(outcome), indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    for item in outcome:
+        table = Table(title=f"{item.label}" + (f" (recorded as {item.variant})" if item.variant else
+                                               " (not recorded)"))
+        for column in ("suite", "task", "metric", "value", "± stderr", "measured on"):
+            table.add_column(column, justify="right" if column in ("value", "± stderr") else "left")
+        for result in item.results:
+            stderr = result.settings.get("stderr")
+            detail = (f"{result.settings['windows']} × {result.settings['seq_len']} tokens"
+                      if "windows" in result.settings else f"{result.settings.get('documents')} documents")
+            table.add_row(result.suite, result.task, result.metric, f"{result.value:.4f}",
+                          "" if stderr is None else f"{stderr:.4f}",
+                          f"{detail} ({result.settings['engine']})")
+        console.print(table)

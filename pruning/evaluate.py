@@ -109,8 +109,8 @@ class EvalTarget:
     """What the user named (registry name, alias, ``dense`` or a directory)."""
     model_path: str
     """Checkpoint directory or hub id loaded by the engine."""
-    variant_id: int | None
-    """Registry id that receives the results (None: not recorded)."""
+    variant: object | None
+    """The registry's ``VariantInfo`` that receives the results (None: not recorded)."""
     demo_dir: Path | None
     """The demo model directory when this is the demo model or one of its variants."""
 
@@ -366,8 +366,10 @@ def evaluate_model(
 def resolve_targets(names: Sequence[str], registry) -> list[EvalTarget]:
     """Registry names/aliases/``dense`` or checkpoint directories -> what to load and where to record.
 
-    A directory that the registry knows (as a variant's checkpoint or a base model) records into that row;
-    a pruned checkpoint it does not know is registered first from its ``pruning.json``.
+    A directory the registry knows (a variant's checkpoint, or a base model's directory) records into that
+    entry; a dense model directory it does not know is registered as a base model; a pruned checkpoint it
+    does not know is registered from its ``pruning.json`` when that names a calibration, else evaluated
+    without being recorded.
     """
     targets = []
     for name in names:
@@ -387,20 +389,17 @@ def resolve_targets(names: Sequence[str], registry) -> list[EvalTarget]:
                 )
             if not variant.is_dense and not Path(path).is_dir():
                 raise UserError(f"checkpoint {path!r} of variant {name!r} does not exist")
-        targets.append(
-            EvalTarget(name, path, variant.id if variant is not None else None, find_demo_dir(path))
-        )
+        targets.append(EvalTarget(name, path, variant, find_demo_dir(path)))
     return targets
 
 
 def _variant_for_directory(directory: Path, registry):
-    """The registry row of a checkpoint directory, registering a pruned checkpoint it does not know yet."""
-    for variant in registry.list_variants():
+    """The registry entry of a checkpoint directory (see :func:`resolve_targets`), or None."""
+    for variant in registry.list_variants(include_dense=True):
         if variant.checkpoint_path and Path(variant.checkpoint_path).resolve() == directory:
             return variant
     pruning_file = directory / "pruning.json"
     if not pruning_file.is_file():
-        # a dense model directory: record against its dense entry
         from depthprune.checksums import weights_sha256
         from pruning.models import load_config
 
@@ -413,10 +412,12 @@ def _variant_for_directory(directory: Path, registry):
             architecture=config.model_type,
             path=str(directory),
         )
-        return registry.resolve(f"dense@{directory}") if _has_scoped_dense(registry) else None
+        return registry.resolve(str(directory))
     from pruning.checkpoint import PrunedCheckpoint
 
     checkpoint = PrunedCheckpoint.read(directory)
+    if not (checkpoint.calibration or {}).get("objective"):
+        return None  # chosen by hand: nothing to file it under
     registry.register_base_model(
         checkpoint.base_model,
         revision=checkpoint.base_revision,
@@ -429,7 +430,7 @@ def _variant_for_directory(directory: Path, registry):
     return registry.register_variant(
         base_model=checkpoint.base_model,
         removed_blocks=list(checkpoint.removed_blocks),
-        calibration=checkpoint.calibration or {},
+        calibration=checkpoint.calibration,
         search=scores.get("search", "manual"),
         search_options=scores.get("search_options", {}),
         calibration_loss=scores.get("calibration_loss"),
@@ -442,15 +443,11 @@ def _variant_for_directory(directory: Path, registry):
     )
 
 
-def _has_scoped_dense(registry) -> bool:
-    return hasattr(registry, "resolve")
-
-
-def record_results(registry, variant_id: int, results: Sequence[EvalResult]) -> None:
-    """Store every result with ``Registry.add_evaluation``."""
+def record_results(registry, variant, results: Sequence[EvalResult]) -> None:
+    """Store every result with ``Registry.add_evaluation`` (``variant``: a VariantInfo, id or name)."""
     for result in results:
         registry.add_evaluation(
-            variant_id,
+            variant,
             suite=result.suite,
             task=result.task,
             metric=result.metric,
@@ -459,9 +456,23 @@ def record_results(registry, variant_id: int, results: Sequence[EvalResult]) -> 
         )
 
 
+@dataclass
+class EvaluatedVariant:
+    """What one variant's evaluation produced."""
+
+    label: str
+    """What the user named."""
+    model_path: str
+    """The checkpoint directory or hub id evaluated."""
+    variant: str | None
+    """Registry name the results were recorded under (None: not recorded)."""
+    results: list[EvalResult]
+    """Every metric measured."""
+
+
 def evaluate_variants(
     names: Sequence[str], settings: EvalSettings, registry=None, record: bool = True
-) -> dict[str, list[EvalResult]]:
+) -> list[EvaluatedVariant]:
     """Evaluate variants one after another and record the results.
 
     Args:
@@ -471,7 +482,7 @@ def evaluate_variants(
         record: store the results in the registry.
 
     Returns:
-        ``label -> results`` in the order given.
+        One :class:`EvaluatedVariant` per name, in the order given.
     """
     if not names:
         raise UserError(
@@ -496,15 +507,17 @@ def evaluate_variants(
             )
     demo_dir = next((d for d in demo_dirs if d is not None), None)
     prepared = prepare_data(all_suites, demo_dir)
-    outcome: dict[str, list[EvalResult]] = {}
+    outcome = []
     for target in targets:
         results = evaluate_model(target.model_path, concrete[target.label], prepared, settings)
-        if record and target.variant_id is not None:
-            record_results(registry, target.variant_id, results)
-        outcome[target.label] = results
+        recorded = record and target.variant is not None
+        if recorded:
+            record_results(registry, target.variant, results)
+        outcome.append(EvaluatedVariant(target.label, target.model_path,
+                                        target.variant.name if recorded else None, results))
     return outcome
 
 
-def results_as_json(outcome: dict[str, list[EvalResult]]) -> dict:
-    """``label -> [result dicts]`` for ``--json``."""
-    return {label: [asdict(result) for result in results] for label, results in outcome.items()}
+def results_as_json(outcome: Sequence[EvaluatedVariant]) -> list[dict]:
+    """Plain dicts for ``--json``."""
+    return [asdict(item) for item in outcome]

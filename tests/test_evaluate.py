@@ -195,3 +195,31 @@ def test_settings_reject_bad_input():
         EvalSettings(engine="tgi")
     with pytest.raises(UserError, match="--limit"):
         EvalSettings(limit=0)
+
+
+def test_eval_command_records_demo_results_in_registry(demo_like_dir, capsys):
+    from depthprune.cli import main
+    from registry import open_registry
+
+    with pytest.raises(SystemExit) as exit_info:  # click exits 0 after a successful command
+        main(["eval", str(demo_like_dir), "--suite", "demo", "--engine", "hf", "--limit", "4",
+              "--seq-len", "32", "--json"])
+    assert exit_info.value.code == 0
+    (item,) = json.loads(capsys.readouterr().out)
+    assert item["variant"] == "dense"
+    measured = {(r["task"], r["metric"]): r["value"] for r in item["results"]}
+    assert set(measured) == {("demo_text", "perplexity"), ("demo_qa", "acc"), ("demo_qa", "acc_norm")}
+    stored = {(e.task, e.metric): e.value for e in open_registry().evaluations(str(demo_like_dir))}
+    assert stored == pytest.approx(measured)
+
+
+def test_eval_command_errors_are_one_line(capsys):
+    from depthprune.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["eval", "no-such-variant", "--suite", "demo"])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.startswith("error: ")
+    with pytest.raises(SystemExit):
+        main(["eval", "dense", "--suite", "speed"])
+    assert "unknown suite" in capsys.readouterr().err
