@@ -1,18 +1,21 @@
 """Prior-guided Bayesian optimisation on Optuna (the study's BO: 200 trials, 10 random initial trials).
 
-**Subset encoding.** A trial suggests one continuous score ``u_i ∈ [0, 1]`` per block (parameters
-``b00``, ``b01``, ...); the removal set is the M blocks with the highest ``u`` (ties: lower index).
-Every point of the search space therefore decodes to a valid set of exactly M blocks, with no repair
-step and no penalised infeasible region, and TPE can learn "block i tends to be removed" as a
-per-dimension density. Many points decode to the same set; the evaluator's memo makes repeats free.
+**Subset encoding.** A trial answers one categorical question per block, "remove block i?" (parameters
+``b00``, ``b01``, ... ∈ {0, 1}), and the answer is *repaired* to exactly M blocks by the prior: when more
+than M blocks say yes, the M of them with the lowest prior are removed; when fewer, the lowest-prior
+blocks among the others are added. Every trial therefore scores a valid set of exactly M blocks (no
+penalised infeasible region), TPE learns "block i tends to be removed" as a per-block distribution, and
+the prior breaks the ties that the cardinality constraint forces. Many answers decode to the same set;
+the evaluator's memo makes repeats free. (A continuous per-block score with top-M decoding was tried
+first: on the synthetic objectives of the tests it reached the optimum in 2 of 12 cases with 200 trials,
+against 9 of 12 for this encoding.)
 
-**How the prior seeds the study.** Before any sampled trial, ``prior_trials`` trials are enqueued:
-the first sets ``u_i`` = 1 − rank_i (rank in [0, 1] by the prior, 0 = safest to remove), which decodes to
-the one-shot solution; the others perturb that encoding by promoting the next-ranked blocks into the
-removal set one at a time (the one-shot set with its M-th block swapped for the (M+j)-th), the
-neighbourhood where one-shot's additivity assumption most likely errs. Then ``random_trials`` trials
-are drawn at random (TPE's startup phase), then TPE proposes the rest, up to ``trials`` in total.
-``prior="random"`` uses a seeded random ranking instead (the control).
+**How the prior seeds the study.** Before any sampled trial, ``prior_trials`` trials are enqueued: the
+one-shot set (the M blocks with the lowest prior), then that set with its M-th ranked block swapped for
+the (M+j)-th, j = 1, 2, ... — the neighbourhood where one-shot's additivity assumption most likely errs.
+Then ``random_trials`` trials are drawn at random (TPE's startup phase), then TPE proposes the rest, up
+to ``trials`` in total. ``prior="random"`` uses a seeded random ranking instead (the control), for the
+enqueued trials and the repair alike.
 
 **Resuming and parallel workers.** With ``storage`` (any Optuna storage URL: ``sqlite:///run.db``,
 ``postgresql+psycopg://...``) and ``study_name``, the study is created or loaded; the prior trials are
@@ -71,37 +74,39 @@ class Options:
 
 
 def param_name(block: int) -> str:
-    """The Optuna parameter holding block ``block``'s removal score."""
+    """The Optuna parameter answering "remove block ``block``?"."""
     return f"b{block:02d}"
 
 
-def decode(values: np.ndarray, budget: int) -> frozenset[int]:
-    """The removal set encoded by per-block scores: the ``budget`` highest (ties: lower index)."""
-    order = np.lexsort((np.arange(len(values)), -np.asarray(values)))
+def decode(answers: np.ndarray, ranks: np.ndarray, budget: int) -> frozenset[int]:
+    """The removal set of per-block yes/no answers, repaired to ``budget`` blocks by the prior ranks.
+
+    Yes-blocks come first, each group ordered by prior rank (ties: lower index); the first ``budget``
+    are removed.
+    """
+    order = np.lexsort((np.arange(len(ranks)), ranks, 1 - np.asarray(answers)))
     return as_key(order[:budget])
 
 
-def prior_encodings(scores: np.ndarray, budget: int, count: int) -> list[dict[str, float]]:
-    """The enqueued trials: the one-shot encoding, then swaps of its M-th and (M+j)-th ranked blocks."""
-    num_blocks = len(scores)
-    base = 1.0 - normalised_prior(scores)
-    order = list(np.argsort(-base, kind="stable"))
-    encodings = []
+def prior_answers(ranks: np.ndarray, budget: int, count: int) -> list[dict[str, int]]:
+    """The enqueued trials: the one-shot set, then swaps of its M-th and (M+j)-th ranked blocks."""
+    num_blocks = len(ranks)
+    order = [int(block) for block in np.lexsort((np.arange(num_blocks), ranks))]
+    answers = []
     for swap in range(count):
-        values = base.copy()
+        removed = set(order[:budget])
         if swap > 0:
             incoming = budget - 1 + swap
             if incoming >= num_blocks:
                 break
-            outgoing, promoted = order[budget - 1], order[incoming]
-            values[outgoing], values[promoted] = values[promoted], values[outgoing]
-        encodings.append({param_name(block): float(values[block]) for block in range(num_blocks)})
-    return encodings
+            removed = (removed - {order[budget - 1]}) | {order[incoming]}
+        answers.append({param_name(block): int(block in removed) for block in range(num_blocks)})
+    return answers
 
 
 def search(objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True,
            **options) -> SearchResult:
-    """Minimise the calibration loss with Optuna's TPE over the top-M encoding, seeded by the prior.
+    """Minimise the calibration loss with Optuna's TPE over per-block yes/no answers, seeded by the prior.
 
     Args:
         objective: scores removal sets (lower is better).
@@ -119,26 +124,27 @@ def search(objective: SubsetObjective, budget: int, *, seed: int = 0, progress: 
     settings = parse_options(Options, options, "bayesian")
     check_budget(objective, budget)
     num_blocks = objective.num_blocks
-    scores = prior_scores(objective, settings.prior, seed)
+    ranks = normalised_prior(prior_scores(objective, settings.prior, seed))
     study_name = settings.study_name or f"bayesian-n{num_blocks}-m{budget}-seed{seed}-{settings.prior}"
 
     optuna.logging.set_verbosity(logging.WARNING)
-    prior_count = len(prior_encodings(scores, budget, settings.prior_trials))
+    enqueued = prior_answers(ranks, budget, settings.prior_trials)
     # n_startup_trials counts every finished trial, enqueued ones included: add them so that
     # `random_trials` truly random trials follow the prior ones.
-    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=prior_count + settings.random_trials)
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=len(enqueued) + settings.random_trials)
     study = optuna.create_study(storage=settings.storage, study_name=study_name, direction="minimize",
                                 sampler=sampler, load_if_exists=settings.storage is not None)
     if not study.trials:
-        for encoding in prior_encodings(scores, budget, settings.prior_trials):
-            study.enqueue_trial(encoding)
+        for answers in enqueued:
+            study.enqueue_trial(answers)
 
     def finished() -> int:
         return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
 
     def objective_function(trial) -> float:
-        values = np.array([trial.suggest_float(param_name(block), 0.0, 1.0) for block in range(num_blocks)])
-        removed = decode(values, budget)
+        answers = np.array([trial.suggest_categorical(param_name(block), (0, 1))
+                            for block in range(num_blocks)])
+        removed = decode(answers, ranks, budget)
         trial.set_user_attr("removed_blocks", sorted(removed))
         return objective.score(removed)
 
@@ -167,4 +173,9 @@ def search(objective: SubsetObjective, budget: int, *, seed: int = 0, progress: 
                         "best_loss": best[0]})
     result = finish(objective, best[1], history, settings)
     result.options["study_name"] = study_name
+    if settings.storage is not None:
+        # The options go to the registry: never store a database password there.
+        from sqlalchemy.engine import make_url
+
+        result.options["storage"] = make_url(settings.storage).render_as_string(hide_password=True)
     return result

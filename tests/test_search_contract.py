@@ -1,0 +1,270 @@
+"""One contract, every search (optuna ``testing/pytest_samplers.py`` style).
+
+Each algorithm in ``SEARCHES`` returns exactly M distinct valid blocks, is deterministic under a seed,
+rejects bad budgets and unknown options, and on small synthetic objectives where ``exhaustive`` knows
+the optimum lands within its documented gap. The synthetic objective is additive per-block costs plus
+pairwise interactions (strongest between neighbours, as in real models), with residual gradients and
+Block Influence consistent with the additive part, so CBO's surrogate and ShortGPT's criterion are
+meaningful on it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from depthprune.errors import UserError
+from pruning.search import ALL_SEARCHES, OPTIONS, PRIOR_GUIDED, SEARCHES, STUDY_SEARCHES, TrackedObjective
+from pruning.search.base import SearchResult, SubsetObjective
+
+# Keep the slowest search quick in tests; everything else runs at the study's settings.
+FAST_OPTIONS = {"bayesian": {"trials": 60}}
+
+
+class SyntheticObjective:
+    """L(S) = dense + Σ_{i∈S} cost_i + Σ_{i<j∈S} interaction_ij over ``num_blocks`` blocks.
+
+    ``residual_gradients`` are per-sample noisy copies of −cost (removing block i moves α_i from 1 to 0
+    and raises sample s's loss by ≈ cost_i), so H = AᵀA/m ≈ cost·costᵀ and CBO's surrogate prefers cheap
+    blocks. ``block_influence`` is monotone in cost (blocks that change their input least are cheapest).
+    Counts how often each thing is computed, to check that searches share work.
+    """
+
+    def __init__(self, num_blocks: int = 10, interaction: float = 0.0, seed: int = 0, samples: int = 32):
+        rng = np.random.default_rng(seed)
+        self.num_blocks = num_blocks
+        self.dense = 2.0
+        self.costs = rng.uniform(0.05, 1.0, num_blocks)
+        pairs = rng.normal(0.0, 0.15, (num_blocks, num_blocks))
+        for block in range(num_blocks - 1):
+            # Neighbours interact most: removing two adjacent blocks is often cheaper than the sum.
+            pairs[block, block + 1] = rng.normal(-0.35, 0.25)
+        self.interactions = interaction * np.triu(pairs, 1)
+        self.gradients = -self.costs[None, :] * (1.0 + 0.05 * rng.standard_normal((samples, num_blocks)))
+        self.scored: dict[frozenset[int], int] = {}
+        self.prior_computations = 0
+        self._prior: np.ndarray | None = None
+
+    def loss(self, removed) -> float:
+        blocks = sorted(removed)
+        value = self.dense + float(self.costs[blocks].sum())
+        for first, second in itertools.combinations(blocks, 2):
+            value += float(self.interactions[first, second])
+        return value
+
+    def score(self, removed_blocks: frozenset[int]) -> float:
+        removed = frozenset(removed_blocks)
+        assert all(isinstance(block, int) and 0 <= block < self.num_blocks for block in removed)
+        self.scored[removed] = self.scored.get(removed, 0) + 1
+        return self.loss(removed)
+
+    def single_block_scores(self) -> np.ndarray:
+        if self._prior is None:  # memoised, as the evaluator does
+            self.prior_computations += 1
+            self._prior = np.array([self.score(frozenset({block})) for block in range(self.num_blocks)])
+        return self._prior.copy()
+
+    def residual_gradients(self) -> np.ndarray:
+        return self.gradients.copy()
+
+    def block_influence(self) -> np.ndarray:
+        return 0.5 * self.costs / self.costs.max()
+
+
+class ScreenedSyntheticObjective(SyntheticObjective):
+    """Adds EvoPress-style cheap screening: the loss plus a little noise (a smaller calibration sample)."""
+
+    def screen_score(self, removed_blocks: frozenset[int]) -> float:
+        noise = np.random.default_rng(sorted(removed_blocks)).normal(0.0, 0.02)
+        return self.loss(removed_blocks) + float(noise)
+
+
+def run(name: str, objective, budget: int, seed: int = 0, study_settings: bool = False,
+        **options) -> SearchResult:
+    """Run search ``name`` quietly; ``study_settings=False`` shortens the slow ones (FAST_OPTIONS)."""
+    defaults = {} if study_settings else FAST_OPTIONS.get(name, {})
+    return SEARCHES[name](objective, budget, seed=seed, progress=False, **{**defaults, **options})
+
+
+def optimum_and_median(objective: SyntheticObjective, budget: int) -> tuple[float, float]:
+    subsets = itertools.combinations(range(objective.num_blocks), budget)
+    losses = [objective.loss(subset) for subset in subsets]
+    return min(losses), float(np.median(losses))
+
+
+def relative_gap(loss: float, optimum: float, median: float) -> float:
+    """0 at the optimum, 1 at the median removal set."""
+    return (loss - optimum) / (median - optimum)
+
+
+# Documented worst relative gap on the interacting objectives at the study's settings (0 = optimal,
+# 1 = a median random set); measured maxima over 12 objective seeds were: beam 0, genetic 0.08,
+# bayesian 0.08, evolution 0.17-0.21, greedy 0.31, cbo 0.30, fast_block_select 0.37, one_shot and
+# block_influence 0.69. The exact-or-near searches must be (near-)optimal; the one-shot criteria and CBO's
+# additive surrogate cannot see interactions, so they only have to beat a typical random set.
+DOCUMENTED_GAP = {
+    "exhaustive": 0.0,
+    "greedy": 0.35,  # SLEB can be trapped by an early choice when neighbours interact
+    "beam": 0.05,
+    "genetic": 0.1,
+    "bayesian": 0.1,
+    "evolution": 0.25,  # without objective screening it screens by the additive prior + random picks
+    "fast_block_select": 0.35,
+    "cbo": 0.35,
+    "one_shot": 0.75,
+    "block_influence": 0.75,
+}
+
+
+def test_registry_of_searches_is_complete():
+    assert set(SEARCHES) == set(OPTIONS) == set(DOCUMENTED_GAP)
+    for name, function in SEARCHES.items():
+        assert function.__module__ == f"pruning.search.{name}"  # key equals file name
+    assert set(STUDY_SEARCHES) <= set(ALL_SEARCHES) and "exhaustive" not in ALL_SEARCHES
+    assert PRIOR_GUIDED == {"one_shot", "genetic", "bayesian", "fast_block_select"}
+    assert isinstance(SyntheticObjective(), SubsetObjective)
+
+
+@pytest.mark.parametrize("name", sorted(SEARCHES))
+class TestSearchContract:
+    """Every search satisfies these."""
+
+    @pytest.mark.parametrize("budget", [1, 3, 9])
+    def test_returns_exactly_budget_distinct_valid_blocks(self, name, budget):
+        objective = SyntheticObjective(interaction=1.0, seed=1)
+        result = run(name, objective, budget)
+        assert isinstance(result, SearchResult)
+        assert len(result.removed_blocks) == budget == len(set(result.removed_blocks))
+        assert all(isinstance(block, int) for block in result.removed_blocks)
+        assert all(0 <= block < objective.num_blocks for block in result.removed_blocks)
+        assert list(result.removed_blocks) == sorted(result.removed_blocks)
+        assert result.loss == pytest.approx(objective.loss(result.removed_blocks))
+        assert isinstance(result.options, dict) and isinstance(result.history, list) and result.history
+
+    def test_deterministic_for_a_seed(self, name):
+        first = run(name, SyntheticObjective(interaction=1.0, seed=2), 4, seed=7)
+        second = run(name, SyntheticObjective(interaction=1.0, seed=2), 4, seed=7)
+        assert first.removed_blocks == second.removed_blocks
+        assert first.loss == second.loss
+        assert first.history == second.history
+
+    @pytest.mark.parametrize("budget", [0, 10, 11, -1])
+    def test_rejects_impossible_budget(self, name, budget):
+        with pytest.raises(UserError, match="remove"):
+            run(name, SyntheticObjective(), budget)
+
+    def test_rejects_unknown_option(self, name):
+        with pytest.raises(UserError, match="unknown option"):
+            run(name, SyntheticObjective(), 3, no_such_option=1)
+
+    def test_optimal_on_additive_objective(self, name):
+        """Without interactions every search here finds the optimum (one-shot included)."""
+        objective = SyntheticObjective(interaction=0.0, seed=3)
+        optimum, _median = optimum_and_median(objective, 4)
+        assert run(name, objective, 4).loss == pytest.approx(optimum)
+
+    @pytest.mark.parametrize("seed", [0, 1, 2])
+    def test_within_documented_gap_of_exhaustive(self, name, seed):
+        objective = SyntheticObjective(interaction=1.0, seed=seed)
+        optimum, median = optimum_and_median(objective, 4)
+        exact = run("exhaustive", SyntheticObjective(interaction=1.0, seed=seed), 4)
+        assert exact.loss == pytest.approx(optimum)
+        result = run(name, objective, 4, seed=seed, study_settings=True)
+        assert relative_gap(result.loss, optimum, median) <= DOCUMENTED_GAP[name] + 1e-9
+
+    def test_options_are_recorded_and_json_safe(self, name):
+        import json
+
+        result = run(name, SyntheticObjective(), 3)
+        json.dumps(result.options)
+        json.dumps(result.history)
+        for field_name in OPTIONS[name].__dataclass_fields__:
+            assert field_name in result.options
+
+
+@pytest.mark.parametrize("name", sorted(PRIOR_GUIDED))
+def test_random_prior_is_a_seeded_control(name):
+    """prior="random" ignores the single-block prior's information and depends on the seed."""
+    chosen = set()
+    for seed in range(4):
+        first = run(name, SyntheticObjective(interaction=1.0, seed=5), 4, seed=seed, prior="random")
+        again = run(name, SyntheticObjective(interaction=1.0, seed=5), 4, seed=seed, prior="random")
+        assert first.removed_blocks == again.removed_blocks
+        assert first.options["prior"] == "random"
+        chosen.add(first.removed_blocks)
+    if name == "one_shot":  # nothing but the prior decides one-shot
+        assert len(chosen) > 1
+
+
+def test_one_shot_random_prior_costs_no_evaluation_of_singles():
+    objective = SyntheticObjective()
+    run("one_shot", objective, 3, prior="random")
+    assert objective.prior_computations == 0 and len(objective.scored) == 1
+
+
+def test_greedy_costs_the_sleb_number_of_evaluations():
+    objective = SyntheticObjective(interaction=1.0)
+    run("greedy", objective, 4)
+    assert len(objective.scored) == 10 + 9 + 8 + 7
+
+
+def test_exhaustive_refuses_large_spaces():
+    with pytest.raises(UserError, match="max_subsets"):
+        run("exhaustive", SyntheticObjective(num_blocks=32), 7)
+
+
+def test_cbo_exact_enumeration_matches_brute_force_and_flags_fallback():
+    from pruning.search.cbo import energy_matrix, enumerate_lowest, state_energies
+
+    rng = np.random.default_rng(0)
+    hessian = energy_matrix(rng.normal(size=(12, 11)))
+    for budget in (1, 2, 3, 5, 10):
+        states = np.array(list(itertools.combinations(range(11), budget)))
+        energies = state_energies(hessian, states)
+        expected = sorted((round(float(energy), 9), tuple(int(block) for block in state))
+                          for energy, state in zip(energies, states))[:6]
+        found = [(round(e, 9), s) for e, s in enumerate_lowest(hessian, budget, 6)]
+        assert found == expected
+    objective = SyntheticObjective(num_blocks=20, interaction=1.0)
+    exact = run("cbo", objective, 5)
+    assert exact.options["exact"] is True and exact.options["solver"] == "enumeration"
+    fallback = run("cbo", objective, 5, max_states=math.comb(20, 5) - 1)
+    assert fallback.options["exact"] is False and fallback.options["solver"] == "local_search"
+    assert len(fallback.removed_blocks) == 5
+
+
+def test_evolution_uses_objective_screening_when_offered():
+    plain = run("evolution", SyntheticObjective(interaction=1.0), 4)
+    screened = run("evolution", ScreenedSyntheticObjective(interaction=1.0), 4)
+    assert plain.options["screen"] == "mixed" and screened.options["screen"] == "objective"
+    with pytest.raises(UserError, match="screen"):
+        run("evolution", SyntheticObjective(), 4, screen="sometimes")
+
+
+def test_bayesian_resumes_from_storage(tmp_path):
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    first_objective = SyntheticObjective(interaction=1.0)
+    partial = run("bayesian", first_objective, 4, trials=8, storage=storage, study_name="resume")
+    assert len(partial.history) == 8
+    resumed_objective = SyntheticObjective(interaction=1.0)
+    resumed = run("bayesian", resumed_objective, 4, trials=12, storage=storage, study_name="resume")
+    # The first 8 trials come back from storage: only the 4 new ones (plus the prior) ask the objective.
+    assert len(resumed.history) == 12
+    assert [entry["trial"] for entry in resumed.history[:8]] == [entry["trial"] for entry in partial.history]
+    assert sum(resumed_objective.scored.values()) <= 4 + 1 + 10  # new trials, final score, prior
+    assert resumed.loss <= partial.loss
+    assert resumed.options["storage"] == storage and resumed.options["study_name"] == "resume"
+
+
+def test_tracked_objective_counts_what_one_search_asked():
+    objective = SyntheticObjective(interaction=1.0)
+    tracked = TrackedObjective(objective)
+    run("one_shot", tracked, 3)
+    assert tracked.used_prior and tracked.subset_evaluations == 10 + 1
+    shared = TrackedObjective(objective)
+    run("genetic", shared, 3)
+    assert objective.prior_computations == 1  # the prior was shared, not recomputed
+    assert shared.used_prior and shared.subset_evaluations >= 16
