@@ -88,3 +88,70 @@ def evaluate(
                           "" if stderr is None else f"{stderr:.4f}",
                           f"{detail} ({result.settings['engine']})")
         console.print(table)
+
+
+def prune(
+    model: Annotated[str, typer.Option(help="Hub id or local directory of the dense model.")],
+    objective: Annotated[str, typer.Option(help="Calibration objective: perplexity, task_margin or kl.")],
+    data: Annotated[str, typer.Option(
+        help="Calibration data: c4, wikitext2, lambada, commonsense170k, demo:text, demo:qa, text:PATH or "
+             "mc:PATH (its kind must suit the objective).")],
+    drop: Annotated[int, typer.Option(help="M, the number of blocks to remove.")],
+    search: Annotated[str, typer.Option(
+        help="Search algorithm: one_shot, greedy, beam, genetic, bayesian, cbo, fast_block_select, "
+             "block_influence, evolution, exhaustive; comma-separated for several, or 'all' (every one but "
+             "exhaustive) on one shared evaluator.")] = "greedy",
+    seed: Annotated[int, typer.Option(help="Seed of the search(es).")] = 0,
+    samples: Annotated[int, typer.Option(help="Calibration samples (text windows or questions).")] = 64,
+    seq_len: Annotated[int, typer.Option(help="Tokens per calibration window.")] = 2048,
+    data_seed: Annotated[int, typer.Option(help="Seed of the calibration sample draw.")] = 0,
+    random_prior: Annotated[bool, typer.Option(
+        "--random-prior", help="Replace the single-block prior of the prior-guided searches (one_shot, "
+                               "genetic, bayesian, fast_block_select) by a seeded random ranking (control).")
+    ] = False,
+    option: Annotated[list[str] | None, typer.Option(
+        "--option", "-o", help="Search option KEY=VALUE (every selected search that has it) or "
+                               "SEARCH.KEY=VALUE, e.g. -o beam.width=3 -o bayesian.trials=50 "
+                               "-o bayesian.storage=postgresql+psycopg://host/db. Repeatable.")] = None,
+    out: Annotated[Path | None, typer.Option(
+        help="Parent directory of the pruned checkpoints (default: DEPTHPRUNE_HOME/variants).")] = None,
+    registry: Annotated[str | None, typer.Option(
+        help="Registry URL (default: DEPTHPRUNE_REGISTRY_URL or SQLite under DEPTHPRUNE_HOME).")] = None,
+    dtype: Annotated[str, typer.Option(help="dtype the model is scored in: float32, bfloat16, float16.")
+                     ] = "float32",
+    device: Annotated[str, typer.Option(help="torch device of the evaluator, e.g. cpu or cuda.")] = "cpu",
+    memory_budget_gb: Annotated[float | None, typer.Option(
+        help="Memory the evaluator's hidden-state cache may use (default: a share of what is free).")] = None,
+    overwrite: Annotated[bool, typer.Option(
+        help="Replace a checkpoint directory of this run that holds a different removal set.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON line per variant.")] = False,
+) -> None:
+    """Choose M blocks to remove under a calibration configuration, write and register the pruned model.
+
+    Interrupted runs resume: re-run the same command and no subset is scored twice.
+    """
+    from dataclasses import asdict
+
+    from pruning.objectives import CalibrationConfig
+    from pruning.prune import PruneConfig, parse_option_assignments, parse_searches
+    from pruning.prune import prune as run_prune
+
+    searches = parse_searches(search)
+    config = PruneConfig(
+        model=model, calibration=CalibrationConfig(objective=objective, data=data, samples=samples,
+                                                   seq_len=seq_len, seed=data_seed),
+        drop=drop, searches=searches, seed=seed, random_prior=random_prior,
+        options=parse_option_assignments(option or [], searches), out=out, registry_url=registry, dtype=dtype,
+        device=device, memory_budget_gb=memory_budget_gb, overwrite=overwrite, progress=True)
+
+    def report(outcome) -> None:
+        if as_json:
+            print(json.dumps(asdict(outcome)), flush=True)
+        else:
+            print(f"{outcome.search}: removed {outcome.removed_blocks}, calibration loss "
+                  f"{outcome.calibration_loss:.4f} (dense {outcome.dense_loss:.4f}), "
+                  f"{outcome.search_seconds:.1f} s, {outcome.subset_evaluations} subsets, "
+                  f"{outcome.block_forwards} block-forwards -> {outcome.name} ({outcome.checkpoint})",
+                  flush=True)
+
+    run_prune(config, on_variant=report)
