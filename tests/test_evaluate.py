@@ -223,3 +223,27 @@ def test_eval_command_errors_are_one_line(capsys):
     with pytest.raises(SystemExit):
         main(["eval", "dense", "--suite", "speed"])
     assert "unknown suite" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.vllm
+def test_vllm_lm_matches_plain_torch_reference(tiny_llama, torch_lm, monkeypatch):
+    """The real vLLM CPU engine (in-process engine core) gives the reference log-likelihoods too."""
+    monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+    from pruning.lm_eval_adapter import VllmLM
+
+    vllm_lm = VllmLM(tiny_llama, progress=False)
+    try:
+        answers = vllm_lm.loglikelihood(instances(CONTEXT_PAIRS))
+        expected = torch_lm.loglikelihood(instances(CONTEXT_PAIRS))
+        for (logprob, greedy), (reference, reference_greedy) in zip(answers, expected):
+            assert logprob == pytest.approx(reference, abs=1e-3)
+            assert greedy == reference_greedy
+        from lm_eval.api.instance import Instance
+
+        request = Instance("generate_until", {}, ("w10 w11", {"max_gen_toks": 4}), 0)
+        (text,) = vllm_lm.generate_until([request])
+        (reference_text,) = torch_lm.generate_until([request])
+        assert text.split() == reference_text.split()
+    finally:
+        vllm_lm.close()
