@@ -28,7 +28,6 @@ Command: ``depthprune eval VARIANT... --suite perplexity|zero-shot|demo|all``.
 from __future__ import annotations
 
 import math
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -256,7 +255,6 @@ def run_perplexity(
         if settings.limit is not None:
             cap = min(cap or settings.limit, settings.limit)
         windows = perplexity_windows(prepared.documents[task], engine.tokenizer, seq_len, cap)
-        start = time.perf_counter()
         value, tokens = perplexity(engine, windows, progress=settings.progress)
         results.append(
             EvalResult(
@@ -272,7 +270,6 @@ def run_perplexity(
                     "windows": len(windows),
                     "tokens": tokens,
                     "limit": settings.limit,
-                    "seconds": round(time.perf_counter() - start, 3),
                 },
             )
         )
@@ -283,7 +280,6 @@ def run_lm_eval(lm, suite: str, prepared: PreparedData, settings: EvalSettings) 
     """Accuracy of the suite's lm-eval tasks through ``lm_eval.simple_evaluate``."""
     import lm_eval
 
-    start = time.perf_counter()
     output = lm_eval.simple_evaluate(
         model=lm,
         tasks=prepared.lm_eval_tasks[suite],
@@ -297,7 +293,6 @@ def run_lm_eval(lm, suite: str, prepared: PreparedData, settings: EvalSettings) 
         torch_random_seed=0,
         fewshot_random_seed=0,
     )
-    seconds = round(time.perf_counter() - start, 3)
     results = []
     for task, metrics in sorted(output["results"].items()):
         for metric in ACCURACY_METRICS:
@@ -319,7 +314,6 @@ def run_lm_eval(lm, suite: str, prepared: PreparedData, settings: EvalSettings) 
                         "documents": output.get("n-samples", {}).get(task, {}).get("effective"),
                         "stderr": float(stderr) if isinstance(stderr, (int, float)) else None,
                         "lm_eval_version": lm_eval.__version__ if hasattr(lm_eval, "__version__") else None,
-                        "seconds": seconds,
                     },
                 )
             )
@@ -513,8 +507,11 @@ def evaluate_variants(
         recorded = record and target.variant is not None
         if recorded:
             record_results(registry, target.variant, results)
-        outcome.append(EvaluatedVariant(target.label, target.model_path,
-                                        target.variant.name if recorded else None, results))
+        outcome.append(
+            EvaluatedVariant(
+                target.label, target.model_path, target.variant.name if recorded else None, results
+            )
+        )
     return outcome
 
 
