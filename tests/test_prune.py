@@ -1,0 +1,195 @@
+"""``depthprune prune``: input checks, the real-model path on a tiny model, sharing, resuming."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from test_search_contract import SyntheticObjective
+
+from depthprune.cli import main
+from depthprune.errors import UserError
+from pruning.objectives import CalibrationConfig
+from pruning.prune import (
+    PruneConfig,
+    parse_option_assignments,
+    parse_searches,
+    plan_prune,
+    prune,
+    run_searches,
+)
+from pruning.search import ALL_SEARCHES
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory, tiny_model_dirs):
+    """A tiny 6-block llama plus hand-made text and question files in its vocabulary."""
+    root = tmp_path_factory.mktemp("prune-data")
+    rng = random.Random(0)
+
+    def words(count):
+        return " ".join(f"w{rng.randrange(4, 256)}" for _ in range(count))
+
+    text = root / "text.jsonl"
+    text.write_text("".join(json.dumps({"text": words(60)}) + "\n" for _ in range(6)))
+    questions = root / "qa.jsonl"
+    rows = []
+    for _ in range(6):
+        count = rng.choice([2, 3])
+        rows.append({"context": words(5), "choices": [words(2) for _ in range(count)],
+                     "label": rng.randrange(count)})
+    questions.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return {"model": str(tiny_model_dirs("llama")), "text": f"text:{text}", "mc": f"mc:{questions}"}
+
+
+def cli(capsys, *argv):
+    """Run ``depthprune prune ...``; returns (exit code, stdout lines, stderr)."""
+    try:
+        main(["prune", *argv])
+        code = 0
+    except SystemExit as exit_:
+        code = exit_.code
+    captured = capsys.readouterr()
+    return code, [line for line in captured.out.splitlines() if line.strip()], captured.err
+
+
+def base_args(files, out, *extra):
+    return ["--model", files["model"], "--objective", "perplexity", "--data", files["text"], "--samples", "4",
+            "--seq-len", "32", "--out", str(out), *extra]
+
+
+# ----------------------------------------------------------------------------------------- parsing
+
+def test_parse_searches():
+    assert parse_searches("greedy") == ("greedy",)
+    assert parse_searches("beam, greedy,beam") == ("beam", "greedy")
+    assert parse_searches("all") == ALL_SEARCHES and "exhaustive" not in parse_searches("all")
+    assert parse_searches("all,exhaustive")[-1] == "exhaustive"
+    with pytest.raises(UserError, match="unknown search 'sleb'"):
+        parse_searches("greedy,sleb")
+    with pytest.raises(UserError, match="no search"):
+        parse_searches(" , ")
+
+
+def test_parse_option_assignments():
+    options = parse_option_assignments(["width=3", "bayesian.trials=50", "bayesian.study_name=x"],
+                                       ("beam", "bayesian", "greedy"))
+    assert options == {"beam": {"width": 3}, "bayesian": {"trials": 50, "study_name": "x"}, "greedy": {}}
+    # A bare key goes to every selected search that has it.
+    assert parse_option_assignments(["prior=random"], ("one_shot", "genetic", "greedy"))["genetic"] == {
+        "prior": "random"}
+    cases = (("width", "KEY=VALUE"), ("beam.width=3", "not selected"), ("nothing=1", "no selected"))
+    for bad, message in cases:
+        with pytest.raises(UserError, match=message):
+            parse_option_assignments([bad], ("greedy", "genetic"))
+
+
+# ------------------------------------------------------------------------------------- bad input
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--drop", "2", "--search", "sleb"], "unknown search 'sleb'"),
+    (["--drop", "6", "--search", "greedy"], "cannot remove 6 of 6 blocks"),
+    (["--drop", "0", "--search", "greedy"], "--drop must be a positive integer"),
+    (["--drop", "2", "--search", "greedy", "--random-prior"], "--random-prior applies"),
+    (["--drop", "2", "--search", "beam", "-o", "width=0"], "width must be a positive integer"),
+    (["--drop", "2", "--search", "beam", "-o", "depth=2"], "no selected search has an option 'depth'"),
+])
+def test_bad_input_is_one_line_before_heavy_work(files, tmp_path, capsys, extra, message):
+    code, out, err = cli(capsys, *base_args(files, tmp_path / "out", *extra))
+    assert code == 2 and not out
+    assert err.startswith("error: ") and message in err and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+def test_bad_data_and_model_fail_early(files, tmp_path, capsys):
+    code, _, err = cli(capsys, "--model", files["model"], "--objective", "task_margin", "--data",
+                       files["text"], "--drop", "2", "--out", str(tmp_path))
+    assert code == 2 and err.startswith("error: ")
+    code, _, err = cli(capsys, "--model", str(tmp_path / "missing"), "--objective", "perplexity", "--data",
+                       files["text"], "--drop", "2", "--out", str(tmp_path))
+    assert code == 2 and "missing" in err
+
+
+# --------------------------------------------------------------------------- shared evaluator logic
+
+def test_run_searches_shares_the_prior_and_counts_per_search():
+    objective = SyntheticObjective(num_blocks=10, interaction=1.0)
+    runs = run_searches(objective, 3, ("one_shot", "genetic", "fast_block_select", "greedy"),
+                        options={}, progress=False)
+    assert objective.prior_computations == 1
+    assert [run.search for run in runs] == ["one_shot", "genetic", "fast_block_select", "greedy"]
+    by_name = {run.search: run for run in runs}
+    assert by_name["one_shot"].used_prior and by_name["one_shot"].subset_evaluations == 11
+    assert not by_name["greedy"].used_prior and by_name["greedy"].subset_evaluations == 10 + 9 + 8
+    assert all(run.block_forwards is None for run in runs)  # the synthetic objective has no stats
+
+
+# --------------------------------------------------------------------------------- the real path
+
+@pytest.mark.slow
+def test_prune_all_on_a_tiny_model_writes_and_registers(files, tmp_path, capsys):
+    from pruning.checkpoint import PrunedCheckpoint
+    from pruning.evaluator import build_evaluator
+    from registry import open_registry
+
+    out = tmp_path / "variants"
+    args = base_args(files, out, "--drop", "2", "--search", "all,exhaustive", "-o", "bayesian.trials=12",
+                     "-o", "evolution.generations=4", "--seed", "3", "--json")
+    code, lines, err = cli(capsys, *args)
+    assert code == 0, err
+    reports = [json.loads(line) for line in lines]
+    assert [report["search"] for report in reports] == [*ALL_SEARCHES, "exhaustive"]
+    best = min(report["calibration_loss"] for report in reports)
+    exhaustive = reports[-1]
+    assert exhaustive["calibration_loss"] == pytest.approx(best)  # nothing beats the exact optimum
+    assert exhaustive["subset_evaluations"] == 15  # C(6, 2)
+
+    evaluator = build_evaluator(files["model"], CalibrationConfig("perplexity", files["text"], samples=4,
+                                                                  seq_len=32), progress=False)
+    registry = open_registry()
+    for report in reports:
+        assert set(report) >= {"id", "removed_blocks", "calibration_loss", "dense_loss", "search_seconds",
+                               "block_forwards", "subset_evaluations"}
+        assert len(report["removed_blocks"]) == 2 and report["search_seconds"] >= 0
+        expected = evaluator.score(frozenset(report["removed_blocks"]))
+        assert report["calibration_loss"] == pytest.approx(expected)
+        assert report["dense_loss"] == pytest.approx(evaluator.dense_loss())
+        written = PrunedCheckpoint.read(report["checkpoint"])
+        assert written.removed_blocks == report["removed_blocks"] and written.calibration["samples"] == 4
+        variant = registry.resolve(report["id"])
+        assert variant.search == report["search"] and variant.removed_blocks == report["removed_blocks"]
+        assert variant.subset_evaluations == report["subset_evaluations"]
+        assert variant.checkpoint_sha256 == written.weights_sha256
+    cbo = next(report for report in reports if report["search"] == "cbo")
+    assert cbo["options"]["exact"] is True
+
+    # Re-running the same command re-scores nothing (memo + Optuna storage) and reuses the checkpoints.
+    code, lines, err = cli(capsys, *args)
+    assert code == 0, err
+    again = [json.loads(line) for line in lines]
+    for first, second in zip(reports, again):
+        assert second["removed_blocks"] == first["removed_blocks"] and second["id"] == first["id"]
+        assert second["checkpoint"] == first["checkpoint"]
+        if first["search"] != "cbo":  # CBO's gradients are recomputed; scores never are
+            assert second["block_forwards"] == 0, second["search"]
+
+
+@pytest.mark.slow
+def test_interrupted_run_saves_scores_and_resumes(files, tmp_path):
+    calibration = CalibrationConfig("task_margin", files["mc"], samples=4, seq_len=32, seed=2)
+    config = PruneConfig(model=files["model"], calibration=calibration, drop=3, searches=("greedy", "beam"),
+                         out=tmp_path, progress=False)
+
+    def interrupt(_outcome):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        prune(config, on_variant=interrupt)
+    memo = json.loads(plan_prune(config).memo_path.read_text())
+    assert len(memo["scores"]) == 1 + 6 + 5 + 4  # dense, greedy's three steps
+
+    outcomes = prune(config)
+    greedy, beam = outcomes
+    assert greedy.block_forwards == 0  # every subset greedy needs came from the saved memo
+    assert beam.calibration_loss <= greedy.calibration_loss
