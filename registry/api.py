@@ -344,12 +344,13 @@ class Registry:
             )
             found: list[VariantInfo] = []
             for base in bases:
+                aliases = self._aliases_by_variant(session, base)
                 if include_dense:
-                    found.append(self._dense_info(session, base))
+                    found.append(self._dense_info(session, base, aliases.get(None, [])))
                 rows = session.scalars(
                     select(VariantRow).where(VariantRow.base_model_id == base.id).order_by(VariantRow.id)
                 )
-                found.extend(self._variant_info(session, base, row) for row in rows)
+                found.extend(self._variant_info(session, base, row, aliases.get(row.id, [])) for row in rows)
             return found
 
     def set_alias(self, alias: str, variant: VariantReference) -> VariantInfo:
@@ -698,7 +699,18 @@ class Registry:
         query = query.where(AliasRow.variant_id.is_(None) if row is None else AliasRow.variant_id == row.id)
         return list(session.scalars(query.order_by(AliasRow.alias)))
 
-    def _variant_info(self, session: Session, base: BaseModelRow, row: VariantRow) -> VariantInfo:
+    @staticmethod
+    def _aliases_by_variant(session: Session, base: BaseModelRow) -> dict[int | None, list[str]]:
+        """``{variant id (None = dense): [aliases]}`` of one base model, in one query."""
+        found: dict[int | None, list[str]] = {}
+        query = select(AliasRow).where(AliasRow.base_model_id == base.id).order_by(AliasRow.alias)
+        for alias in session.scalars(query):
+            found.setdefault(alias.variant_id, []).append(alias.alias)
+        return found
+
+    def _variant_info(
+        self, session: Session, base: BaseModelRow, row: VariantRow, aliases: list[str] | None = None
+    ) -> VariantInfo:
         return VariantInfo(
             id=row.id,
             name=row.name,
@@ -720,13 +732,15 @@ class Registry:
             checkpoint_sha256=row.checkpoint_sha256,
             created_at=_utc(row.created_at),
             versions=dict(row.versions),
-            aliases=self._alias_names(session, base, row),
+            aliases=self._alias_names(session, base, row) if aliases is None else aliases,
             is_dense=False,
             base_weights_sha256=row.base_weights_sha256,
             updated_at=_utc(row.updated_at),
         )
 
-    def _dense_info(self, session: Session, base: BaseModelRow) -> VariantInfo:
+    def _dense_info(
+        self, session: Session, base: BaseModelRow, aliases: list[str] | None = None
+    ) -> VariantInfo:
         return VariantInfo(
             id=None,
             name=DENSE,
@@ -748,7 +762,7 @@ class Registry:
             checkpoint_sha256=base.weights_sha256,
             created_at=_utc(base.created_at),
             versions={},
-            aliases=self._alias_names(session, base, None),
+            aliases=self._alias_names(session, base, None) if aliases is None else aliases,
             is_dense=True,
             base_weights_sha256=base.weights_sha256,
             updated_at=_utc(base.updated_at),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import platform
 from importlib.metadata import PackageNotFoundError, version
 
@@ -20,6 +21,12 @@ TRACKED_DISTRIBUTIONS = (
 
 def tool_versions() -> dict[str, str]:
     """``{distribution: version}`` of the installed tools that matter to a result, plus Python's."""
+    return dict(_installed_versions())
+
+
+@functools.cache
+def _installed_versions() -> dict[str, str]:
+    # Reading package metadata parses files (about 10 ms per tool); it cannot change within a process.
     found = {"python": platform.python_version()}
     for distribution in TRACKED_DISTRIBUTIONS:
         try:
