@@ -92,7 +92,10 @@ def resolve_backends(variants: list[tuple[str, str | None]], registry_url: str |
         if local.exists():
             if not local.is_dir():
                 raise UserError(f"checkpoint of {name!r} is not a directory: {local}")
-            registry.verify_checkpoint(info)
+            try:
+                registry.verify_checkpoint(info)
+            except UserError as error:
+                raise UserError(f"cannot serve {name!r}: {error}") from None
             path = str(local)
         elif not info.is_dense or path.startswith((".", "/", "~")):
             raise UserError(f"checkpoint of variant {name!r} is missing: {path}")

@@ -17,6 +17,19 @@ from dataclasses import dataclass
 from server.protocol import ExperimentSpec
 from server.settings import VariantMetadata
 
+# Short names users write for the objectives of ``pruning.objectives.OBJECTIVES``.
+OBJECTIVE_SYNONYMS = {"ppl": "perplexity", "margin": "task_margin", "task-margin": "task_margin"}
+
+
+def canonical_objective(name: str) -> str:
+    """``ppl`` -> ``perplexity``, ``margin`` -> ``task_margin``; other names unchanged."""
+    return OBJECTIVE_SYNONYMS.get(name, name)
+
+
+def objective_names(canonical: str) -> set[str]:
+    """Every name of an objective: its canonical name and its short synonyms."""
+    return {canonical, *(short for short, full in OBJECTIVE_SYNONYMS.items() if full == canonical)}
+
 
 class RoutingError(Exception):
     """The request names no served variant, experiment or arm (the caller answers 4xx)."""
@@ -153,18 +166,28 @@ class Router:
     def best_for_objective(self, objective: str) -> str:
         """The served variant that stands for a calibration objective.
 
+        Among the served variants calibrated with ``objective`` (``ppl`` and ``margin`` are accepted for
+        ``perplexity`` and ``task_margin``), the one named or aliased ``<objective>-best`` wins, else the
+        lowest calibration loss.
+
         Raises:
             ValueError: no served variant was calibrated with that objective.
         """
-        candidates = [name for name, metadata in self.variants.items() if metadata.objective == objective]
+        wanted = canonical_objective(objective)
+        candidates = [
+            name
+            for name, metadata in self.variants.items()
+            if metadata.objective and canonical_objective(metadata.objective) == wanted
+        ]
         if not candidates:
             known = sorted({m.objective for m in self.variants.values() if m.objective})
             raise ValueError(
                 f"no served variant has calibration objective {objective!r} "
                 f"(served objectives: {', '.join(known) or 'none'})"
             )
+        best_names = {f"{name}-best" for name in objective_names(wanted)}
         for name in candidates:
-            if name == f"{objective}-best" or f"{objective}-best" in self.variants[name].aliases:
+            if best_names & {name, *self.variants[name].aliases}:
                 return name
         return min(
             candidates,

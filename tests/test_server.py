@@ -49,7 +49,7 @@ def variant_metadata() -> dict[str, VariantMetadata]:
             base_model="tiny-llama",
             num_blocks=6,
             removed_blocks=[2, 3],
-            objective="ppl",
+            objective="perplexity",
             aliases=["ppl-best"],
             calibration_loss=3.2,
             variant_id=1,
@@ -59,7 +59,7 @@ def variant_metadata() -> dict[str, VariantMetadata]:
             base_model="tiny-llama",
             num_blocks=6,
             removed_blocks=[1, 4],
-            objective="margin",
+            objective="task_margin",
             aliases=["margin-best"],
             variant_id=2,
             search="beam",
@@ -71,7 +71,7 @@ def variant_metadata() -> dict[str, VariantMetadata]:
 def test_objective_arms_resolve_to_best_variant():
     metadata = variant_metadata()
     metadata["ppl-other"] = VariantMetadata(
-        objective="ppl", calibration_loss=1.0
+        objective="perplexity", calibration_loss=1.0
     )  # lower loss, but not "best"
     router = Router(metadata)
     assert router.best_for_objective("ppl") == "ppl-v"  # the ppl-best alias wins over a lower loss
@@ -199,7 +199,8 @@ def test_models_lists_variants_with_pruning_facts_and_experiments(client):
     models = {model.id: model for model in client.models.list()}
     assert set(models) == {"dense", "ppl-v", "margin-v", "llama-ab"}
     ppl = models["ppl-v"].model_dump()
-    assert ppl["removed_blocks"] == [2, 3] and ppl["objective"] == "ppl" and ppl["base_model"] == "tiny-llama"
+    assert ppl["removed_blocks"] == [2, 3] and ppl["objective"] == "perplexity"
+    assert ppl["base_model"] == "tiny-llama"
     assert ppl["max_model_len"] == MAX_MODEL_LEN and ppl["status"] == "up" and ppl["aliases"] == ["ppl-best"]
     assert models["dense"].model_dump()["removed_blocks"] == []
     arms = {arm["name"]: arm for arm in models["llama-ab"].model_dump()["arms"]}

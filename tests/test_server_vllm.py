@@ -1,0 +1,218 @@
+"""End to end: ``depthprune serve`` with the real vLLM CPU engine serving a dense tiny Llama and a pruned
+variant of it (``pruning.checkpoint.write_pruned_checkpoint``), both resolved from a registry, called
+through the official ``openai`` client, streaming included. One gateway for the session (two engine starts).
+
+Run: ``.venv/bin/python -m pytest tests/test_server_vllm.py -q``
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+import openai
+import pytest
+
+from server.backends import free_port
+
+pytestmark = [pytest.mark.slow, pytest.mark.vllm]
+
+CHAT_TEMPLATE = (
+    "{% for message in messages %}{{ message['role'] }}: {{ message['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}assistant:{% endif %}"
+)
+MAX_MODEL_LEN = 128
+
+
+@pytest.fixture(scope="session")
+def served_gateway(tiny_model_dirs, tmp_path_factory):
+    """``(base URL, startup summary)`` of ``depthprune serve`` over a registry with dense and ppl-best."""
+    from depthprune.checksums import weights_sha256
+    from pruning.checkpoint import write_pruned_checkpoint
+    from registry import open_registry
+
+    dense = tiny_model_dirs("llama")
+    work = tmp_path_factory.mktemp("gateway-e2e")
+    calibration = {"objective": "perplexity", "data": "demo:text", "samples": 4, "seq_len": 32, "seed": 0}
+    pruned = write_pruned_checkpoint(str(dense), [2, 3], work / "pruned-2-3", calibration=calibration)
+    registry_url = f"sqlite:///{work / 'registry.db'}"
+    registry = open_registry(registry_url)
+    registry.register_base_model(
+        str(dense), revision=None, weights_sha256=weights_sha256(dense), num_blocks=6, architecture="llama"
+    )
+    variant = registry.register_variant(
+        base_model=str(dense),
+        removed_blocks=[2, 3],
+        calibration=calibration,
+        search="greedy",
+        search_options={},
+        calibration_loss=5.5,
+        dense_loss=5.4,
+        search_seconds=0.1,
+        block_forwards=20,
+        subset_evaluations=9,
+        checkpoint_path=pruned.path,
+        checkpoint_sha256=pruned.weights_sha256,
+    )
+    registry.set_alias("ppl-best", variant.name)
+    (work / "chat.jinja").write_text(CHAT_TEMPLATE)
+    config = work / "gateway.json"
+    config.write_text(
+        json.dumps(
+            {
+                "experiments": {
+                    "llama-ab": {
+                        "arms": [
+                            {"name": "pruned", "objective": "ppl", "weight": 1, "fallback": "dense"},
+                            {"name": "control", "variant": "dense", "weight": 1},
+                        ]
+                    }
+                }
+            }
+        )
+    )
+    port = free_port()
+    command = [
+        sys.executable,
+        "-m",
+        "depthprune",
+        "serve",
+        "--variants",
+        "dense,ppl-best",
+        "--registry",
+        registry_url,
+        "--port",
+        str(port),
+        "--config",
+        str(config),
+        "--dtype",
+        "float32",
+        "--max-model-len",
+        str(MAX_MODEL_LEN),
+        f"--vllm-arg=--chat-template={work / 'chat.jinja'}",
+        "--vllm-arg=--max-num-seqs=8",
+        "--vllm-arg=--enforce-eager",
+        "--start-timeout",
+        "600",
+        "--json",
+        "--log-level",
+        "warning",
+    ]
+    env = {**os.environ, "DEPTHPRUNE_HOME": str(work)}
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stderr=(work / "serve.err").open("wb"), env=env, text=True
+    )
+    try:
+        summary = _read_json_line(process, timeout=600, stderr=work / "serve.err")
+        url = summary["url"]
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                time.sleep(0.2)
+        yield url, summary
+    finally:
+        process.send_signal(signal.SIGINT)
+        try:
+            process.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def _read_json_line(process: subprocess.Popen, timeout: float, stderr) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"depthprune serve exited with {process.returncode}:\n{stderr.read_text()[-4000:]}")
+        ready, _, _ = select.select([process.stdout], [], [], 1.0)
+        if ready:
+            line = process.stdout.readline()
+            if line.startswith("{"):
+                return json.loads(line)
+    pytest.fail(f"depthprune serve did not start within {timeout} s:\n{stderr.read_text()[-4000:]}")
+
+
+@pytest.fixture()
+def client(served_gateway) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{served_gateway[0]}/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def test_models_show_the_registry_facts(client, served_gateway):
+    _, summary = served_gateway
+    assert set(summary["variants"]) == {"dense", "ppl-best"}
+    assert all(state["up"] and state["managed"] for state in summary["variants"].values())
+    cards = {card.id: card.model_dump() for card in client.models.list()}
+    assert set(cards) == {"dense", "ppl-best", "llama-ab"}
+    assert cards["ppl-best"]["removed_blocks"] == [2, 3] and cards["ppl-best"]["objective"] == "perplexity"
+    assert cards["ppl-best"]["max_model_len"] == MAX_MODEL_LEN and cards["ppl-best"]["num_blocks"] == 6
+    assert (
+        cards["dense"]["removed_blocks"] == []
+        and cards["dense"]["base_model"] == cards["ppl-best"]["base_model"]
+    )
+    assert cards["llama-ab"]["arms"][0]["variant"] == "ppl-best"
+
+
+def test_completions_through_the_openai_client(client):
+    raw = client.completions.with_raw_response.create(
+        model="ppl-best", prompt="w5 w6 w7", max_tokens=6, temperature=0
+    )
+    completion = raw.parse()
+    assert raw.headers["x-depthprune-variant"] == "ppl-best"
+    assert completion.usage.completion_tokens == 6 and completion.choices[0].text
+    stream = client.completions.create(
+        model="dense", prompt="w5 w6 w7", max_tokens=6, temperature=0, stream=True
+    )
+    chunks = list(stream)
+    assert sum(1 for chunk in chunks if chunk.choices and chunk.choices[0].text) >= 1
+    assert all(chunk.usage is None for chunk in chunks)
+    dense_text = client.completions.create(model="dense", prompt="w5 w6 w7", max_tokens=6, temperature=0)
+    assert "".join(c.choices[0].text for c in chunks if c.choices) == dense_text.choices[0].text
+
+
+def test_chat_streaming_on_an_experiment(client):
+    messages = [{"role": "user", "content": "w9 w10"}]
+    arms = {}
+    for user in ("alice", "bob", "carol", "dave", "erin", "frank"):
+        raw = client.chat.completions.with_raw_response.create(
+            model="llama-ab",
+            messages=messages,
+            max_tokens=4,
+            user=user,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        assert raw.headers["x-depthprune-experiment"] == "llama-ab"
+        chunks = list(raw.parse())
+        assert chunks[-1].usage.completion_tokens == 4
+        arms[user] = (raw.headers["x-depthprune-arm"], raw.headers["x-depthprune-variant"])
+    assert set(arms.values()) <= {("pruned", "ppl-best"), ("control", "dense")}
+    again = client.chat.completions.with_raw_response.create(
+        model="llama-ab", messages=messages, max_tokens=2, user="alice"
+    )
+    assert (again.headers["x-depthprune-arm"], again.headers["x-depthprune-variant"]) == arms["alice"]
+
+
+def test_errors_and_metrics_with_the_real_engine(client, served_gateway):
+    url = served_gateway[0]
+    with pytest.raises(openai.BadRequestError, match="context length"):
+        client.completions.create(model="dense", prompt="w5", max_tokens=MAX_MODEL_LEN + 1)
+    with pytest.raises(openai.BadRequestError):  # vLLM's own check: prompt plus max_tokens too long
+        client.completions.create(model="dense", prompt="w5 " * 100, max_tokens=100)
+    metrics = httpx.get(f"{url}/metrics").text
+    assert (
+        'depthprune_gateway_generation_tokens_total{arm="",experiment="",variant="ppl-best"} 6.0' in metrics
+    )
+    assert (
+        'depthprune_gateway_time_to_first_token_seconds_count{arm="",experiment="",variant="dense"}'
+        in metrics
+    )
+    backend = httpx.get(f"{url}/metrics/backends/ppl-best").text
+    assert "vllm:generation_tokens_total" in backend
