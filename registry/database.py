@@ -81,7 +81,10 @@ def create_registry_engine(url: str) -> Engine:
     if backend == "sqlite":
         database = parsed.database
         if database and database != ":memory:" and not database.startswith("file:"):
-            Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            try:
+                Path(database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise UserError(f"cannot create the registry's directory for {shown}: {error}") from None
         connect_args["timeout"] = SQLITE_BUSY_TIMEOUT_MS / 1000
     elif backend == "postgresql":
         if parsed.get_driver_name() in ("psycopg", "psycopg2"):

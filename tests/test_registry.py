@@ -148,6 +148,41 @@ def test_tables_match_the_migrations(registry):
     assert differences == []
 
 
+def test_migrations_downgrade_and_upgrade_cleanly(registry_url):
+    from alembic import command
+    from sqlalchemy import inspect
+
+    from registry.schema import alembic_config, current_revision
+
+    with open_registry(registry_url) as opened:
+        config = alembic_config()
+        with opened.engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.downgrade(config, "base")
+        assert set(inspect(opened.engine).get_table_names()) <= {"alembic_version"}
+        assert current_revision(opened.engine) is None
+    with open_registry(registry_url) as reopened:
+        assert register_base(reopened).model == BASE
+
+
+def test_a_schema_newer_than_this_code_is_one_clear_error(registry_url):
+    from sqlalchemy import text
+
+    with open_registry(registry_url) as opened, opened.engine.begin() as connection:
+        connection.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+    with pytest.raises(UserError, match="revision '9999', which this depthprune does not know"):
+        open_registry(registry_url)
+
+
+def test_a_sqlite_file_that_cannot_be_created_is_one_clear_error(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(UserError, match="cannot create the registry's directory"):
+        open_registry(f"sqlite:///{blocker}/sub/registry.db")
+    with pytest.raises(UserError, match="cannot connect to the registry"):
+        open_registry(f"sqlite:///{tmp_path}")  # a directory, not a database file
+
+
 def test_default_url_is_sqlite_under_the_data_directory(isolated_home):
     with open_registry() as opened:
         assert opened.url.startswith("sqlite:///")
