@@ -1,0 +1,278 @@
+"""Benchmark: what does the depthprune gateway add on top of calling the vLLM backend directly?
+
+What it does (every process it starts is stopped at the end):
+1. starts one vLLM CPU OpenAI server for ``--model DIR`` (default: a tiny random Llama, the worst case for
+   relative overhead because the engine itself is so fast);
+2. starts ``depthprune serve --variants bench=URL`` in front of it (its own process, as in production);
+3. latency: ``--rounds`` rounds of ``--pairs`` sequential request pairs, direct and through the gateway
+   interleaved request by request (which goes first alternates), non-streaming (end-to-end latency) and
+   streaming (time to first token); overhead = median of the per-pair differences;
+4. throughput: in each round ``--requests`` requests at ``--concurrency`` against each target (order
+   alternating between rounds so drift cancels); output tokens/s and their ratio;
+5. prints JSON and writes ``## Gateway overhead`` into docs/benchmarks.md (replacing an older one) unless
+   ``--no-write``.
+
+Run: ``.venv/bin/python benchmarks/bench_gateway.py`` (about 3-5 minutes here, most of it the engine start).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import re
+import select
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from server.backends import Backend, free_port  # noqa: E402
+from server.settings import BackendSpec, VllmOptions  # noqa: E402
+
+DOCS = ROOT / "docs" / "benchmarks.md"
+SECTION = "## Gateway overhead"
+PROMPT = " ".join(f"w{i}" for i in range(10, 42))  # 32 tokens of the tiny tokenizer's vocabulary
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", help="Checkpoint directory (default: a tiny random Llama made here).")
+    parser.add_argument("--rounds", type=int, default=5, help="Interleaved rounds.")
+    parser.add_argument("--pairs", type=int, default=20, help="Sequential direct/gateway pairs per round.")
+    parser.add_argument("--requests", type=int, default=64, help="Requests per throughput measurement.")
+    parser.add_argument("--concurrency", type=int, default=16, help="Concurrent requests for throughput.")
+    parser.add_argument("--max-tokens", type=int, default=16, help="Output tokens per request (ignore_eos).")
+    parser.add_argument(
+        "--compile", action="store_true", help="Let vLLM compile (slow start); default eager."
+    )
+    parser.add_argument("--no-write", action="store_true", help="Do not write docs/benchmarks.md.")
+    parser.add_argument("--out", type=Path, help="Also write the JSON result here.")
+    return parser.parse_args()
+
+
+def tiny_model(directory: Path) -> Path:
+    """A tiny random Llama with a word-level tokenizer (tests/tiny_models.py)."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from tiny_models import save_tiny_model
+
+    return save_tiny_model("llama", directory)
+
+
+def start_gateway(backend_url: str, port: int, home: Path) -> subprocess.Popen:
+    command = [
+        sys.executable,
+        "-m",
+        "depthprune",
+        "serve",
+        "--variants",
+        f"bench={backend_url}",
+        "--port",
+        str(port),
+        "--json",
+        "--log-level",
+        "warning",
+    ]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, "DEPTHPRUNE_HOME": str(home)}
+    )
+    ready, _, _ = select.select([process.stdout], [], [], 120)
+    if not ready or not process.stdout.readline().startswith("{"):
+        process.kill()
+        raise SystemExit("the gateway did not start")
+    return process
+
+
+def body(max_tokens: int, stream: bool) -> dict:
+    return {
+        "model": "bench",
+        "prompt": PROMPT,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": stream,
+    }
+
+
+async def one_request(
+    client: httpx.AsyncClient, url: str, max_tokens: int, stream: bool
+) -> tuple[float, float]:
+    """(seconds to the first byte of content, seconds to the end) of one completion."""
+    start = time.perf_counter()
+    first = None
+    async with client.stream("POST", f"{url}/v1/completions", json=body(max_tokens, stream)) as response:
+        response.raise_for_status()
+        async for _ in response.aiter_raw():
+            if first is None:
+                first = time.perf_counter() - start
+    return first or 0.0, time.perf_counter() - start
+
+
+async def latency_round(
+    client, targets: dict[str, str], pairs: int, max_tokens: int, round_index: int
+) -> dict:
+    """Per-pair differences (gateway - direct) in seconds, for e2e (non-streaming) and TTFT (streaming)."""
+    samples = {"direct_e2e": [], "gateway_e2e": [], "direct_ttft": [], "gateway_ttft": []}
+    order = ["direct", "gateway"] if round_index % 2 == 0 else ["gateway", "direct"]
+    for pair in range(pairs):
+        for name in order if pair % 2 == 0 else order[::-1]:
+            _, e2e = await one_request(client, targets[name], max_tokens, stream=False)
+            ttft, _ = await one_request(client, targets[name], max_tokens, stream=True)
+            samples[f"{name}_e2e"].append(e2e)
+            samples[f"{name}_ttft"].append(ttft)
+    return samples
+
+
+async def throughput(client, url: str, requests: int, concurrency: int, max_tokens: int) -> float:
+    """Output tokens per second of ``requests`` requests with at most ``concurrency`` in flight."""
+    semaphore = asyncio.Semaphore(concurrency)
+
+    async def limited():
+        async with semaphore:
+            response = await client.post(f"{url}/v1/completions", json=body(max_tokens, stream=False))
+            response.raise_for_status()
+            return response.json()["usage"]["completion_tokens"]
+
+    start = time.perf_counter()
+    tokens = sum(await asyncio.gather(*(limited() for _ in range(requests))))
+    return tokens / (time.perf_counter() - start)
+
+
+async def measure(targets: dict[str, str], args) -> dict:
+    limits = httpx.Limits(
+        max_connections=args.concurrency * 2, max_keepalive_connections=args.concurrency * 2
+    )
+    async with httpx.AsyncClient(timeout=120, limits=limits) as client:
+        for url in targets.values():  # warm-up: connections, engine caches
+            await asyncio.gather(
+                *(one_request(client, url, args.max_tokens, stream=s) for s in (False, True) * 4)
+            )
+        latencies = {"direct_e2e": [], "gateway_e2e": [], "direct_ttft": [], "gateway_ttft": []}
+        rates = {"direct": [], "gateway": []}
+        for round_index in range(args.rounds):
+            samples = await latency_round(client, targets, args.pairs, args.max_tokens, round_index)
+            for key, values in samples.items():
+                latencies[key].extend(values)
+            order = ["direct", "gateway"] if round_index % 2 == 0 else ["gateway", "direct"]
+            for name in order:
+                rates[name].append(
+                    await throughput(client, targets[name], args.requests, args.concurrency, args.max_tokens)
+                )
+            print(
+                f"round {round_index + 1}/{args.rounds}: tokens/s direct {rates['direct'][-1]:.0f}, "
+                f"gateway {rates['gateway'][-1]:.0f}",
+                file=sys.stderr,
+            )
+    return summarise(latencies, rates)
+
+
+def summarise(latencies: dict[str, list[float]], rates: dict[str, list[float]]) -> dict:
+    def ms(value: float) -> float:
+        return round(value * 1000, 2)
+
+    e2e_diff = [g - d for g, d in zip(latencies["gateway_e2e"], latencies["direct_e2e"])]
+    ttft_diff = [g - d for g, d in zip(latencies["gateway_ttft"], latencies["direct_ttft"])]
+    ratios = [g / d for g, d in zip(rates["gateway"], rates["direct"])]
+    return {
+        "pairs": len(e2e_diff),
+        "direct_p50_e2e_ms": ms(statistics.median(latencies["direct_e2e"])),
+        "gateway_p50_e2e_ms": ms(statistics.median(latencies["gateway_e2e"])),
+        "overhead_p50_e2e_ms": ms(statistics.median(e2e_diff)),
+        "direct_p50_ttft_ms": ms(statistics.median(latencies["direct_ttft"])),
+        "gateway_p50_ttft_ms": ms(statistics.median(latencies["gateway_ttft"])),
+        "overhead_p50_ttft_ms": ms(statistics.median(ttft_diff)),
+        "direct_output_tokens_per_s": [round(r, 1) for r in rates["direct"]],
+        "gateway_output_tokens_per_s": [round(r, 1) for r in rates["gateway"]],
+        "throughput_ratio_median": round(statistics.median(ratios), 4),
+        "throughput_ratio_overall": round(sum(rates["gateway"]) / sum(rates["direct"]), 4),
+    }
+
+
+def markdown(result: dict, args, model: str) -> str:
+    goal_latency = "met" if result["overhead_p50_e2e_ms"] < 5 else "NOT met"
+    goal_rate = "met" if abs(1 - result["throughput_ratio_median"]) <= 0.05 else "NOT met"
+    return f"""{SECTION}
+
+The gateway (`depthprune serve`, its own process) in front of one vLLM CPU server, against calling that
+server directly; requests interleaved pair by pair (which goes first alternates) so machine drift cancels.
+Model: {model}; prompt 32 tokens, {args.max_tokens} output tokens (`ignore_eos`), greedy.
+Machine: {platform.machine()}, {os.cpu_count()} cores shared with other work, Python {platform.python_version()}.
+
+| measure | direct | through the gateway | overhead |
+|---|---|---|---|
+| p50 end-to-end latency, sequential, non-streaming | {result["direct_p50_e2e_ms"]} ms | {result["gateway_p50_e2e_ms"]} ms | **{result["overhead_p50_e2e_ms"]} ms** (goal < 5 ms: {goal_latency}) |
+| p50 time to first token, sequential, streaming | {result["direct_p50_ttft_ms"]} ms | {result["gateway_p50_ttft_ms"]} ms | {result["overhead_p50_ttft_ms"]} ms |
+| output tokens/s, {args.requests} requests at concurrency {args.concurrency} (per round) | {", ".join(f"{r:.0f}" for r in result["direct_output_tokens_per_s"])} | {", ".join(f"{r:.0f}" for r in result["gateway_output_tokens_per_s"])} | ratio **{result["throughput_ratio_median"]}** (median of rounds; goal within 5 %: {goal_rate}) |
+
+Overheads are medians of {result["pairs"]} per-pair differences over {args.rounds} rounds. The tiny model makes the
+engine's own time small, so this is the worst case for the relative overhead.
+Reproduce: `.venv/bin/python benchmarks/bench_gateway.py --rounds {args.rounds} --pairs {args.pairs} --requests {args.requests} --concurrency {args.concurrency}`.
+"""  # noqa: E501
+
+
+def write_section(text: str) -> None:
+    """Replace our section of docs/benchmarks.md, or append it."""
+    DOCS.parent.mkdir(parents=True, exist_ok=True)
+    current = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
+    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
+    if pattern.search(current):
+        updated = pattern.sub(lambda _: text.rstrip() + "\n\n", current)
+    else:
+        updated = current.rstrip() + "\n\n" + text
+    DOCS.write_text(updated.rstrip() + "\n")
+
+
+def main() -> None:
+    args = parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-gateway-") as work:
+        work = Path(work)
+        model = args.model or str(tiny_model(work / "tiny-llama"))
+        options = VllmOptions(
+            dtype="float32",
+            max_model_len=256,
+            log_dir=str(work),
+            extra_args=[] if args.compile else ["--enforce-eager"],
+        )
+        backend = Backend(BackendSpec("bench", model_dir=model), options)
+        gateway = None
+        try:
+            print("starting vLLM ...", file=sys.stderr)
+            backend.spawn()
+
+            async def wait():
+                async with httpx.AsyncClient() as client:
+                    await backend.wait_healthy(client, 900, 5)
+
+            asyncio.run(wait())
+            gateway_port = free_port()
+            gateway = start_gateway(backend.url, gateway_port, work)
+            targets = {"direct": backend.url, "gateway": f"http://127.0.0.1:{gateway_port}"}
+            result = asyncio.run(measure(targets, args))
+        finally:
+            if gateway is not None:
+                gateway.send_signal(signal.SIGINT)
+                gateway.wait(timeout=30)
+            backend.stop()
+    model_name = "tiny random Llama (6 blocks, hidden 64, float32)" if not args.model else f"`{args.model}`"
+    result["model"] = model_name
+    print(json.dumps(result, indent=2))
+    if args.out:
+        args.out.write_text(json.dumps(result, indent=2))
+    text = markdown(result, args, model_name)
+    print(text)
+    if not args.no_write:
+        write_section(text)
+
+
+if __name__ == "__main__":
+    main()
