@@ -299,7 +299,7 @@ def export(
     if out is not None and out.is_dir():
         raise UserError(f"--out {out} is a directory; give a file name")
     with _open(registry_url) as registry:
-        document = export_document(registry, base)
+        document = export_document(registry, base, progress=True)
     text = render_export(document, export_format)
     if out is None:
         print(text, end="")

@@ -113,7 +113,10 @@ def create_registry_engine(url: str) -> Engine:
 def is_transient(error: Exception) -> bool:
     """Whether ``error`` is worth another try: a lock, a busy database, a serialization failure."""
     if isinstance(error, IntegrityError):
-        return True  # another process inserted the same new row first; the retry finds and updates it
+        # Another process inserted the same new row first; the retry finds and updates it. Other
+        # integrity errors (a missing value) are bugs that no retry fixes.
+        message = str(error.orig).lower()
+        return "unique" in message or "duplicate key" in message
     if isinstance(error, OperationalError):
         message = str(error.orig).lower()
         return any(word in message for word in ("locked", "busy", "deadlock", "serializ", "could not obtain"))

@@ -29,8 +29,15 @@ CSV_VARIANT_COLUMNS = (
 CSV_CALIBRATION_COLUMNS = ("data", "samples", "seq_len", "seed")
 
 
-def export_document(registry: Registry, base_model: str | None = None) -> dict[str, Any]:
+def export_document(
+    registry: Registry, base_model: str | None = None, *, progress: bool = False
+) -> dict[str, Any]:
     """Everything the registry holds (about one base model, if given), JSON-ready.
+
+    Args:
+        registry: the open registry.
+        base_model: only this base model and its variants.
+        progress: show a progress bar on stderr (a large registry takes a while).
 
     Returns:
         ``{"registry", "exported_at", "base_models": [...], "variants": [{..., "evaluations": [...],
@@ -38,7 +45,11 @@ def export_document(registry: Registry, base_model: str | None = None) -> dict[s
     """
     bases = [registry.get_base_model(base_model)] if base_model else registry.base_models()
     variants = []
-    for variant in registry.list_variants(base_model, include_dense=True):
+    from tqdm import tqdm
+
+    listed = registry.list_variants(base_model, include_dense=True)
+    disable = None if progress else True  # None: tqdm draws the bar only when stderr is a terminal
+    for variant in tqdm(listed, desc="exporting", unit="variant", disable=disable, leave=False):
         entry = variant.to_dict()
         entry["evaluations"] = [item.to_dict() for item in registry.evaluations(variant)]
         entry["serving_benchmarks"] = [item.to_dict() for item in registry.serving_benchmarks(variant)]
