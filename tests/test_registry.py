@@ -114,10 +114,21 @@ def fake_checkpoint(directory: Path, content: bytes = b"weights") -> Path:
 # ------------------------------------------------------------------------------ schema
 
 
-def test_import_does_not_load_torch_or_vllm():
-    code = "import sys, registry, registry.cli; print(any(m in sys.modules for m in ('torch', 'vllm')))"
+def test_import_does_not_load_torch_vllm_or_the_database_layer():
+    code = (
+        "import sys, registry, registry.cli; "
+        "print(sorted(m for m in ('torch', 'vllm', 'sqlalchemy') if m in sys.modules))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert result.stdout.strip() == "False"
+    assert result.stdout.strip() == "[]"
+
+
+def test_every_exported_name_resolves():
+    import registry
+
+    assert all(getattr(registry, name) is not None for name in registry.__all__)
+    with pytest.raises(AttributeError):
+        registry.no_such_name  # noqa: B018
 
 
 def test_head_revision_constant_matches_the_migrations():
