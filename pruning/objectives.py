@@ -77,6 +77,13 @@ Head = Callable[["torch.Tensor"], "torch.Tensor"]
 Reference = Callable[[int], "torch.Tensor"]
 
 
+def _float(tensor: torch.Tensor) -> torch.Tensor:
+    """Losses in at least float32 (bf16 logits lose too much), float64 kept for exact checks."""
+    import torch
+
+    return tensor if tensor.dtype == torch.float64 else tensor.float()
+
+
 def _chunked(hidden: torch.Tensor):
     for start in range(0, hidden.shape[0], HEAD_CHUNK_POSITIONS):
         yield start, hidden[start:start + HEAD_CHUNK_POSITIONS]
@@ -91,9 +98,9 @@ def perplexity(batch: CalibrationBatch, hidden: torch.Tensor, head: Head,
     losses = []
     for row in range(hidden.shape[0]):
         targets = batch.input_ids[row, 1:]
-        total = hidden.new_zeros((), dtype=torch.float32)
+        total = _float(hidden.new_zeros(()))
         for start, chunk in _chunked(hidden[row, :-1]):
-            logits = head(chunk).float()
+            logits = _float(head(chunk))
             total = total + F.cross_entropy(logits, targets[start:start + chunk.shape[0]], reduction="sum")
         losses.append(total / targets.shape[0])
     return torch.stack(losses)
@@ -110,10 +117,10 @@ def kl(batch: CalibrationBatch, hidden: torch.Tensor, head: Head,
     losses = []
     for row in range(hidden.shape[0]):
         dense_logprobs = reference(row)
-        total = hidden.new_zeros((), dtype=torch.float32)
+        total = _float(hidden.new_zeros(()))
         for start, chunk in _chunked(hidden[row]):
-            logprobs = torch.log_softmax(head(chunk).float(), dim=-1)
-            dense = dense_logprobs[start:start + chunk.shape[0]].to(logprobs.device, torch.float32)
+            logprobs = torch.log_softmax(_float(head(chunk)), dim=-1)
+            dense = dense_logprobs[start:start + chunk.shape[0]].to(logprobs.device, logprobs.dtype)
             total = total + F.kl_div(logprobs, dense, log_target=True, reduction="sum")
         losses.append(total / hidden.shape[1])
     return torch.stack(losses)
@@ -130,7 +137,7 @@ def task_margin(batch: CalibrationBatch, hidden: torch.Tensor, head: Head,
     answer_hidden = hidden[batch.answer_rows, batch.answer_positions]
     token_logprobs = []
     for start, chunk in _chunked(answer_hidden):
-        logprobs = torch.log_softmax(head(chunk).float(), dim=-1)
+        logprobs = torch.log_softmax(_float(head(chunk)), dim=-1)
         tokens = batch.answer_tokens[start:start + chunk.shape[0]]
         token_logprobs.append(logprobs.gather(1, tokens[:, None])[:, 0])
     token_logprobs = torch.cat(token_logprobs)

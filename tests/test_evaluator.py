@@ -1,0 +1,272 @@
+"""The subset evaluator: exact (equals the written pruned checkpoint), fast paths agree with naive, memo,
+counters, gradients, Block Influence and bad input."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from depthprune.errors import UserError
+from pruning.evaluator import build_evaluator, plan_boundaries
+from pruning.objectives import CalibrationConfig
+
+SAMPLES, SEQ_LEN = 6, 24
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory, tiny_model_dirs):
+    """A tiny 6-block llama on disk plus hand-made text and question files in its vocabulary."""
+    root = tmp_path_factory.mktemp("evaluator-data")
+    rng = random.Random(0)
+
+    def words(count):
+        return " ".join(f"w{rng.randrange(4, 256)}" for _ in range(count))
+
+    text = root / "text.jsonl"
+    text.write_text("".join(json.dumps({"text": words(50)}) + "\n" for _ in range(8)))
+    questions = root / "qa.jsonl"
+    rows = []
+    for _ in range(10):
+        count = rng.choice([2, 3, 4])
+        rows.append({"context": words(rng.randrange(3, 10)), "choices": [words(rng.randrange(1, 4))
+                     for _ in range(count)], "label": rng.randrange(count)})
+    questions.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return {"model": str(tiny_model_dirs("llama")), "text": f"text:{text}", "mc": f"mc:{questions}",
+            "root": root}
+
+
+def config_for(files, objective):
+    return CalibrationConfig(objective, files["mc" if objective == "task_margin" else "text"],
+                             samples=SAMPLES, seq_len=SEQ_LEN, seed=1)
+
+
+@pytest.fixture(scope="module")
+def evaluators(files):
+    made = {}
+
+    def get(objective, **options):
+        key = (objective, tuple(sorted(options.items())))
+        if key not in made:
+            made[key] = build_evaluator(files["model"], config_for(files, objective), progress=False,
+                                        batch_size=4, **options)
+        return made[key]
+
+    return get
+
+
+OBJECTIVE_NAMES = ["perplexity", "task_margin", "kl"]
+
+
+def reference_loss(objective, evaluator, model, dense_model=None):
+    """The calibration loss by a plain forward of ``model`` per calibration sequence."""
+    losses = []
+    for batch in evaluator.batches:
+        for row in range(batch.input_ids.shape[0]):
+            length = int(batch.token_mask[row].sum())
+            ids = batch.input_ids[row:row + 1, :length]
+            with torch.no_grad():
+                logprobs = torch.log_softmax(model(ids, use_cache=False).logits[0], dim=-1)
+                if objective == "perplexity":
+                    losses.append(-logprobs[:-1].gather(1, ids[0, 1:, None]).mean())
+                elif objective == "kl":
+                    dense = torch.log_softmax(dense_model(ids, use_cache=False).logits[0], dim=-1)
+                    losses.append((dense.exp() * (dense - logprobs)).sum(-1).mean())
+                else:
+                    picked = batch.answer_rows == row
+                    positions, tokens = batch.answer_positions[picked], batch.answer_tokens[picked]
+                    losses.append(logprobs[positions, tokens].mean())  # ℓ of this choice, finished below
+        if objective == "task_margin":
+            ell = torch.stack(losses[-batch.input_ids.shape[0]:])
+            del losses[-batch.input_ids.shape[0]:]
+            for item in range(batch.num_samples):
+                mine = (batch.sequence_item == item).nonzero()[:, 0]
+                correct = int(batch.correct_sequence[item])
+                losses.append(-sum(ell[correct] - ell[j] for j in mine.tolist() if j != correct))
+    return float(torch.stack(losses).double().mean())
+
+
+@pytest.mark.parametrize("objective", OBJECTIVE_NAMES)
+def test_score_equals_the_written_pruned_checkpoint(files, evaluators, objective, tmp_path):
+    from transformers import AutoModelForCausalLM
+
+    from pruning.checkpoint import write_pruned_checkpoint
+
+    evaluator = evaluators(objective)
+    removed = frozenset({1, 4})
+    variant = write_pruned_checkpoint(files["model"], sorted(removed), tmp_path / "variant")
+    pruned = AutoModelForCausalLM.from_pretrained(variant.path).eval()
+    assert pruned.config.num_hidden_layers == 4
+    dense = AutoModelForCausalLM.from_pretrained(files["model"]).eval() if objective == "kl" else None
+    assert evaluator.score(removed) == pytest.approx(reference_loss(objective, evaluator, pruned, dense),
+                                                     abs=1e-5)
+
+
+def random_sets(num_blocks, count, seed=0):
+    rng = random.Random(seed)
+    return [frozenset(rng.sample(range(num_blocks), rng.randint(1, num_blocks - 1))) for _ in range(count)]
+
+
+@pytest.mark.parametrize("objective", OBJECTIVE_NAMES)
+def test_fast_and_budget_limited_agree_with_naive(evaluators, objective):
+    fast, naive = evaluators(objective), evaluators(objective, naive=True)
+    # 0 GiB keeps only boundary 0; the KL reference then falls back to re-running the dense head.
+    starved = evaluators(objective, memory_budget_gb=0.0)
+    assert fast.boundaries == list(range(6)) and starved.boundaries == [0] and naive.boundaries == []
+    if objective == "kl":
+        assert fast.cache_reference_logprobs and not starved.cache_reference_logprobs
+    for removed in [frozenset(), frozenset({0}), frozenset({3}), frozenset({5}), *random_sets(6, 3)]:
+        expected = naive.score(removed)
+        assert fast.score(removed) == pytest.approx(expected, abs=1e-5)
+        assert starved.score(removed) == pytest.approx(expected, abs=1e-5)
+
+
+def test_plan_boundaries():
+    assert plan_boundaries(16, 99) == list(range(16))
+    assert plan_boundaries(16, 4) == [0, 4, 8, 12]
+    assert plan_boundaries(6, 0) == [0]
+    assert plan_boundaries(7, 3) == [0, 2, 4]
+
+
+def test_memo_and_counters(files):
+    evaluator = build_evaluator(files["model"], config_for(files, "perplexity"), progress=False, batch_size=4)
+    batches = len(evaluator.batches)
+    assert batches == 2  # 6 windows in batches of 4
+    setup = evaluator.stats.block_forwards
+    assert setup == 6 * batches  # the dense reference pass
+    first = evaluator.score(frozenset({3}))
+    # the suffix from boundary 3 without block 3: blocks 4 and 5
+    assert evaluator.stats.block_forwards - setup == 2 * batches
+    assert evaluator.stats.tokens == (6 + 2) * SAMPLES * SEQ_LEN  # every window through 6, then 2 blocks
+    assert evaluator.score({3}) == first and evaluator.score([3]) == first
+    assert (evaluator.stats.evaluations, evaluator.stats.memo_hits) == (1, 2)
+    assert evaluator.dense_loss() != first
+    assert evaluator.stats.evaluations == 1  # the dense loss came from the reference pass
+
+    singles = evaluator.single_block_scores()
+    assert singles[3] == first and evaluator.stats.evaluations == 6
+    evaluations = evaluator.stats.evaluations
+    np.testing.assert_array_equal(evaluator.single_block_scores(), singles)
+    assert evaluator.stats.evaluations == evaluations
+    assert evaluator.stats.wall_seconds > 0 and evaluator.stats.setup_seconds > 0
+
+    naive = build_evaluator(files["model"], config_for(files, "perplexity"), progress=False, batch_size=4,
+                            naive=True)
+    before = naive.stats.block_forwards
+    naive.score({3})
+    naive.score({3})
+    assert naive.stats.block_forwards - before == 2 * 5 * batches
+    assert (naive.stats.evaluations, naive.stats.memo_hits) == (2, 0)
+
+
+def test_memo_save_and_load(files, evaluators, tmp_path):
+    evaluator = evaluators("perplexity")
+    evaluator.score({0, 2})
+    path = evaluator.save_memo(tmp_path / "memo.json")
+    fresh = build_evaluator(files["model"], config_for(files, "perplexity"), progress=False, batch_size=4)
+    assert fresh.load_memo(path) >= 2
+    before = fresh.stats.evaluations
+    assert fresh.score({0, 2}) == evaluator.score({0, 2})
+    assert fresh.stats.evaluations == before and fresh.stats.memo_hits == 1
+
+    other = build_evaluator(files["model"], CalibrationConfig("perplexity", files["text"], samples=SAMPLES,
+                                                              seq_len=SEQ_LEN, seed=2), progress=False)
+    with pytest.raises(UserError, match="was made for config"):
+        other.load_memo(path)
+    with pytest.raises(UserError, match="does not exist"):
+        fresh.load_memo(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text("{")
+    with pytest.raises(UserError, match="not valid JSON"):
+        fresh.load_memo(tmp_path / "bad.json")
+
+
+@pytest.mark.slow
+def test_residual_gradients_match_finite_differences(files):
+    """dL_s/dα_i by central differences on a float64 copy, for every sample and block."""
+    evaluator = build_evaluator(files["model"], config_for(files, "perplexity"), progress=False, batch_size=4,
+                                dtype="float64")
+    gradients = evaluator.residual_gradients()
+    assert gradients.shape == (SAMPLES, 6)
+    stack, objective = evaluator.stack, evaluator.objective
+
+    def per_sample_losses(alphas):
+        losses = []
+        with torch.no_grad():
+            for batch in evaluator.batches:
+                prepared = stack.prepare(batch.input_ids)
+                hidden = prepared.hidden
+                for index, block in enumerate(stack.blocks):
+                    output = block(hidden, **prepared.block_kwargs[index])
+                    hidden = hidden + alphas[index] * (output - hidden)
+                losses.append(objective.loss(batch, hidden, stack.head, None))
+        return torch.cat(losses).numpy()
+
+    # RMSNorm computes in float32 even in a float64 model: a step of 1e-3 keeps that rounding below 1e-4.
+    step = 1e-3
+    for block in range(6):
+        up, down = np.ones(6), np.ones(6)
+        up[block] += step
+        down[block] -= step
+        numeric = (per_sample_losses(up) - per_sample_losses(down)) / (2 * step)
+        np.testing.assert_allclose(gradients[:, block], numeric, rtol=1e-3, atol=1e-4)
+
+
+def test_residual_gradients_per_item_and_kl(evaluators):
+    margin = evaluators("task_margin")
+    gradients = margin.residual_gradients()
+    assert gradients.shape == (SAMPLES, 6) and np.abs(gradients).sum() > 0
+    # KL(dense || dense) is a minimum: its gradient vanishes
+    np.testing.assert_allclose(evaluators("kl").residual_gradients(), 0, atol=1e-6)
+
+
+def test_block_influence_matches_hidden_states(files, evaluators):
+    from transformers import AutoModelForCausalLM
+
+    evaluator = evaluators("perplexity")
+    model = AutoModelForCausalLM.from_pretrained(files["model"]).eval()
+    cosines = []
+    for batch in evaluator.batches:
+        with torch.no_grad():
+            states = model(batch.input_ids, output_hidden_states=True, use_cache=False).hidden_states
+        # hidden_states[i] enters block i; the last entry is after the final norm, so block 5 is left out
+        cosines.append(torch.stack([torch.nn.functional.cosine_similarity(states[i], states[i + 1], dim=-1)
+                                    .flatten() for i in range(5)]))
+    expected = 1 - torch.cat(cosines, dim=1).mean(dim=1)
+    influence = evaluator.block_influence()
+    assert influence.shape == (6,)
+    np.testing.assert_allclose(influence[:5], expected.numpy(), atol=1e-5)
+
+
+@pytest.mark.parametrize("architecture", ["qwen3", "gemma3_text"])
+def test_other_architectures_fast_equals_naive(files, tiny_model_dirs, architecture):
+    model = str(tiny_model_dirs(architecture))
+    config = CalibrationConfig("perplexity", files["text"], samples=3, seq_len=SEQ_LEN)
+    fast = build_evaluator(model, config, progress=False, batch_size=2)
+    naive = build_evaluator(model, config, progress=False, batch_size=2, naive=True)
+    for removed in [frozenset({0}), frozenset({2, 3}), frozenset({1, 5})]:
+        assert fast.score(removed) == pytest.approx(naive.score(removed), abs=1e-5)
+
+
+def test_bad_input(files, evaluators, tmp_path):
+    evaluator = evaluators("perplexity")
+    with pytest.raises(UserError, match="cannot remove all 6 blocks"):
+        evaluator.score(frozenset(range(6)))
+    with pytest.raises(UserError, match="out of range"):
+        evaluator.score({6})
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"context": "w4", "choices": ["w5", "w6"], "label": 5}) + "\n")
+    with pytest.raises(UserError, match="bad.jsonl:1: 'label' must be"):
+        build_evaluator(files["model"], CalibrationConfig("task_margin", f"mc:{bad}", samples=1),
+                        progress=False)
+    empty = tmp_path / "empty.txt"
+    empty.write_text("   \n")
+    with pytest.raises(UserError, match="has no text"):
+        build_evaluator(files["model"], CalibrationConfig("perplexity", f"text:{empty}"), progress=False)
+    with pytest.raises(UserError, match="not a model directory"):
+        build_evaluator(str(tmp_path), config_for(files, "perplexity"), progress=False)
+    with pytest.raises(UserError, match="fewer than the 64 samples"):
+        build_evaluator(files["model"], CalibrationConfig("perplexity", files["text"], seq_len=SEQ_LEN),
+                        progress=False)
