@@ -160,25 +160,21 @@ def read_texts(path: str | Path) -> list[str]:
 
 
 def demo_data_file() -> Path:
-    """The demo model's ``data/text_test.jsonl``; UserError when the demo model was not made yet."""
-    try:
-        from pruning import demo_model
-    except ImportError:
-        demo_model = None
-    candidates: list[Path] = []
-    # The demo engineer's module knows where the model lives; ask without training anything.
-    for attribute in ("demo_model_dir", "default_demo_dir", "DEMO_DIR"):
-        value = getattr(demo_model, attribute, None) if demo_model else None
-        if value is not None:
-            try:
-                candidates.append(Path(value() if callable(value) else value) / "data" / "text_test.jsonl")
-            except TypeError:
-                pass
+    """The demo model's ``data/text_test.jsonl``; UserError when the demo model was not built yet.
+
+    Looks in the default demo model's directory, then in any demo model under ``DEPTHPRUNE_HOME``; never
+    builds (training is ``depthprune demo-model``'s job).
+    """
     from depthprune.settings import home_dir
 
-    candidates += sorted(home_dir().glob("*/data/text_test.jsonl")) + sorted(
-        home_dir().glob("data/text_test.jsonl")
-    )
+    candidates: list[Path] = []
+    try:
+        from pruning.demo_model import default_demo_dir
+
+        candidates.append(default_demo_dir() / "data" / "text_test.jsonl")
+    except ImportError:  # installed without the pruning extra
+        pass
+    candidates += sorted(home_dir().glob("models/demo-*/data/text_test.jsonl"))
     for candidate in candidates:
         if candidate.is_file():
             return candidate

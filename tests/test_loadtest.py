@@ -423,3 +423,38 @@ def test_bad_input_is_one_line(args, message, capsys):
     code, _, err = run_cli([arg.format(port=port) for arg in args], capsys)
     assert code == 2
     assert err.startswith("error: ") and message in err and err.count("\n") == 1 and "Traceback" not in err
+
+
+# --- prompts ----------------------------------------------------------------------------------------------
+
+
+def test_prompts_are_fixed_by_the_seed_and_cut_to_input_len(tmp_path, isolated_home):
+    from loadtest.prompts import WordTokenizer, build_prompts
+
+    tokenizer = WordTokenizer()
+    synthetic = build_prompts("synthetic", 5, 12, tokenizer, seed=3)
+    assert [p.estimated_len for p in synthetic] == [12] * 5
+    assert all(len(p.text.split()) == 12 for p in synthetic)
+    assert synthetic == build_prompts("synthetic", 5, 12, tokenizer, seed=3)
+    assert synthetic != build_prompts("synthetic", 5, 12, tokenizer, seed=4)
+
+    text_file = tmp_path / "prompts.txt"
+    text_file.write_text("one two three\n\nfour five six seven eight\n")
+    from_text = build_prompts(str(text_file), 4, 4, tokenizer, seed=0)
+    assert sorted({p.text for p in from_text}) == ["four five six seven", "one two three"]
+    assert len(from_text) == 4  # two texts reused to fill four requests
+
+    demo = isolated_home / "models" / "demo-test" / "data"
+    demo.mkdir(parents=True)
+    (demo / "text_test.jsonl").write_text('{"text": "the river ran north"}\n{"text": "a city by the sea"}\n')
+    assert {p.text for p in build_prompts("demo", 6, 50, tokenizer)} == {
+        "the river ran north",
+        "a city by the sea",
+    }
+
+    jsonl = tmp_path / "bad.jsonl"
+    jsonl.write_text('{"prompt": 3}\n')
+    with pytest.raises(UserError, match="no string 'prompt'"):
+        build_prompts(str(jsonl), 1, 8, tokenizer)
+    with pytest.raises(UserError, match="at least 1"):
+        build_prompts("synthetic", 0, 8, tokenizer)
