@@ -155,3 +155,137 @@ def prune(
                   flush=True)
 
     run_prune(config, on_variant=report)
+
+
+def study(
+    model: Annotated[str, typer.Option(help="Hub id or local directory of the dense model.")],
+    drop: Annotated[str, typer.Option(help="Budgets M (blocks removed), comma-separated, e.g. 4,6.")],
+    objectives: Annotated[str, typer.Option(
+        help="Calibration objectives, comma-separated: perplexity, task_margin, kl.")
+    ] = "perplexity,task_margin",
+    searches: Annotated[str, typer.Option(
+        help="Searches, comma-separated, or 'all' (the study's seven: one_shot, greedy, beam, genetic, "
+             "bayesian, cbo, fast_block_select).")] = "all",
+    data: Annotated[str | None, typer.Option(
+        help="Calibration data specs, comma-separated; each objective uses the first of its kind (text or "
+             "multiple-choice). Default: the demo data for the demo model, else c4 and commonsense170k.")
+    ] = None,
+    seeds: Annotated[str, typer.Option(help="Search seeds, comma-separated, e.g. 0,1,2.")] = "0",
+    random_prior_control: Annotated[bool, typer.Option(
+        "--random-prior-control", help="Also run the prior-guided searches with a seeded random prior.")
+    ] = False,
+    cross_controls: Annotated[bool, typer.Option(
+        "--cross-controls", help="Run every objective on every --data source of its kind.")] = False,
+    samples: Annotated[int, typer.Option(help="Calibration samples per configuration.")] = 64,
+    seq_len: Annotated[int | None, typer.Option(
+        help="Calibration tokens per window (default: min(2048, the model's context)).")] = None,
+    option: Annotated[list[str] | None, typer.Option(
+        "--option", "-o", help="Search option SEARCH.KEY=VALUE or KEY=VALUE, as for prune. Repeatable.")
+    ] = None,
+    suite: Annotated[str, typer.Option(
+        help="Evaluation suites (see `depthprune eval --help`); all = demo suites on the demo model.")
+    ] = "all",
+    engine: Annotated[str, typer.Option(help="Evaluation engine: auto, vllm or hf.")] = "auto",
+    eval_limit: Annotated[int | None, typer.Option(
+        help="Evaluate at most N windows/documents per task.")] = None,
+    eval_seq_len: Annotated[int, typer.Option(help="Perplexity window length of the evaluation.")] = 2048,
+    out: Annotated[Path, typer.Option(help="Report directory (Markdown, HTML, figures, study.json).")] = Path(
+        "study"),
+    checkpoints: Annotated[Path | None, typer.Option(
+        help="Parent directory of the pruned checkpoints (default: DEPTHPRUNE_HOME/variants).")] = None,
+    registry: Annotated[str | None, typer.Option(
+        help="Registry URL (default: DEPTHPRUNE_REGISTRY_URL or SQLite under DEPTHPRUNE_HOME).")] = None,
+    dtype: Annotated[str, typer.Option(help="dtype of calibration and evaluation.")] = "float32",
+    device: Annotated[str, typer.Option(help="torch device of the calibration evaluator.")] = "cpu",
+    as_json: Annotated[bool, typer.Option("--json",
+                                          help="Print the study's numbers as JSON at the end.")] = False,
+) -> None:
+    """Run the depth-pruning study grid (objective x data x budget x search x seed), evaluate every variant,
+    and write a report with the study's tables and figures.
+
+    Resumable: cells already in the report's cells.json or in the registry are never recomputed.
+    """
+    from pruning.prune import parse_option_assignments, parse_searches
+    from pruning.search import STUDY_SEARCHES
+    from pruning.study import StudyConfig, run_study
+
+    def integers(text: str, what: str) -> tuple[int, ...]:
+        try:
+            return tuple(int(item) for item in text.split(",") if item.strip())
+        except ValueError:
+            from depthprune.errors import UserError
+
+            raise UserError(f"{what} must be integers separated by commas, got {text!r}") from None
+
+    names = STUDY_SEARCHES if searches.strip() == "all" else parse_searches(searches)
+    config = StudyConfig(
+        model=model, drops=integers(drop, "--drop"),
+        objectives=tuple(item.strip() for item in objectives.split(",") if item.strip()), searches=names,
+        data=tuple(item.strip() for item in (data or "").split(",") if item.strip()),
+        seeds=integers(seeds, "--seeds"), random_prior_control=random_prior_control,
+        cross_controls=cross_controls, samples=samples, seq_len=seq_len,
+        options={k: v for k, v in parse_option_assignments(option or [], names).items() if v},
+        suites=tuple(item.strip() for item in suite.split(",") if item.strip()), engine=engine,
+        eval_limit=eval_limit, eval_seq_len=eval_seq_len, out=out, checkpoints=checkpoints,
+        registry_url=registry, dtype=dtype, device=device, progress=not as_json)
+    report = run_study(config)
+    if as_json:
+        print((report / "study.json").read_text())
+    else:
+        print(f"report: {report / 'README.md'} (HTML: {report / 'report.html'})")
+
+
+def bench_evaluator(
+    model: Annotated[str | None, typer.Option(
+        help="Model directory or hub id (default: the demo model, built on first use).")] = None,
+    objective: Annotated[str, typer.Option(help="Calibration objective: perplexity, task_margin or kl.")] = (
+        "task_margin"),
+    data: Annotated[str | None, typer.Option(
+        help="Data spec (default: the demo model's demo:qa or demo:text, as the objective needs).")] = None,
+    samples: Annotated[int, typer.Option(help="Calibration samples (text windows or questions).")] = 32,
+    seq_len: Annotated[int, typer.Option(help="Tokens per text window / longest question.")] = 128,
+    budget: Annotated[int, typer.Option(help="Blocks removed in each random set (M).")] = 4,
+    random_sets: Annotated[int, typer.Option(help="Random M-block sets scored after the single ones.")] = 100,
+    seed: Annotated[int, typer.Option(help="Seed of the data draw and of the random sets.")] = 0,
+    batch_size: Annotated[int, typer.Option(help="Sequences per forward.")] = 16,
+    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "float32",
+    device: Annotated[str, typer.Option(help="torch device, e.g. cpu or cuda.")] = "cpu",
+    memory_budget_gb: Annotated[float | None, typer.Option(
+        help="Memory for cached block-boundary states (default: a share of what is free).")] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+) -> None:
+    """Benchmark the fast subset evaluator against naive full forwards on the same removal sets.
+
+    Scores every single-block removal and RANDOM_SETS random sets of BUDGET blocks both ways, checks that
+    the scores agree to 1e-5, and reports wall times, block-forward counts and the speedup.
+    """
+    from pruning.evaluator import compare_with_naive
+    from pruning.objectives import CalibrationConfig, get_objective
+
+    kind = get_objective(objective).data_kind
+    if model is None:
+        from pruning.demo_model import ensure_demo_model
+
+        model = str(ensure_demo_model(progress=not as_json))
+    if data is None:
+        if not (Path(model) / "data").is_dir():
+            from depthprune.errors import UserError
+
+            raise UserError(f"{model} has no demo data/ directory: pass --data (e.g. text:PATH or mc:PATH)")
+        data = f"{'demo:text' if kind == 'text' else 'demo:qa'}@{model}"
+    config = CalibrationConfig(objective, data, samples=samples, seq_len=seq_len, seed=seed)
+    result = compare_with_naive(model, config, budget=budget, random_sets=random_sets, seed=seed,
+                                batch_size=batch_size, dtype=dtype, device=device,
+                                memory_budget_gb=memory_budget_gb, progress=not as_json)
+    if as_json:
+        print(json.dumps(result))
+        return
+    print(f"{result['sets']} removal sets ({result['num_blocks']} single-block + {random_sets} random "
+          f"M={budget}), objective {objective} on {data}, {result['sequences']} sequences")
+    print(f"fast : {result['fast_seconds']:8.2f} s  {result['fast_block_forwards']:6d} block-forwards  "
+          f"{result['fast_head_positions']:8d} LM-head positions  (reference pass "
+          f"{result['fast_reference_pass_seconds']:.2f} s, boundaries {result['cached_boundaries']})")
+    print(f"naive: {result['naive_seconds']:8.2f} s  {result['naive_block_forwards']:6d} block-forwards  "
+          f"{result['naive_head_positions']:8d} LM-head positions")
+    print(f"speedup {result['speedup']}x, scores agree: {result['agree']} "
+          f"(max |difference| {result['max_abs_difference']:.2e})")

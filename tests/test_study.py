@@ -81,3 +81,95 @@ def test_headline_comparison_separates_objectives_from_searches():
     assert headline.objective_pairs == 2
     assert headline.across_objectives_same_search == 0.0
     assert headline.calibration_matters_more is True
+
+
+# ------------------------------------------------------------------------------ a tiny end-to-end study
+
+
+@pytest.fixture(scope="module")
+def tiny_demo_like(tmp_path_factory, tiny_model_dirs):
+    """A tiny llama with hand-made demo-style data: text and questions, calibration and test splits."""
+    import json
+    import random
+    import shutil
+
+    directory = tmp_path_factory.mktemp("study-model") / "model"
+    shutil.copytree(tiny_model_dirs("llama"), directory)
+    (directory / "data").mkdir()
+    rng = random.Random(1)
+    for split in ("calibration", "test"):
+        with open(directory / "data" / f"text_{split}.jsonl", "w") as handle:
+            for _ in range(12):
+                words = " ".join(f"w{rng.randrange(4, 256)}" for _ in range(40))
+                handle.write(json.dumps({"text": words}) + "\n")
+        with open(directory / "data" / f"qa_{split}.jsonl", "w") as handle:
+            for number in range(10):
+                handle.write(json.dumps({"context": " ".join(f"w{rng.randrange(4, 256)}" for _ in range(5)),
+                                         "choices": [f"w{rng.randrange(4, 256)}" for _ in range(3)],
+                                         "label": number % 3}) + "\n")
+    return directory
+
+
+@pytest.mark.slow
+def test_tiny_study_end_to_end_and_resume(tiny_demo_like, tmp_path, capsys):
+    import json
+
+    from pruning.study import StudyConfig, run_study
+    from registry import open_registry
+
+    config = StudyConfig(model=str(tiny_demo_like), drops=(2,), searches=("one_shot", "greedy"), samples=4,
+                         seq_len=32, engine="hf", eval_seq_len=32, out=tmp_path / "report",
+                         checkpoints=tmp_path / "variants", progress=False)
+    report = run_study(config)
+    for name in ("README.md", "report.html", "study.json", "cells.json", "figures/heatmap_m2.png",
+                 "figures/tradeoff.png", "figures/rank_correlation.png"):
+        assert (report / name).is_file(), name
+    study = json.loads((report / "study.json").read_text())
+    cells = study["cells"]
+    assert {(c["objective"], c["search"]) for c in cells} == {
+        (o, s) for o in ("perplexity", "task_margin") for s in ("one_shot", "greedy")}
+    registry = open_registry()
+    for cell in cells:
+        assert len(cell["removed_blocks"]) == 2
+        assert set(cell["metrics"]) == {"demo_text/perplexity", "demo_qa/acc", "demo_qa/acc_norm"}
+        recorded = {f"{e.task}/{e.metric}": e.value for e in registry.evaluations(cell["variant"])}
+        assert recorded == pytest.approx(cell["metrics"])
+    assert set(study["dense"]) == {"demo_text/perplexity", "demo_qa/acc", "demo_qa/acc_norm"}
+    headline = study["headline"]["2"]
+    assert headline["search_pairs"] == 2 and headline["objective_pairs"] == 2
+    markdown = (report / "README.md").read_text()
+    for title in ("Perplexity", "Zero-shot accuracy", "Search cost vs accuracy", "Mask agreement",
+                  "Inter-method variance", "Spearman", "Headline"):
+        assert title in markdown
+
+    # resumable: a second run finds every cell and every evaluation and recomputes nothing
+    before = (report / "cells.json").read_text()
+    config.progress = True
+    capsys.readouterr()
+    run_study(config)
+    output = capsys.readouterr().out
+    assert "4 already done, 0 to run" in output
+    assert "evaluating" not in output
+    assert json.loads((report / "cells.json").read_text())["cells"] == json.loads(before)["cells"]
+
+    # a fresh report directory rebuilds the grid from the registry alone
+    config.out = tmp_path / "report-again"
+    capsys.readouterr()
+    run_study(config)
+    assert "4 already done, 0 to run" in capsys.readouterr().out
+
+
+def test_study_config_rejects_bad_grids(tiny_demo_like, tmp_path):
+    from depthprune.errors import UserError
+    from pruning.study import StudyConfig, plan_study
+
+    with pytest.raises(UserError, match="at least two"):
+        StudyConfig(model=str(tiny_demo_like), drops=(2,), searches=("greedy",))
+    with pytest.raises(UserError, match="unknown search"):
+        StudyConfig(model=str(tiny_demo_like), drops=(2,), searches=("greedy", "magic"))
+    with pytest.raises(UserError, match="cannot remove 6 of 6"):
+        plan_study(StudyConfig(model=str(tiny_demo_like), drops=(6,), searches=("greedy", "beam"),
+                               out=tmp_path))
+    with pytest.raises(UserError, match="needs multiple-choice data"):
+        plan_study(StudyConfig(model=str(tiny_demo_like), drops=(2,), searches=("greedy", "beam"),
+                               data=(f"demo:text@{tiny_demo_like}",), out=tmp_path))
