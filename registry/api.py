@@ -672,6 +672,10 @@ class Registry:
             )
         if aliases:
             raise UserError(self._ambiguous_alias_message(session, name, aliases))
+        if qualifier is not None:  # NAME@BASE with a variant's own name: accepted when the base matches
+            row = session.scalar(select(VariantRow).where(VariantRow.name == name))
+            if row is not None and row.base_model_id == self._find_base(session, qualifier).id:
+                return row.base, row
         base = session.scalar(select(BaseModelRow).where(BaseModelRow.model == normalise_model(reference)))
         if base is not None:
             return base, None

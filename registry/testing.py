@@ -106,7 +106,11 @@ class TemporaryPostgres:
         self.root = None
 
     def __enter__(self) -> TemporaryPostgres:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()  # a half-started cluster must not outlive the failed start
+            raise
 
     def __exit__(self, *exc_info) -> None:
         self.stop()

@@ -348,6 +348,7 @@ def test_resolve_by_id_name_alias_and_dense(registry, tmp_path):
     assert dense.is_dense and dense.id is None and dense.removed_blocks == []
     assert dense.kept_to_original == list(range(8)) and dense.checkpoint_path == str(tmp_path.resolve())
     assert registry.resolve(BASE).is_dense
+    assert registry.resolve(f"{variant.name}@tiny-llama").id == variant.id
     assert registry.resolve(dense).is_dense
     for unknown in ("nope", 999, "999", "", None):
         with pytest.raises(UserError):
