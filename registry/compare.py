@@ -10,7 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from registry.api import Registry, VariantReference
-from registry.records import ServingBenchmarkInfo
+from registry.naming import DENSE
+from registry.records import ServingBenchmarkInfo, VariantInfo
 
 LATENCY_METRICS = (
     ("median_ttft_ms", "TTFT p50 (ms)"),
@@ -40,6 +41,26 @@ def load_summary(benchmark: ServingBenchmarkInfo | None) -> str | None:
     return " ".join(parts) or None
 
 
+def _same_load(first: ServingBenchmarkInfo, second: ServingBenchmarkInfo) -> bool:
+    return first.hardware == second.hardware and all(
+        first.settings.get(key) == second.settings.get(key) for key in LOAD_SETTINGS
+    )
+
+
+def measured_speedup(
+    registry: Registry, variant: VariantInfo, latest: ServingBenchmarkInfo | None
+) -> float | None:
+    """Output throughput of ``latest`` over the dense model's, from the newest dense run under the same
+    load and hardware; ``None`` when there is no such run (unlike runs are never compared)."""
+    if latest is None or variant.is_dense or not latest.metrics.get("output_throughput"):
+        return None
+    for run in registry.serving_benchmarks(f"{DENSE}@{variant.base_model}"):
+        dense_throughput = run.metrics.get("output_throughput")
+        if dense_throughput and _same_load(run, latest):
+            return latest.metrics["output_throughput"] / dense_throughput
+    return None
+
+
 def compare_variants(registry: Registry, references: list[VariantReference]) -> list[dict[str, Any]]:
     """One entry per variant: its record, evaluations by key, and its latest serving benchmark.
 
@@ -49,7 +70,8 @@ def compare_variants(registry: Registry, references: list[VariantReference]) -> 
 
     Returns:
         ``[{"variant": {...}, "mask": "■□■", "evaluations": {key: value}, "latency": {metric: value},
-        "benchmark": {...} | None}, ...]`` in the order given.
+        "benchmark": {...} | None, "load": str | None, "ideal_speedup": N/(N-M),
+        "measured_speedup": float | None}, ...]`` in the order given.
     """
     entries = []
     for reference in references:
@@ -69,6 +91,8 @@ def compare_variants(registry: Registry, references: list[VariantReference]) -> 
                 "latency": latency,
                 "benchmark": None if latest is None else latest.to_dict(),
                 "load": load_summary(latest),
+                "ideal_speedup": variant.num_blocks / (variant.num_blocks - variant.num_removed),
+                "measured_speedup": measured_speedup(registry, variant, latest),
             }
         )
     return entries
@@ -127,6 +151,15 @@ def comparison_rows(entries: list[dict[str, Any]]) -> list[tuple[str, list[str]]
     )
     if any(entry["latency"] for entry in entries):
         rows.append(row("load", lambda entry: entry["load"] or "—"))
+        rows.append(row("ideal block speed-up", lambda entry: f"{entry['ideal_speedup']:.3g}×"))
+        rows.append(
+            row(
+                "speed-up vs dense (output tok/s)",
+                lambda entry: (
+                    "—" if entry["measured_speedup"] is None else f"{entry['measured_speedup']:.3g}×"
+                ),
+            )
+        )
         for key, label in LATENCY_METRICS:
             if all(entry["latency"].get(key) is None for entry in entries):
                 continue  # a metric no run reported would only add a row of dashes

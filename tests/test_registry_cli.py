@@ -76,6 +76,12 @@ def populated(tmp_path):
             metrics={"median_ttft_ms": 12.5, "output_throughput": 900.0},
             hardware="cpu",
         )
+        registry.add_serving_benchmark(
+            "dense",
+            settings={"request_rate": 4},
+            metrics={"median_ttft_ms": 15.0, "output_throughput": 600.0},
+            hardware="cpu",
+        )
         registry.set_alias("ppl-best", names[0])
     return {"url": url, "names": names, "checkpoint": checkpoint}
 
@@ -111,12 +117,14 @@ def test_compare_puts_variants_side_by_side(capsys, populated):
     code, out, _ = run(capsys, "variants", "compare", "dense", first, second, "--registry", populated["url"])
     assert code == 0
     assert "■■■■■■■■" in out and "■□■□■■■■" in out and "■■□■■□■■" in out
-    assert "ppl/wikitext2/perplexity" in out and "TTFT p50 (ms)" in out
+    assert "ppl/wikitext2/perplexity" in out and "TTFT p50 (ms)" in out and "1.5×" in out
     code, out, _ = run(capsys, "variants", "compare", "--registry", populated["url"], "--json")
     entries = json.loads(out)
     assert [entry["variant"]["name"] for entry in entries] == ["dense", first, second]
     assert [entry["evaluations"]["ppl/wikitext2/perplexity"] for entry in entries] == [15.0, 20.0, 21.0]
     assert entries[1]["latency"]["median_ttft_ms"] == 12.5 and entries[2]["latency"] == {}
+    assert entries[1]["ideal_speedup"] == pytest.approx(8 / 6)
+    assert [entry["measured_speedup"] for entry in entries] == [None, 1.5, None]
 
 
 def test_alias_sets_shows_lists_and_deletes(capsys, populated):
