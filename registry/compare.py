@@ -24,7 +24,15 @@ LATENCY_METRICS = (
     ("output_throughput", "output tok/s"),
 )
 """``vllm bench serve`` keys shown by ``compare``, with their row labels."""
-LOAD_SETTINGS = ("request_rate", "max_concurrency", "num_prompts", "input_len", "output_len")
+LOAD_SETTINGS = (
+    "rate",  # depthprune loadtest
+    "request_rate",  # vllm bench serve
+    "burstiness",
+    "max_concurrency",
+    "num_prompts",
+    "input_len",
+    "output_len",
+)
 """Load settings summarised next to the latency, so that unlike runs are not compared unnoticed."""
 
 
