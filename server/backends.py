@@ -36,6 +36,7 @@ STOP_GRACE_S = 15.0
 MAX_RESTART_BACKOFF_S = 60.0
 # A slow /health under load is not a death: only this many timeouts in a row mark a backend down.
 TIMEOUTS_BEFORE_DOWN = 2
+MODEL_INFO_TIMEOUT_S = 15.0
 
 
 class BackendStartError(UserError):
@@ -88,6 +89,7 @@ class Backend:
         self.up = False
         self.served_model = spec.name
         self.max_model_len: int | None = None
+        self.model_info_known = False
         self.process: subprocess.Popen | None = None
         self.log_path: Path | None = None
         self.last_error: str | None = None
@@ -215,14 +217,26 @@ class Backend:
             return f"/health answered {response.status_code}"
         return None
 
-    async def refresh_model_info(self, client: httpx.AsyncClient, timeout_s: float) -> None:
-        """Learn the served model id and context length from the backend's ``/v1/models``."""
-        with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, IndexError, TypeError):
-            response = await client.get(f"{self.url}/v1/models", timeout=timeout_s)
+    async def refresh_model_info(self, client: httpx.AsyncClient, timeout_s: float) -> bool:
+        """Learn the served model id and context length from the backend's ``/v1/models``.
+
+        A busy machine can make this slow, so it gets a generous timeout and is retried by the monitor
+        until it succeeds (``model_info_known``); until then requests are still served.
+
+        Returns:
+            True when the backend answered with a model card.
+        """
+        try:
+            response = await client.get(f"{self.url}/v1/models", timeout=max(timeout_s, MODEL_INFO_TIMEOUT_S))
             cards = response.json()["data"]
             card = next((c for c in cards if c.get("id") == self.name), cards[0])
             self.served_model = card["id"]
             self.max_model_len = card.get("max_model_len") or self.max_model_len
+        except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError, AttributeError) as error:
+            log.warning("could not read /v1/models of backend %s: %s", self.name, error)
+            return False
+        self.model_info_known = True
+        return True
 
     def mark_up(self) -> None:
         """Healthy: requests go here again."""
@@ -358,8 +372,10 @@ class BackendPool:
         """Probe one backend, update its state, and schedule a restart of a managed one that is down."""
         reason = await backend.probe(self._health_client, self.settings.health_timeout_s)
         if reason is None:
-            if not backend.up:
+            if not backend.up or not backend.model_info_known:
+                # A backend coming back may have been restarted with other settings: read them again.
                 await backend.refresh_model_info(self._health_client, self.settings.health_timeout_s)
+            if not backend.up:
                 backend.mark_up()
                 self._changed(backend)
             return

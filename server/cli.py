@@ -307,7 +307,12 @@ def serve(
         print(f"gateway listening on {url} (OpenAI API at {url}/v1)", file=sys.stderr, flush=True)
     try:
         uvicorn.run(
-            app, host=settings.host, port=settings.port, log_level=log_level.lower(), access_log=False
+            app,
+            host=settings.host,
+            port=settings.port,
+            log_level=log_level.lower(),
+            access_log=False,
+            timeout_graceful_shutdown=10,
         )
     finally:
         pool.stop_processes()

@@ -16,8 +16,14 @@ import sys
 import threading
 import time
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
+if __name__ == "__main__" and "--hang-start" in sys.argv:
+    # Start-timeout test: a server that never listens. Checked before the slow imports so that the
+    # message is in the log even on a loaded machine.
+    print("loading weights forever", flush=True)
+    time.sleep(3600)
+
+from fastapi import FastAPI, Request  # noqa: E402
+from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse  # noqa: E402
 
 MAX_MODEL_LEN = 128
 
@@ -195,11 +201,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--fail-start", action="store_true", help="print an error and exit 1 (start-failure test)"
     )
-    parser.add_argument("--hang-start", action="store_true", help="never listen (start-timeout test)")
     args, _ = parser.parse_known_args(argv)
-    if args.hang_start:
-        print("loading weights forever", flush=True)
-        time.sleep(3600)
     if args.fail_start:
         print("RuntimeError: fake engine failed to allocate the KV cache", flush=True)
         sys.exit(1)

@@ -186,10 +186,10 @@ def test_backend_that_fails_to_start_reports_its_log_tail(tmp_path):
 def test_start_timeout_stops_the_process(tmp_path):
     settings = GatewaySettings(
         backends=[BackendSpec("sleepy", model_dir="/models/fake")],
-        vllm=fake_process_options(tmp_path, start_timeout_s=2, extra_args=["--hang-start"]),
+        vllm=fake_process_options(tmp_path, start_timeout_s=4, extra_args=["--hang-start"]),
     )
     pool = BackendPool(settings)
-    with pytest.raises(BackendStartError, match="did not answer .*/health within 2 s") as error:
+    with pytest.raises(BackendStartError, match="did not answer .*/health within 4 s") as error:
         asyncio.run(pool.start_backends())
     assert "loading weights forever" in str(error.value)
     assert pool["sleepy"].process is None

@@ -28,6 +28,7 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}assistant:{% endif %}"
 )
 MAX_MODEL_LEN = 128
+EXACT = {"ignore_eos": True}  # exactly max_tokens tokens, whatever the random model says
 
 
 @pytest.fixture(scope="session")
@@ -158,11 +159,12 @@ def test_models_show_the_registry_facts(client, served_gateway):
         and cards["dense"]["base_model"] == cards["ppl-best"]["base_model"]
     )
     assert cards["llama-ab"]["arms"][0]["variant"] == "ppl-best"
+    assert cards["dense"]["max_model_len"] == MAX_MODEL_LEN
 
 
 def test_completions_through_the_openai_client(client):
     raw = client.completions.with_raw_response.create(
-        model="ppl-best", prompt="w5 w6 w7", max_tokens=6, temperature=0
+        model="ppl-best", prompt="w5 w6 w7", max_tokens=6, temperature=0, extra_body=EXACT
     )
     completion = raw.parse()
     assert raw.headers["x-depthprune-variant"] == "ppl-best"
@@ -185,6 +187,7 @@ def test_chat_streaming_on_an_experiment(client):
             model="llama-ab",
             messages=messages,
             max_tokens=4,
+            extra_body=EXACT,
             user=user,
             stream=True,
             stream_options={"include_usage": True},
@@ -204,15 +207,36 @@ def test_errors_and_metrics_with_the_real_engine(client, served_gateway):
     url = served_gateway[0]
     with pytest.raises(openai.BadRequestError, match="context length"):
         client.completions.create(model="dense", prompt="w5", max_tokens=MAX_MODEL_LEN + 1)
-    with pytest.raises(openai.BadRequestError):  # vLLM's own check: prompt plus max_tokens too long
-        client.completions.create(model="dense", prompt="w5 " * 100, max_tokens=100)
-    metrics = httpx.get(f"{url}/metrics").text
-    assert (
-        'depthprune_gateway_generation_tokens_total{arm="",experiment="",variant="ppl-best"} 6.0' in metrics
+    with pytest.raises(openai.BadRequestError, match="context length"):  # vLLM's own check: prompt too long
+        client.completions.create(model="dense", prompt="w5 " * 200, max_tokens=4)
+    before = gateway_samples(url)
+    client.completions.create(model="ppl-best", prompt="w5 w6", max_tokens=5, temperature=0, extra_body=EXACT)
+    list(
+        client.completions.create(
+            model="dense", prompt="w5 w6 w7", max_tokens=3, stream=True, extra_body=EXACT
+        )
     )
-    assert (
-        'depthprune_gateway_time_to_first_token_seconds_count{arm="",experiment="",variant="dense"}'
-        in metrics
-    )
+    after = gateway_samples(url)
+
+    def delta(name, variant):
+        key = (name, (("arm", ""), ("experiment", ""), ("variant", variant)))
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    # Token counts come from vLLM's usage, also for the stream (the gateway asks for it and hides it).
+    assert delta("depthprune_gateway_generation_tokens_total", "ppl-best") == 5
+    assert delta("depthprune_gateway_prompt_tokens_total", "dense") >= 3
+    assert delta("depthprune_gateway_generation_tokens_total", "dense") == 3
+    assert delta("depthprune_gateway_time_to_first_token_seconds_count", "dense") == 1
     backend = httpx.get(f"{url}/metrics/backends/ppl-best").text
     assert "vllm:generation_tokens_total" in backend
+
+
+def gateway_samples(url: str) -> dict:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    text = httpx.get(f"{url}/metrics").text
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
