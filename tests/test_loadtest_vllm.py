@@ -202,3 +202,84 @@ def test_unknown_model_is_one_line(vllm_tiny_server, capsys):
     code, _, err = run_cli(["--target", vllm_tiny_server, "--models", "dense,nope"], capsys)
     assert code == 2
     assert err == f"error: {vllm_tiny_server} does not serve 'nope'; it serves: copy, dense\n"
+
+
+@pytest.fixture(scope="session")
+def gateway(vllm_tiny_server, tmp_path_factory):
+    """The depthprune gateway in front of the vLLM server, serving it as ``dense`` and ``copy``."""
+    port = free_port()
+    log_path = tmp_path_factory.mktemp("gateway-loadtest") / "gateway.log"
+    with open(log_path, "w") as log:
+        process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "depthprune",
+                "serve",
+                "--variants",
+                f"dense={vllm_tiny_server},copy={vllm_tiny_server}",
+                "--port",
+                str(port),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if process.poll() is not None:
+                pytest.fail(f"gateway exited with {process.returncode}:\n{log_path.read_text()[-3000:]}")
+            try:
+                if httpx.get(url + "/ready", timeout=2).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        else:
+            pytest.fail(f"gateway not ready in 120 s:\n{log_path.read_text()[-3000:]}")
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def test_real_run_through_the_gateway(gateway, capsys):
+    code, out, err = run_cli(
+        [
+            "--target",
+            gateway,
+            "--models",
+            "dense,copy",
+            "--num-prompts",
+            "4",
+            "--input-len",
+            "8",
+            "--output-len",
+            str(OUTPUT_LEN),
+            "--warmup",
+            "1",
+            "--rate",
+            "20",
+            "--burstiness",
+            "0.5",
+            "--blocks",
+            "dense=6:0,copy=6:2",
+            "--json",
+            "--no-save-registry",
+        ],
+        capsys,
+    )
+    assert code == 0, err
+    result = json.loads(out)
+    for model in ("dense", "copy"):
+        assert result["models"][model]["completed"] == 4, result["models"][model]["errors"]
+        assert result["models"][model]["total_output_tokens"] == 4 * OUTPUT_LEN
+    comparison = result["comparison"]["copy"]
+    assert comparison["ideal_speedup"] == pytest.approx(1.5) and comparison["blocks_source"] == "--blocks"
+    assert comparison["fraction_of_ideal_speedup"] == pytest.approx(
+        comparison["output_throughput_speedup"] / 1.5
+    )
