@@ -262,32 +262,47 @@ def build_sections(summary: dict, cells: Sequence, dense: dict) -> tuple[list[Se
             )
         )
 
+    # one row per (calibration, M, search): seeds are summarised, since a later seed of a deterministic
+    # search is answered from the memo and costs nothing
+    by_search = defaultdict(list)
+    for cell in main_ordered:
+        by_search[(label[cell.key], cell.drop, cell.search)].append(cell)
+
+    def largest(values):
+        known = [v for v in values if v is not None]
+        return max(known) if known else None
+
+    def average(values):
+        known = [v for v in values if v is not None and not math.isnan(v)]
+        return sum(known) / len(known) if known else math.nan
+
     rows = [
         [
-            *row_name(c),
-            _fmt(c.search_seconds, 1),
-            _fmt(c.block_forwards),
-            _fmt(c.subset_evaluations),
-            _fmt(c.calibration_loss, 4),
-            _fmt(primary_ppl(c.metrics), 2),
-            _fmt(mean_accuracy(c.metrics, acc_tasks)),
+            name,
+            str(drop),
+            search,
+            _fmt(largest([c.search_seconds for c in members]), 1),
+            _fmt(largest([c.block_forwards for c in members])),
+            _fmt(largest([c.subset_evaluations for c in members])),
+            _fmt(average([c.calibration_loss for c in members]), 4),
+            _fmt(average([primary_ppl(c.metrics) for c in members]), 2),
+            _fmt(average([mean_accuracy(c.metrics, acc_tasks) for c in members])),
         ]
-        for c in main_ordered
+        for (name, drop, search), members in by_search.items()
     ]
     sections.append(
         Section(
             "Search cost vs accuracy",
             [
                 "Searches of one calibration configuration share one memoised evaluator (the `prune` "
-                "pipeline), so "
-                "seconds and block-forwards of later searches exclude subsets an earlier one already scored; "
-                "`subsets` (distinct removal sets a search asked for) does not depend on that sharing."
+                "pipeline, memo kept across runs), so seconds and block-forwards of a search exclude subsets "
+                "an earlier search already scored; `subsets` (distinct removal sets a search asked for) does "
+                "not depend on that sharing. Over several seeds: the largest cost, the mean loss and quality."
             ],
             [
                 "calibration",
                 "M",
                 "search",
-                *(["seed"] if several_seeds else []),
                 "seconds",
                 "block-forwards",
                 "subsets",
@@ -594,8 +609,10 @@ def draw_figures(directory: Path, summary: dict, cells: Sequence, dense: dict) -
                 s=150,
                 label="dense",
             )
-        axes.set_xscale("log")
-        axes.set_xlabel(f"{primary} perplexity (log)")
+        xs = [x for x in (c.metrics.get(f"{primary}/perplexity") for c in main if c.drop == drop) if x]
+        if xs and max(xs) / min(xs) > 3:  # log scale only pays off over a wide range
+            axes.set_xscale("log")
+        axes.set_xlabel(f"{primary} perplexity")
         axes.set_ylabel("mean accuracy")
         axes.set_title(f"M = {drop}")
         axes.grid(alpha=0.3)
