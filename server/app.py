@@ -14,11 +14,12 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
+from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 
 from server.backends import Backend, BackendPool
-from server.errors import GatewayError, error_response
+from server.errors import GatewayError, error_response, validation_problems
 from server.metrics import GatewayMetrics
 from server.protocol import ExperimentSpec
 from server.proxy import Proxy
@@ -39,8 +40,11 @@ def build_router(settings: GatewaySettings, seed: int | None = None) -> Router:
     for name, raw in settings.experiments.items():
         try:
             spec = raw if isinstance(raw, ExperimentSpec) else ExperimentSpec.model_validate(raw)
+        except ValidationError as error:
+            raise ValueError(f"experiment {name!r}: {validation_problems(error)}") from None
+        try:
             router.set_experiment(name, spec)
-        except Exception as error:  # pydantic ValidationError or ValueError, both user mistakes
+        except ValueError as error:
             raise ValueError(f"experiment {name!r}: {error}") from None
     return router
 

@@ -76,3 +76,11 @@ def error_response(
         media_type="application/json",
         headers=headers,
     )
+
+
+def validation_problems(error) -> str:
+    """A pydantic ``ValidationError`` as one line: ``field.path: message; ...``."""
+    return "; ".join(
+        f"{'.'.join(str(part) for part in problem['loc']) or 'body'}: {problem['msg']}"
+        for problem in error.errors()
+    )

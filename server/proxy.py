@@ -19,7 +19,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 
 from server.backends import Backend, BackendPool
-from server.errors import GatewayError, error_body
+from server.errors import GatewayError, error_body, validation_problems
 from server.metrics import GatewayMetrics
 from server.protocol import OpenAIRequest
 from server.routing import Route, Router, RoutingError
@@ -77,10 +77,8 @@ def parse_request(raw: bytes, schema: type[OpenAIRequest]) -> tuple[dict, OpenAI
     except ValidationError as error:
         first = error.errors()[0]
         param = ".".join(str(part) for part in first["loc"]) or None
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in error.errors()
-        )
-        raise GatewayError(400, f"invalid request: {problems}", param=param, code="invalid_value") from None
+        message = f"invalid request: {validation_problems(error)}"
+        raise GatewayError(400, message, param=param, code="invalid_value") from None
 
 
 @dataclass

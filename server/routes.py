@@ -16,7 +16,7 @@ from fastapi import APIRouter, Request
 from pydantic import ValidationError
 from starlette.responses import JSONResponse, Response
 
-from server.errors import GatewayError
+from server.errors import GatewayError, validation_problems
 from server.protocol import ChatCompletionRequest, CompletionRequest, ExperimentSpec, ModelCard, ModelList
 from server.proxy import read_body
 
@@ -205,7 +205,7 @@ async def put_experiment(request: Request, name: str) -> Response:
         first = error.errors()[0]
         raise GatewayError(
             400,
-            f"invalid experiment: {first['msg']} at {'.'.join(map(str, first['loc']))}",
+            f"invalid experiment '{name}': {validation_problems(error)}",
             param=".".join(map(str, first["loc"])) or None,
             code="invalid_experiment",
         ) from None

@@ -177,15 +177,12 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
         raise UserError(f"config file {path} does not exist")
+    import yaml
+
     text = path.read_text()
     try:
-        if path.suffix == ".json":
-            data = json.loads(text)
-        else:
-            import yaml
-
-            data = yaml.safe_load(text)
-    except (ValueError, Exception) as error:  # yaml.YAMLError is not a ValueError
+        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as error:
         raise UserError(
             f"config file {path} is not valid {path.suffix.lstrip('.') or 'YAML'}: "
             f"{str(error).splitlines()[0]}"

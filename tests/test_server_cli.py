@@ -198,3 +198,27 @@ def test_serve_command_runs_a_gateway_until_interrupted(tmp_path):
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 0
         backend.stop()
+
+
+def test_broken_config_files_are_one_line_errors(tmp_path, capsys):
+    cases = {
+        "bad.yaml": ("variants: [a=http://127.0.0.1:9\n", "is not valid yaml"),
+        "list.yaml": ("- a\n- b\n", "must hold a mapping"),
+        "arms.json": (
+            json.dumps(
+                {
+                    "variants": ["a=http://127.0.0.1:9"],
+                    "experiments": {"ab": {"arms": [{"variant": "a", "weight": -1}]}},
+                }
+            ),
+            "experiment 'ab'",
+        ),
+    }
+    for name, (text, message) in cases.items():
+        (tmp_path / name).write_text(text)
+        code, output = run_cli(
+            ["serve", "--config", str(tmp_path / name), "--port", str(free_port())], capsys
+        )
+        assert code == 2 and output.startswith("error: ") and message in output, output
+    code, output = run_cli(["serve", "--config", str(tmp_path / "missing.yaml")], capsys)
+    assert code == 2 and "does not exist" in output
