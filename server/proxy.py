@@ -9,6 +9,7 @@ when the client did not ask for it, so clients see exactly what vLLM would have 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass
@@ -30,6 +31,22 @@ EXPERIMENT_HEADER = "x-depthprune-experiment"
 ARM_HEADER = "x-depthprune-arm"
 FALLBACK_HEADER = "x-depthprune-fallback-from"
 PASSED_REQUEST_HEADERS = ("x-request-id", "traceparent")
+CLIENT_CLOSED = "499"  # status label of a stream the client left (nginx's convention)
+
+
+class RelayResponse(StreamingResponse):
+    """A streaming response that always releases its upstream stream, even when the client leaves
+    before the first chunk (then the relay generator never starts and its ``finally`` never runs)."""
+
+    def __init__(self, content, finish, **kwargs):
+        super().__init__(content, **kwargs)
+        self._finish = finish
+
+    async def __call__(self, scope, receive, send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self._finish(CLIENT_CLOSED)
 
 
 async def read_body(request: Request, limit: int) -> bytes:
@@ -277,6 +294,16 @@ class Proxy:
         strip_usage: bool,
     ) -> StreamingResponse:
         metrics = self.metrics
+        finished = False
+
+        async def finish(status: str) -> None:
+            nonlocal finished
+            if finished:
+                return
+            finished = True
+            await upstream.aclose()
+            metrics.in_flight.labels(backend.name).dec()
+            self._record(accounting, status)
 
         async def relay():
             status = "200"
@@ -307,12 +334,15 @@ class Proxy:
                 self.pool.report_failure(backend, error)
                 message = f"variant '{backend.name}' stopped answering mid-stream: {type(error).__name__}"
                 yield f"data: {json.dumps(error_body(503, message, code='backend_unavailable'))}\n\n".encode()
+            except (asyncio.CancelledError, GeneratorExit):
+                status = CLIENT_CLOSED
+                raise
             finally:
-                await upstream.aclose()
-                metrics.in_flight.labels(backend.name).dec()
-                self._record(accounting, status)
+                await finish(status)
 
-        return StreamingResponse(relay(), status_code=200, media_type="text/event-stream", headers=headers)
+        return RelayResponse(
+            relay(), finish, status_code=200, media_type="text/event-stream", headers=headers
+        )
 
     @staticmethod
     def _take_usage(events: bytes, accounting: Accounting, strip_usage: bool) -> bytes:

@@ -138,7 +138,7 @@ def create_fake_app(served_model: str, max_model_len: int = MAX_MODEL_LEN) -> Fa
                     "choices": [choice],
                 }
                 yield f"data: {json.dumps(chunk)}\n\n"
-                await asyncio.sleep(0.001)
+                await asyncio.sleep(body.get("fake_delay", 0.001))
             if include_usage:
                 yield f"data: {json.dumps({'id': 'cmpl-fake', 'object': kind, 'created': 0, 'model': served_model, 'choices': [], 'usage': usage})}\n\n"  # noqa: E501
             yield "data: [DONE]\n\n"

@@ -10,6 +10,7 @@ import asyncio
 import json
 import subprocess
 import sys
+import time
 from collections import Counter
 
 import httpx
@@ -472,7 +473,30 @@ def test_health_and_readiness(gateway):
 
 
 def test_importing_server_pulls_no_engine():
-    code = ("import sys, server, server.cli; "
-            "print([m for m in ('torch', 'vllm', 'transformers') if m in sys.modules])")
+    code = (
+        "import sys, server, server.cli; "
+        "print([m for m in ('torch', 'vllm', 'transformers') if m in sys.modules])"
+    )
     output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert output.strip() == "[]"
+
+
+def test_client_leaving_a_stream_releases_it(gateway):
+    before = metric_samples(httpx.get(f"{gateway.url}/metrics").text)
+    body = {"model": "dense", "prompt": "w5", "max_tokens": 60, "stream": True, "fake_delay": 0.05}
+    with httpx.stream(
+        "POST", f"{gateway.url}/v1/completions", json=body, headers={"authorization": f"Bearer {API_KEY}"}
+    ) as response:
+        assert response.status_code == 200
+        next(response.iter_raw())  # one token, then hang up
+    deadline = time.monotonic() + 10
+    while True:
+        after = metric_samples(httpx.get(f"{gateway.url}/metrics").text)
+        left = sample_value(
+            after, "depthprune_gateway_requests_total", variant="dense", status="499"
+        ) - sample_value(before, "depthprune_gateway_requests_total", variant="dense", status="499")
+        if left == 1 or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    assert left == 1
+    assert sample_value(after, "depthprune_gateway_requests_in_flight", variant="dense") == 0
