@@ -64,6 +64,8 @@ class EvaluatorStats:
     """Wall time spent scoring, in gradients and in Block Influence (start-up excluded)."""
     setup_seconds: float = 0.0
     """Wall time of start-up: data, model and the dense reference pass."""
+    reference_seconds: float = 0.0
+    """Wall time of the dense reference pass alone (part of ``setup_seconds``)."""
 
 
 def available_memory_bytes() -> int:
@@ -115,7 +117,12 @@ class SubsetEvaluator:
         stack.model.requires_grad_(False)  # only the residual scales α ever need gradients
         budget = memory_budget_gb * 2**30 if memory_budget_gb is not None else None
         self._plan_cache(budget)
-        self._dense_pass()
+        self._states: list[dict[int, torch.Tensor]] = []
+        self._prepared: list[list[dict]] = []
+        self._reference: list[torch.Tensor | None] = [None] * len(self.batches)
+        if not naive or self.objective.needs_reference:
+            # naive mode caches nothing but the KL reference (part of that objective's definition).
+            self._dense_pass()
 
     # ------------------------------------------------------------------------------------------ set-up
 
@@ -159,9 +166,7 @@ class SubsetEvaluator:
     def _dense_pass(self) -> None:
         """One dense forward over the data: boundary states, KL reference, Block Influence, dense loss."""
         start = time.perf_counter()
-        self._states: list[dict[int, torch.Tensor]] = []
-        self._prepared = []
-        self._reference: list[torch.Tensor | None] = []
+        self._states, self._prepared, self._reference = [], [], []
         influence = torch.zeros(self.num_blocks, dtype=torch.float64)
         influence_tokens = 0
         losses = []
@@ -198,7 +203,7 @@ class SubsetEvaluator:
         self._influence = (influence / max(influence_tokens, 1)).numpy()
         if not self.naive:
             self._memo[frozenset()] = float(torch.cat(losses).double().mean())
-        self.stats.setup_seconds += time.perf_counter() - start
+        self.stats.reference_seconds += time.perf_counter() - start
 
     def _reference_for(self, batch_index: int):
         """``row -> dense log-probs [seq, vocab]`` of one batch (``kl`` only)."""
@@ -274,6 +279,10 @@ class SubsetEvaluator:
 
     def block_influence(self) -> np.ndarray:
         """``[N]`` ShortGPT Block Influence 1 − mean_t cos(h_in, h_out), over every real calibration token."""
+        if self._influence is None:  # naive mode skips the dense pass until something needs it
+            start = time.perf_counter()
+            self._dense_pass()
+            self.stats.wall_seconds += time.perf_counter() - start
         return self._influence.copy()
 
     def residual_gradients(self) -> np.ndarray:
@@ -393,3 +402,80 @@ def build_evaluator(model: str, config: CalibrationConfig, *, dtype: str = "floa
                                 memory_budget_gb=memory_budget_gb, naive=naive, progress=progress)
     evaluator.stats.setup_seconds = time.perf_counter() - started
     return evaluator
+
+
+def check_budget(budget: int, num_blocks: int) -> None:
+    """A removal budget M must leave at least one of the N blocks: 1 <= M < N."""
+    if not isinstance(budget, int) or not 0 < budget < num_blocks:
+        raise UserError(f"budget M={budget} must be between 1 and {num_blocks - 1}: the model has "
+                        f"{num_blocks} blocks")
+
+
+def benchmark_sets(num_blocks: int, budget: int = 4, random_sets: int = 100,
+                   seed: int = 0) -> list[frozenset[int]]:
+    """The benchmark workload: every single-block removal, then ``random_sets`` random M-block sets."""
+    import random
+
+    check_budget(budget, num_blocks)
+    if random_sets < 0:
+        raise UserError(f"the number of random sets must be >= 0, got {random_sets}")
+    rng = random.Random(seed)
+    singles = [frozenset({index}) for index in range(num_blocks)]
+    return singles + [frozenset(rng.sample(range(num_blocks), budget)) for _ in range(random_sets)]
+
+
+def compare_with_naive(model: str, config: CalibrationConfig, *, budget: int = 4, random_sets: int = 100,
+                       seed: int = 0, batch_size: int = 16, dtype: str = "float32", device: str = "cpu",
+                       memory_budget_gb: float | None = None, tolerance: float = 1e-5,
+                       progress: bool = True) -> dict:
+    """Score the benchmark workload with the fast evaluator and with naive full forwards.
+
+    The fast side's time includes its dense reference pass (the price of the cache); model loading is
+    excluded from both.
+
+    Returns:
+        One JSON-ready dict: wall times, block-forward counts, ``speedup``, ``agree`` and the largest score
+        difference.
+    """
+    benchmark_sets(load_config(model).num_hidden_layers, budget, random_sets, seed)  # bad input: fail early
+    fast = build_evaluator(model, config, dtype=dtype, device=device, memory_budget_gb=memory_budget_gb,
+                           progress=progress, batch_size=batch_size)
+    naive = build_evaluator(model, config, dtype=dtype, device=device, naive=True, progress=progress,
+                            batch_size=batch_size)
+    sets = benchmark_sets(fast.num_blocks, budget, random_sets, seed)
+    scores = {}
+    for name, evaluator in (("fast", fast), ("naive", naive)):
+        scores[name] = [evaluator.score(removed) for removed in tqdm(
+            sets, desc=f"{name} scoring", unit="set", disable=not progress)]
+    difference = float(np.max(np.abs(np.array(scores["fast"]) - np.array(scores["naive"]))))
+    fast_seconds = fast.stats.wall_seconds + fast.stats.reference_seconds
+    naive_seconds = naive.stats.wall_seconds + naive.stats.reference_seconds
+    sequences = sum(batch.input_ids.shape[0] for batch in fast.batches)
+    return {
+        "model": str(model),
+        "calibration": asdict(config),
+        "num_blocks": fast.num_blocks,
+        "sets": len(sets),
+        "distinct_sets": len(set(sets)),
+        "budget": budget,
+        "sequences": sequences,
+        "batch_size": batch_size,
+        "dtype": dtype,
+        "device": str(fast.device),
+        "threads": torch.get_num_threads(),
+        "cached_boundaries": fast.boundaries,
+        "fast_seconds": round(fast_seconds, 3),
+        "fast_reference_pass_seconds": round(fast.stats.reference_seconds, 3),
+        "naive_seconds": round(naive_seconds, 3),
+        "speedup": round(naive_seconds / fast_seconds, 3) if fast_seconds else None,
+        "fast_block_forwards": fast.stats.block_forwards,
+        "naive_block_forwards": naive.stats.block_forwards,
+        "fast_head_positions": fast.stats.head_positions,
+        "naive_head_positions": naive.stats.head_positions,
+        "fast_memo_hits": fast.stats.memo_hits,
+        "max_abs_difference": difference,
+        "tolerance": tolerance,
+        "agree": difference <= tolerance,
+        "fast_stats": asdict(fast.stats),
+        "naive_stats": asdict(naive.stats),
+    }

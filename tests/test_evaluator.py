@@ -270,3 +270,28 @@ def test_bad_input(files, evaluators, tmp_path):
     with pytest.raises(UserError, match="fewer than the 64 samples"):
         build_evaluator(files["model"], CalibrationConfig("perplexity", files["text"], seq_len=SEQ_LEN),
                         progress=False)
+
+
+def test_bench_evaluator_command(files, capsys):
+    """The benchmark command end to end on the tiny model: one JSON object, scores agree."""
+    import shutil
+
+    from depthprune.cli import main
+
+    model = files["root"] / "tiny-with-demo-data"
+    if not model.exists():
+        shutil.copytree(files["model"], model)
+        (model / "data").mkdir()
+        shutil.copy(files["mc"].removeprefix("mc:"), model / "data" / "qa_calibration.jsonl")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench-evaluator", "--model", str(model), "--samples", "4", "--seq-len", "32", "--random-sets",
+              "3", "--budget", "2", "--batch-size", "8", "--json"])
+    assert exit_info.value.code == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["agree"] and result["sets"] == 6 + 3
+    assert result["fast_block_forwards"] < result["naive_block_forwards"]
+    assert result["calibration"]["data"] == f"demo:qa@{model}"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["bench-evaluator", "--model", str(model), "--budget", "6", "--samples", "4"])
+    assert exit_info.value.code == 2
+    assert "budget M=6 must be between 1 and 5" in capsys.readouterr().err
