@@ -1,0 +1,400 @@
+"""The ``prune`` pipeline: calibration configuration → search(es) → pruned checkpoint(s) → registry.
+
+``depthprune prune --model M --objective perplexity --data demo:text --drop 4 --search greedy`` runs here:
+
+1. :func:`plan_prune` checks everything the user typed (search names, options, budget against the model's
+   block count, data spec) before any weights are loaded, so a mistake is a one-line error;
+2. one :class:`~pruning.evaluator.SubsetEvaluator` is built and shared by every search of the run
+   (``--search all``), so the single-block prior and every memoised subset are computed once;
+3. each search runs on a :class:`~pruning.search.TrackedObjective` view of it (:func:`run_searches`);
+4. each result is written as an HF checkpoint and registered (base model + variant) in the registry.
+
+**Resuming.** A run directory under ``DEPTHPRUNE_HOME/runs/`` is keyed by (model, dtype, calibration
+configuration). The evaluator's memo is loaded from it at start and saved after every search and on
+Ctrl-C, so re-running the same command re-scores nothing; ``bayesian`` keeps its Optuna study in an
+SQLite file there (or in the ``storage`` option, e.g. a PostgreSQL URL shared by parallel workers);
+checkpoints already written for the same removal set are reused.
+
+**Accounting on a shared evaluator.** ``subset_evaluations`` counts the distinct removal sets a search
+asked for (the N single-block sets included when it used the prior), independent of sharing.
+``block_forwards`` and ``search_seconds`` count the work actually done while it ran, plus the shared
+prior's cost for searches that used the prior; a subset an earlier search already scored is free.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import re
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from depthprune import settings as depthprune_settings
+from depthprune.errors import UserError
+from pruning.objectives import CalibrationConfig
+from pruning.search import ALL_SEARCHES, OPTIONS, PRIOR_GUIDED, SEARCHES, TrackedObjective
+from pruning.search.base import SearchResult, SubsetObjective, parse_options
+
+PRIOR_USERS = PRIOR_GUIDED | {"evolution"}
+"""Searches that may ask for the single-block prior (evolution screens with it when nothing cheaper does)."""
+
+
+@dataclass
+class PruneConfig:
+    """One ``prune`` run: a calibration configuration, a budget, and the searches to run on it."""
+
+    model: str
+    """Hub id or local directory of the dense model."""
+    calibration: CalibrationConfig
+    """What the searches minimise, on which data."""
+    drop: int
+    """M, the number of blocks to remove."""
+    searches: tuple[str, ...]
+    """Search names (keys of ``pruning.search.SEARCHES``), run in this order on one shared evaluator."""
+    seed: int = 0
+    """Seed of every search."""
+    random_prior: bool = False
+    """Replace the single-block prior by a seeded random ranking in the prior-guided searches (control)."""
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per search name, options for it (see each search's ``Options``)."""
+    out: Path | None = None
+    """Parent directory of the checkpoints; None = ``DEPTHPRUNE_HOME/variants``."""
+    registry_url: str | None = None
+    """Registry URL; None = the default (``DEPTHPRUNE_REGISTRY_URL`` or SQLite under DEPTHPRUNE_HOME)."""
+    dtype: str = "float32"
+    """dtype the evaluator runs the model in."""
+    device: str = "cpu"
+    """torch device of the evaluator."""
+    memory_budget_gb: float | None = None
+    """Memory the evaluator's boundary cache may use; None = its default."""
+    overwrite: bool = False
+    """Replace an existing checkpoint directory that holds a different removal set."""
+    progress: bool = True
+    """Show progress bars (on stderr)."""
+
+    def __post_init__(self):
+        if not isinstance(self.calibration, CalibrationConfig):
+            raise TypeError("calibration must be a CalibrationConfig")
+        if not self.searches:
+            raise UserError("no search given")
+        unknown = [name for name in self.searches if name not in SEARCHES]
+        if unknown:
+            raise UserError(f"unknown search {unknown[0]!r}; choose from {', '.join(SEARCHES)} or all")
+        if isinstance(self.drop, bool) or not isinstance(self.drop, int) or self.drop < 1:
+            raise UserError(f"--drop must be a positive integer, got {self.drop!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
+            raise UserError(f"--seed must be a non-negative integer, got {self.seed!r}")
+        if self.random_prior and not PRIOR_GUIDED & set(self.searches):
+            guided = ", ".join(sorted(PRIOR_GUIDED))
+            raise UserError(f"--random-prior applies to the prior-guided searches ({guided}), none of which "
+                            f"was selected")
+
+
+@dataclass
+class SearchRun:
+    """One search's outcome on a (possibly shared) objective."""
+
+    search: str
+    """Search name."""
+    result: SearchResult
+    """What the search returned."""
+    seconds: float
+    """Wall time of the search (plus the shared prior's when it used it)."""
+    subset_evaluations: int
+    """Distinct removal sets the search asked for."""
+    block_forwards: int | None
+    """Evaluator block-forwards while it ran (plus the shared prior's when it used it); None without stats."""
+    used_prior: bool
+    """Whether it read the single-block prior."""
+
+
+@dataclass
+class VariantOutcome:
+    """What ``prune`` reports per search (one ``--json`` line)."""
+
+    id: int | None
+    name: str | None
+    search: str
+    removed_blocks: list[int]
+    calibration_loss: float
+    dense_loss: float
+    search_seconds: float
+    block_forwards: int | None
+    subset_evaluations: int
+    checkpoint: str | None
+    seed: int
+    options: dict
+
+
+# --------------------------------------------------------------------------------------- parsing input
+
+def parse_searches(text: str) -> tuple[str, ...]:
+    """``"greedy"``, ``"greedy,beam"`` or ``"all"`` (every search but exhaustive) → names, in order."""
+    names: list[str] = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        expanded = ALL_SEARCHES if item == "all" else (item,)
+        for name in expanded:
+            if name not in SEARCHES:
+                raise UserError(f"unknown search {name!r}; choose from {', '.join(SEARCHES)} or all")
+            if name not in names:
+                names.append(name)
+    if not names:
+        raise UserError("no search given; choose from " + ", ".join(SEARCHES) + " or all")
+    return tuple(names)
+
+
+def parse_option_assignments(assignments: list[str], searches: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+    """``KEY=VALUE`` (every selected search that has KEY) or ``SEARCH.KEY=VALUE`` → per-search options.
+
+    VALUE is read as JSON when it parses (``5``, ``0.2``, ``null``), else kept as a string.
+    """
+    options: dict[str, dict[str, Any]] = {name: {} for name in searches}
+    for assignment in assignments:
+        key, equals, raw = assignment.partition("=")
+        if not equals or not key.strip():
+            raise UserError(f"--option must look like KEY=VALUE or SEARCH.KEY=VALUE, got {assignment!r}")
+        try:
+            value = json.loads(raw)
+        except json.JSONDecodeError:
+            value = raw
+        target, dot, name = key.strip().rpartition(".")
+        if dot:
+            if target not in searches:
+                raise UserError(f"--option {assignment!r} names search {target!r}, which is not selected")
+            targets = [target]
+        else:
+            targets = [search for search in searches if name in OPTIONS[search].__dataclass_fields__]
+            if not targets:
+                raise UserError(f"no selected search has an option {name!r} (--option {assignment!r})")
+        for search in targets:
+            options[search][name] = value
+    return options
+
+
+def slug(text: str, limit: int = 40) -> str:
+    """A file-name-safe short form of a model id or path."""
+    tail = Path(text.rstrip("/")).name if Path(text).exists() else text.replace("/", "-")
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", tail).strip("-").lower()[:limit] or "model"
+
+
+def canonical_model(model: str) -> str:
+    """Local directories as absolute paths (so a run keyed by model matches from any directory)."""
+    path = Path(model).expanduser()
+    return str(path.resolve()) if path.exists() else model
+
+
+def run_key(model: str, calibration: CalibrationConfig, dtype: str) -> str:
+    """The run directory name: a hash of what the evaluator's scores depend on."""
+    payload = json.dumps({"model": model, "dtype": dtype, "calibration": dataclasses.asdict(calibration)},
+                         sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+
+@dataclass
+class PrunePlan:
+    """Everything checked and derived before the heavy work starts."""
+
+    config: PruneConfig
+    model: str
+    num_blocks: int
+    options: dict[str, dict[str, Any]]
+    run_dir: Path
+    out_dir: Path
+
+    @property
+    def memo_path(self) -> Path:
+        return self.run_dir / "memo.json"
+
+    def checkpoint_dir(self, search: str) -> Path:
+        """``OUT/<model>-<objective>-m<M>-<search>-<hash>``; the hash covers calibration, seed and options."""
+        calibration = self.config.calibration
+        identity = json.dumps({"model": self.model, "calibration": dataclasses.asdict(calibration),
+                               "drop": self.config.drop, "search": search, "seed": self.config.seed,
+                               "options": self.options[search]}, sort_keys=True, default=str)
+        digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
+        name = f"{slug(self.model)}-{calibration.objective}-m{self.config.drop}-{search}-{digest}"
+        return self.out_dir / name
+
+
+def plan_prune(config: PruneConfig) -> PrunePlan:
+    """Check a run against the model's config (no weights loaded) and fix its directories and options.
+
+    Raises:
+        UserError: an impossible budget, a bad option, an unsupported or missing model.
+    """
+    from pruning.models import load_config
+
+    model = canonical_model(config.model)
+    num_blocks = int(load_config(model).num_hidden_layers)
+    if config.drop >= num_blocks:
+        raise UserError(f"cannot remove {config.drop} of {num_blocks} blocks: "
+                        f"choose 1 <= --drop < {num_blocks}")
+    run_dir = depthprune_settings.home_dir() / "runs" / run_key(model, config.calibration, config.dtype)
+    options: dict[str, dict[str, Any]] = {}
+    for search in config.searches:
+        chosen = dict(config.options.get(search, {}))
+        if config.random_prior and search in PRIOR_GUIDED:
+            chosen["prior"] = "random"
+        if search == "bayesian" and chosen.get("storage") is None:
+            # Resumable by default: the study lives next to the memo of the same configuration.
+            chosen["storage"] = f"sqlite:///{run_dir / 'optuna.db'}"
+            chosen.setdefault("study_name", f"bayesian-m{config.drop}-seed{config.seed}-"
+                                            f"{chosen.get('prior', 'single_block')}")
+        parse_options(OPTIONS[search], chosen, search)  # a bad option fails now, not after loading
+        options[search] = chosen
+    if "exhaustive" in config.searches:
+        limit = parse_options(OPTIONS["exhaustive"], options["exhaustive"], "exhaustive").max_subsets
+        if math.comb(num_blocks, config.drop) > limit:
+            raise UserError(f"exhaustive search would score C({num_blocks}, {config.drop}) = "
+                            f"{math.comb(num_blocks, config.drop):,} subsets (max_subsets={limit:,})")
+    out_dir = Path(config.out).expanduser() if config.out else depthprune_settings.variants_dir()
+    return PrunePlan(config=config, model=model, num_blocks=num_blocks, options=options, run_dir=run_dir,
+                     out_dir=out_dir)
+
+
+# ------------------------------------------------------------------------------------- running searches
+
+def _counters(objective) -> tuple[int, float] | None:
+    stats = getattr(objective, "stats", None)
+    if stats is None:
+        return None
+    return int(stats.block_forwards), float(stats.wall_seconds)
+
+
+def run_searches(objective: SubsetObjective, budget: int, searches: tuple[str, ...], *, seed: int = 0,
+                 options: dict[str, dict[str, Any]] | None = None, progress: bool = True,
+                 on_run: Callable[[SearchRun], None] | None = None) -> list[SearchRun]:
+    """Run several searches on one shared objective, computing the single-block prior once.
+
+    Args:
+        objective: the shared evaluator (or any SubsetObjective; ``stats`` is read when present).
+        budget: M.
+        searches: names in ``SEARCHES``, run in order.
+        seed: seed of every search.
+        options: per search name, its options.
+        progress: show progress bars.
+        on_run: called after each search (e.g. to save the memo and write the checkpoint).
+
+    Returns:
+        One :class:`SearchRun` per search.
+    """
+    options = options or {}
+    prior_seconds, prior_forwards = 0.0, 0
+    if any(name in PRIOR_USERS and options.get(name, {}).get("prior") != "random" for name in searches):
+        before, started = _counters(objective), time.perf_counter()
+        objective.single_block_scores()
+        prior_seconds = time.perf_counter() - started
+        after = _counters(objective)
+        prior_forwards = after[0] - before[0] if before and after else 0
+    runs = []
+    for name in searches:
+        tracked = TrackedObjective(objective)
+        before, started = _counters(objective), time.perf_counter()
+        result = SEARCHES[name](tracked, budget, seed=seed, progress=progress, **options.get(name, {}))
+        seconds = time.perf_counter() - started
+        after = _counters(objective)
+        forwards = after[0] - before[0] if before and after else None
+        if tracked.used_prior:
+            seconds += prior_seconds
+            forwards = forwards + prior_forwards if forwards is not None else None
+        run = SearchRun(search=name, result=result, seconds=seconds,
+                        subset_evaluations=tracked.subset_evaluations, block_forwards=forwards,
+                        used_prior=tracked.used_prior)
+        runs.append(run)
+        if on_run is not None:
+            on_run(run)
+    return runs
+
+
+# ------------------------------------------------------------------------------------------- the command
+
+def _checkpoint_for(plan: PrunePlan, run: SearchRun, dense_loss: float):
+    """Write (or reuse, when it already holds this removal set) the checkpoint of one search."""
+    from pruning.checkpoint import PrunedCheckpoint, write_pruned_checkpoint
+
+    directory = plan.checkpoint_dir(run.search)
+    removed = list(run.result.removed_blocks)
+    if (directory / "pruning.json").is_file() and not plan.config.overwrite:
+        existing = PrunedCheckpoint.read(directory)
+        if existing.removed_blocks == removed:
+            return existing  # a resumed run: the same search already wrote this variant
+        raise UserError(f"{directory} holds removed blocks {existing.removed_blocks}, not {removed}; "
+                        f"pass --overwrite to replace it")
+    scores = {"calibration_loss": run.result.loss, "dense_loss": dense_loss, "search": run.search,
+              "search_options": run.result.options, "seed": plan.config.seed,
+              "search_seconds": run.seconds, "block_forwards": run.block_forwards,
+              "subset_evaluations": run.subset_evaluations}
+    return write_pruned_checkpoint(plan.model, removed, directory,
+                                   calibration=dataclasses.asdict(plan.config.calibration), scores=scores,
+                                   overwrite=plan.config.overwrite)
+
+
+def prune(config: PruneConfig,
+          on_variant: Callable[[VariantOutcome], None] | None = None) -> list[VariantOutcome]:
+    """Run ``config``: build the evaluator, run each search, write and register each variant.
+
+    Args:
+        config: the run.
+        on_variant: called with each variant as soon as it is registered (the CLI prints it).
+
+    Returns:
+        One :class:`VariantOutcome` per search.
+    """
+    from pruning.evaluator import build_evaluator
+    from registry import open_registry
+
+    plan = plan_prune(config)
+    registry = open_registry(config.registry_url)  # a bad URL fails before the model loads
+    evaluator = build_evaluator(plan.model, config.calibration, dtype=config.dtype, device=config.device,
+                                memory_budget_gb=config.memory_budget_gb, progress=config.progress)
+    plan.run_dir.mkdir(parents=True, exist_ok=True)
+    (plan.run_dir / "run.json").write_text(json.dumps(
+        {"model": plan.model, "dtype": config.dtype, "calibration": dataclasses.asdict(config.calibration)},
+        indent=1))
+    if plan.memo_path.is_file():
+        evaluator.load_memo(plan.memo_path)
+    outcomes: list[VariantOutcome] = []
+    finished = False
+    try:
+        dense_loss = evaluator.dense_loss()
+
+        def record(run: SearchRun) -> None:
+            evaluator.save_memo(plan.memo_path)
+            written = _checkpoint_for(plan, run, dense_loss)
+            registry.register_base_model(plan.model, revision=written.base_revision,
+                                         weights_sha256=written.base_weights_sha256,
+                                         num_blocks=plan.num_blocks, architecture=written.architecture)
+            options = {**run.result.options, "seed": config.seed}
+            variant = registry.register_variant(
+                base_model=plan.model, removed_blocks=list(run.result.removed_blocks),
+                calibration=dataclasses.asdict(config.calibration), search=run.search, search_options=options,
+                calibration_loss=run.result.loss, dense_loss=dense_loss, search_seconds=run.seconds,
+                block_forwards=run.block_forwards, subset_evaluations=run.subset_evaluations,
+                checkpoint_path=written.path, checkpoint_sha256=written.weights_sha256)
+            outcome = VariantOutcome(
+                id=variant.id, name=variant.name, search=run.search,
+                removed_blocks=list(run.result.removed_blocks),
+                calibration_loss=run.result.loss, dense_loss=dense_loss, search_seconds=round(run.seconds, 3),
+                block_forwards=run.block_forwards, subset_evaluations=run.subset_evaluations,
+                checkpoint=written.path, seed=config.seed, options=options)
+            outcomes.append(outcome)
+            if on_variant is not None:
+                on_variant(outcome)
+
+        run_searches(evaluator, config.drop, config.searches, seed=config.seed, options=plan.options,
+                     progress=config.progress, on_run=record)
+        finished = True
+    finally:
+        evaluator.save_memo(plan.memo_path)
+        if not finished:
+            print(f"scores so far saved to {plan.memo_path}; run the same command again to resume",
+                  file=sys.stderr)
+    return outcomes
