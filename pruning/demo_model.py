@@ -1,0 +1,573 @@
+"""The embedded demo model: a small Llama trained from scratch here, because no weights can be downloaded.
+
+:func:`ensure_demo_model` generates a corpus (:mod:`pruning.demo_corpus`), trains a byte-level BPE
+tokenizer on it, trains a ``LlamaForCausalLM`` deterministically (fixed seed, fixed data order), measures
+it against a unigram baseline and chance, and writes an ordinary Hugging Face checkpoint plus the held-out
+data the other commands use::
+
+    demo-<recipe hash>/
+      config.json, generation_config.json, model.safetensors      (float32)
+      tokenizer.json, tokenizer_config.json, chat_template.jinja  (AutoTokenizer and vLLM load them)
+      recipe.json        the recipe, its hash, library versions
+      quality.json       held-out perplexity vs unigram, QA accuracy vs chance, training time
+      data/train.jsonl             {"text"}: every training document
+      data/text_calibration.jsonl  {"text"}: flowing text (the C4/WikiText stand-in)
+      data/text_test.jsonl         {"text"}
+      data/qa_calibration.jsonl    {"context", "choices", "label"} (the Commonsense-170k stand-in)
+      data/qa_test.jsonl           {"context", "choices", "label"}
+
+The directory is keyed by a hash of the recipe (and of this module's format version), built in a
+temporary sibling and renamed into place, so an interrupted build never leaves a half-written entry.
+
+Run ``depthprune demo-model`` (default recipe, a few minutes on 2 cores) or
+``depthprune demo-model --recipe tiny`` (seconds; what the tests use).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import math
+import os
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from depthprune.errors import UserError
+from depthprune.settings import home_dir
+
+# Bump when the corpus generator, tokenizer or training loop changes what a recipe produces.
+FORMAT_VERSION = 1
+
+SPECIAL_TOKENS = {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"}
+
+DATA_FILES = ("train", "text_calibration", "text_test", "qa_calibration", "qa_test")
+
+# Shows a chat as the QA format the model was trained on, so /v1/chat/completions gives sensible answers.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if message['role'] == 'user' %}Question: {{ message['content'] }}\nAnswer:"
+    "{% elif message['role'] == 'assistant' %} {{ message['content'] }}\n"
+    "{% else %}{{ message['content'] }}\n{% endif %}"
+    "{% endfor %}"
+)
+
+
+@dataclass(frozen=True)
+class DemoRecipe:
+    """Everything that determines the demo model; its hash names the cache entry."""
+
+    seed: int = 0
+    """Seed of the world, the corpus, the initial weights and the data order."""
+    num_residents: int = 40
+    """Named residents in the generated world (their facts are what the fact questions ask)."""
+    train_text_documents: int = 9000
+    """Flowing-text documents (one to three paragraphs each) in the training corpus."""
+    train_qa_documents: int = 12000
+    """``Question: ...\\nAnswer: ...`` lines in the training corpus."""
+    held_out_text: int = 200
+    """Lines in each of ``text_calibration`` and ``text_test``."""
+    held_out_qa: int = 400
+    """Items in each of ``qa_calibration`` and ``qa_test``."""
+    vocab_size: int = 1024
+    """Upper bound of the BPE vocabulary (the trainer stops earlier when the corpus has no more merges)."""
+    num_layers: int = 16
+    """Decoder blocks."""
+    hidden_size: int = 256
+    """Width of the residual stream."""
+    intermediate_size: int = 640
+    """Width of the MLP."""
+    num_heads: int = 8
+    """Attention heads; ``hidden_size / num_heads`` is the head dimension (vLLM's CPU engine needs >= 32)."""
+    num_kv_heads: int = 4
+    """Key/value heads (grouped-query attention as in Llama 3)."""
+    max_position_embeddings: int = 512
+    """Longest sequence the model accepts."""
+    seq_len: int = 128
+    """Tokens per training sequence (documents are packed)."""
+    batch_size: int = 16
+    """Sequences per optimizer step."""
+    steps: int = 560
+    """Optimizer steps; tokens trained on = steps * batch_size * seq_len."""
+    learning_rate: float = 2e-3
+    """Peak AdamW learning rate (linear warm-up, cosine decay to a tenth)."""
+    warmup_steps: int = 30
+    """Steps of linear warm-up."""
+    weight_decay: float = 0.1
+    """AdamW weight decay on matrices (not on norms)."""
+    bf16_autocast: bool = True
+    """Train under bfloat16 autocast (about twice as fast on CPU); weights are stored in float32."""
+    threads: int = 0
+    """CPU threads while training (0: torch's default). One thread suits tiny models: they gain nothing from
+    two, and on a loaded machine every parallel region waits for a descheduled sibling thread."""
+
+    def __post_init__(self):
+        positive = ("num_residents", "train_text_documents", "train_qa_documents", "held_out_text",
+                    "held_out_qa", "num_layers", "hidden_size", "intermediate_size", "num_heads",
+                    "num_kv_heads", "seq_len", "batch_size", "steps")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be positive")
+        if self.hidden_size % self.num_heads:
+            raise ValueError("hidden_size must be a multiple of num_heads")
+        if self.hidden_size // self.num_heads < 32:
+            raise ValueError("head dimension (hidden_size / num_heads) must be at least 32 "
+                             "(vLLM's CPU engine needs it)")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError("num_heads must be a multiple of num_kv_heads")
+        if self.seq_len > self.max_position_embeddings:
+            raise ValueError("seq_len must not exceed max_position_embeddings")
+        if self.vocab_size < 300:
+            raise ValueError("vocab_size must be at least 300 (256 byte symbols, merges, special tokens)")
+        if not 0 < self.learning_rate < 1:
+            raise ValueError("learning_rate must be in (0, 1)")
+        if self.threads < 0:
+            raise ValueError("threads must be >= 0")
+        if not 0 <= self.warmup_steps < self.steps:
+            raise ValueError("warmup_steps must be in [0, steps)")
+
+    @classmethod
+    def tiny(cls) -> DemoRecipe:
+        """A recipe that trains in seconds: 8 blocks of width 64 (two heads of 32), for tests."""
+        return cls(num_residents=12, train_text_documents=500, train_qa_documents=500, held_out_text=24,
+                   held_out_qa=48, vocab_size=512, num_layers=8, hidden_size=64, intermediate_size=128,
+                   num_heads=2, num_kv_heads=1, max_position_embeddings=256, seq_len=64, batch_size=8,
+                   steps=60, learning_rate=4e-3, warmup_steps=6, threads=1)
+
+    @property
+    def train_tokens(self) -> int:
+        """Tokens the model is trained on."""
+        return self.steps * self.batch_size * self.seq_len
+
+    def hash(self) -> str:
+        """Short content hash of the recipe and the format version: the cache key."""
+        payload = json.dumps({"recipe": asdict(self), "format_version": FORMAT_VERSION}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:12]
+
+
+RECIPES = {"default": DemoRecipe, "tiny": DemoRecipe.tiny}
+
+
+def default_demo_dir(recipe: DemoRecipe | None = None) -> Path:
+    """Where ``ensure_demo_model(recipe)`` keeps the model without ``out`` (the default recipe if None)."""
+    recipe = recipe or DemoRecipe()
+    return home_dir() / "models" / f"demo-{recipe.hash()}"
+
+
+def is_demo_model(directory: Path, recipe: DemoRecipe) -> bool:
+    """Whether ``directory`` is a complete demo model built from ``recipe``."""
+    try:
+        meta = json.loads((directory / "recipe.json").read_text())
+    except (OSError, ValueError):
+        return False
+    required = ("model.safetensors", "quality.json", "tokenizer.json")
+    complete = all((directory / name).is_file() for name in required)
+    return complete and meta.get("recipe_hash") == recipe.hash()
+
+
+def read_quality(directory: Path) -> dict:
+    """The ``quality.json`` of a built demo model."""
+    return json.loads((Path(directory) / "quality.json").read_text())
+
+
+def ensure_demo_model(recipe: DemoRecipe | None = None, out: Path | None = None, progress: bool = True,
+                      force: bool = False) -> Path:
+    """Build the demo model, or reuse the cached one built from the same recipe.
+
+    Args:
+        recipe: what to build; ``DemoRecipe()`` when None.
+        out: directory to build into; ``default_demo_dir(recipe)`` when None.
+        progress: show a progress bar while training.
+        force: rebuild even when ``out`` already holds this recipe's model, and replace a demo model of
+            another recipe there.
+
+    Returns:
+        The model directory.
+
+    Raises:
+        UserError: ``out`` exists and is not a demo model (never deleted), or holds another recipe's model and
+            ``force`` is not set.
+    """
+    recipe = recipe or DemoRecipe()
+    target = Path(out).expanduser().resolve() if out is not None else default_demo_dir(recipe)
+    _check_target(target, recipe, force)
+    if target.exists() and is_demo_model(target, recipe) and not force:
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _build_lock(target):
+        # Another process may have finished the same build while this one waited for the lock.
+        if is_demo_model(target, recipe) and not force:
+            return target
+        staging = target.parent / f".{target.name}.building-{os.getpid()}"
+        shutil.rmtree(staging, ignore_errors=True)
+        try:
+            build_demo_model(recipe, staging, progress=progress)
+            _replace(staging, target)
+        finally:
+            shutil.rmtree(staging, ignore_errors=True)
+    return target
+
+
+def _check_target(target: Path, recipe: DemoRecipe, force: bool) -> None:
+    if not target.exists():
+        return
+    if not target.is_dir():
+        raise UserError(f"{target} exists and is not a directory")
+    if is_demo_model(target, recipe):
+        return
+    if not any(target.iterdir()):
+        return
+    if not (target / "recipe.json").is_file():
+        raise UserError(f"{target} exists and is not a demo model directory; choose another --out")
+    if not force:
+        raise UserError(f"{target} holds a demo model of another recipe; pass --force to replace it")
+
+
+@contextlib.contextmanager
+def _build_lock(target: Path):
+    lock_path = target.parent / f".{target.name}.lock"
+    with lock_path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _replace(staging: Path, target: Path) -> None:
+    """Move a finished build into place; an old entry is moved aside first and deleted after."""
+    old = None
+    if target.exists():
+        old = target.parent / f".{target.name}.old-{os.getpid()}"
+        os.rename(target, old)
+    os.rename(staging, target)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def build_demo_model(recipe: DemoRecipe, directory: Path, progress: bool = True) -> dict:
+    """Generate the corpus, train tokenizer and model, measure them and write everything to ``directory``.
+
+    Args:
+        recipe: what to build.
+        directory: an empty or missing directory (the caller renames it into the cache).
+        progress: show a progress bar while training.
+
+    Returns:
+        The quality record also written to ``quality.json``.
+    """
+    import torch
+    import transformers
+
+    from pruning.demo_corpus import generate_corpus
+
+    directory.mkdir(parents=True, exist_ok=True)
+    corpus = generate_corpus(recipe.seed, recipe.num_residents, recipe.train_text_documents,
+                             recipe.train_qa_documents, recipe.held_out_text, recipe.held_out_qa)
+    _write_data(directory / "data", corpus)
+    tokenizer = train_tokenizer(corpus.train, recipe)
+    tokenizer.save_pretrained(directory)
+    stream = token_stream(tokenizer, corpus.train)
+
+    with _torch_threads(recipe.threads):
+        model, training = train_model(recipe, tokenizer, stream, progress=progress)
+        model.save_pretrained(directory)
+        model.eval()
+        unigram = unigram_log_probs(stream, len(tokenizer), tokenizer.bos_token_id)
+        text = perplexities(model, tokenizer, corpus.text_test, unigram, recipe.max_position_embeddings)
+        qa = qa_accuracy(model, tokenizer, corpus.qa_test)
+    quality = {
+        **text,
+        "perplexity_ratio": text["perplexity"] / text["unigram_perplexity"],
+        **qa,
+        **training,
+        "acceptance": {
+            "perplexity_below_third_of_unigram": text["perplexity"] < text["unigram_perplexity"] / 3,
+            "qa_accuracy_at_least_twice_chance": qa["qa_accuracy"] >= 2 * qa["qa_chance"],
+        },
+    }
+    (directory / "quality.json").write_text(json.dumps(quality, indent=2) + "\n")
+    meta = {
+        "recipe_hash": recipe.hash(),
+        "format_version": FORMAT_VERSION,
+        "recipe": asdict(recipe),
+        "data": {name: f"data/{name}.jsonl" for name in DATA_FILES},
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+    }
+    (directory / "recipe.json").write_text(json.dumps(meta, indent=2) + "\n")
+    (directory / "README.md").write_text(_model_card(recipe, quality))
+    return quality
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int):
+    import torch
+
+    previous = torch.get_num_threads()
+    if threads:
+        torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def _write_data(data_dir: Path, corpus) -> None:
+    data_dir.mkdir(parents=True, exist_ok=True)
+    rows = {
+        "train": [{"text": text} for text in corpus.train],
+        "text_calibration": [{"text": text} for text in corpus.text_calibration],
+        "text_test": [{"text": text} for text in corpus.text_test],
+        "qa_calibration": corpus.qa_calibration,
+        "qa_test": corpus.qa_test,
+    }
+    for name, lines in rows.items():
+        with (data_dir / f"{name}.jsonl").open("w") as handle:
+            for row in lines:
+                handle.write(json.dumps(row) + "\n")
+
+
+def train_tokenizer(documents: list[str], recipe: DemoRecipe):
+    """A byte-level BPE tokenizer trained on ``documents``, wrapped for transformers.
+
+    Byte-level means any text encodes without ``<unk>``; the post-processor prepends ``<s>`` as Llama's does.
+    """
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    specials = [SPECIAL_TOKENS[key] for key in ("unk_token", "bos_token", "eos_token", "pad_token")]
+    backend = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_token"]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=recipe.vocab_size, special_tokens=specials, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    backend.train_from_iterator(documents, trainer)
+    bos = SPECIAL_TOKENS["bos_token"]
+    backend.post_processor = processors.TemplateProcessing(
+        single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, backend.token_to_id(bos))])
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend,
+                                        model_max_length=recipe.max_position_embeddings, **SPECIAL_TOKENS)
+    tokenizer.chat_template = CHAT_TEMPLATE
+    return tokenizer
+
+
+def token_stream(tokenizer, documents: list[str]):
+    """All documents as one id tensor, each as ``<s> text </s>``, in corpus order (packed for training)."""
+    import torch
+
+    # The backend encodes in parallel and does not warn about documents longer than the model's context.
+    encoded = tokenizer.backend_tokenizer.encode_batch(documents, add_special_tokens=False)
+    ids: list[int] = []
+    for document in encoded:
+        ids.append(tokenizer.bos_token_id)
+        ids.extend(document.ids)
+        ids.append(tokenizer.eos_token_id)
+    return torch.tensor(ids, dtype=torch.long)
+
+
+def model_config(recipe: DemoRecipe, tokenizer):
+    """The ``LlamaConfig`` of the recipe for this tokenizer."""
+    from transformers import LlamaConfig
+
+    return LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=recipe.hidden_size,
+        intermediate_size=recipe.intermediate_size,
+        num_hidden_layers=recipe.num_layers,
+        num_attention_heads=recipe.num_heads,
+        num_key_value_heads=recipe.num_kv_heads,
+        head_dim=recipe.hidden_size // recipe.num_heads,
+        max_position_embeddings=recipe.max_position_embeddings,
+        rope_theta=10000.0,
+        tie_word_embeddings=False,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
+
+
+def train_model(recipe: DemoRecipe, tokenizer, stream, progress: bool = True):
+    """Train a Llama from scratch on the packed token stream, deterministically in ``recipe.seed``.
+
+    Returns:
+        ``(model, stats)`` with the model in float32 and stats ``train_seconds``, ``train_tokens``,
+        ``tokens_per_second``, ``final_loss`` (mean of the last 20 steps), ``threads`` and the machine's
+        load average before and after (the machines are shared; timings mean little without it).
+    """
+    import torch
+    from tqdm.auto import tqdm
+    from transformers import GenerationConfig, LlamaForCausalLM
+
+    torch.manual_seed(recipe.seed)
+    model = LlamaForCausalLM(model_config(recipe, tokenizer)).float()
+    model.generation_config = GenerationConfig(
+        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id, max_length=recipe.max_position_embeddings)
+    decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
+    no_decay = [p for n, p in model.named_parameters() if p.ndim < 2 or "embed" in n]
+    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": recipe.weight_decay},
+                                   {"params": no_decay, "weight_decay": 0.0}],
+                                  lr=recipe.learning_rate, betas=(0.9, 0.95))
+
+    def learning_rate(step: int) -> float:
+        if step < recipe.warmup_steps:
+            return (step + 1) / recipe.warmup_steps
+        progress_share = (step - recipe.warmup_steps) / max(1, recipe.steps - recipe.warmup_steps)
+        return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress_share))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, learning_rate)
+    sequences = stream[: len(stream) // recipe.seq_len * recipe.seq_len].view(-1, recipe.seq_len)
+    if len(sequences) < recipe.batch_size:
+        raise ValueError("the corpus is smaller than one batch; add documents or lower batch_size")
+    order = _batch_order(len(sequences), recipe)
+
+    model.train()
+    losses: list[float] = []
+    load_before = os.getloadavg()
+    started = time.perf_counter()
+    bar = tqdm(range(recipe.steps), desc="training demo model", unit="step", disable=not progress,
+               leave=False)
+    for step in bar:
+        batch = sequences[order[step]]
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=recipe.bf16_autocast):
+            loss = model(input_ids=batch, labels=batch).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        scheduler.step()
+        losses.append(loss.item())
+        if step % 10 == 0:
+            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+    seconds = time.perf_counter() - started
+    bar.close()
+    stats = {
+        "train_seconds": round(seconds, 1),
+        "train_tokens": recipe.train_tokens,
+        "tokens_per_second": round(recipe.train_tokens / seconds, 1),
+        "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4),
+        "threads": torch.get_num_threads(),
+        "load_average_before": [round(x, 2) for x in load_before],
+        "load_average_after": [round(x, 2) for x in os.getloadavg()],
+    }
+    return model, stats
+
+
+def _batch_order(num_sequences: int, recipe: DemoRecipe):
+    """Sequence indices of every step: seeded permutations, one per epoch, cut into batches."""
+    import torch
+
+    generator = torch.Generator().manual_seed(recipe.seed)
+    needed = recipe.steps * recipe.batch_size
+    epochs = []
+    while sum(len(e) for e in epochs) < needed:
+        epochs.append(torch.randperm(num_sequences, generator=generator))
+    return torch.cat(epochs)[:needed].view(recipe.steps, recipe.batch_size)
+
+
+def unigram_log_probs(stream, vocab_size: int, bos_token_id: int):
+    """Log-probabilities of an add-one-smoothed unigram model counted on the training stream.
+
+    ``<s>`` is not counted: it is never predicted.
+    """
+    import torch
+
+    counts = torch.bincount(stream[stream != bos_token_id], minlength=vocab_size).double()
+    return torch.log((counts + 1) / (counts.sum() + vocab_size))
+
+
+def perplexities(model, tokenizer, texts: list[str], unigram, max_length: int, batch_size: int = 16) -> dict:
+    """Token-level perplexity of the model and of the unigram baseline on the same tokens.
+
+    Each text is scored as ``<s> text`` (truncated to ``max_length``); every token after ``<s>`` is predicted.
+    """
+    import torch
+
+    total_nll = 0.0
+    total_unigram = 0.0
+    count = 0
+    with torch.no_grad():
+        for start in range(0, len(texts), batch_size):
+            encoded = [tokenizer(text, truncation=True, max_length=max_length)["input_ids"]
+                       for text in texts[start:start + batch_size]]
+            ids, mask = _pad(encoded, tokenizer.pad_token_id)
+            logits = model(input_ids=ids, attention_mask=mask).logits.float()
+            log_probs = torch.log_softmax(logits[:, :-1], dim=-1)
+            targets = ids[:, 1:]
+            target_mask = mask[:, 1:].bool()
+            token_log_probs = log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+            total_nll -= token_log_probs[target_mask].double().sum().item()
+            total_unigram -= unigram[targets[target_mask]].sum().item()
+            count += int(target_mask.sum())
+    return {
+        "perplexity": math.exp(total_nll / count),
+        "unigram_perplexity": math.exp(total_unigram / count),
+        "text_tokens": count,
+    }
+
+
+def choice_scores(model, tokenizer, context: str, choices: list[str]) -> list[float]:
+    """Mean log-probability of each choice's tokens after ``"Question: {context}\\nAnswer:"``.
+
+    The continuation is ``" {choice}"``, split off the way lm-eval does: encode the prompt and the whole
+    string, and take the tokens of the whole string past the prompt's.
+    """
+    import torch
+
+    prompt = f"Question: {context}\nAnswer:"
+    prompt_ids = tokenizer(prompt)["input_ids"]
+    sequences, spans = [], []
+    for choice in choices:
+        full = tokenizer(f"{prompt} {choice}")["input_ids"]
+        sequences.append(full)
+        spans.append((len(prompt_ids), len(full)))
+    ids, mask = _pad(sequences, tokenizer.pad_token_id)
+    with torch.no_grad():
+        log_probs = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits.float(), dim=-1)
+    scores = []
+    for row, (begin, end) in enumerate(spans):
+        positions = torch.arange(begin, end)
+        scores.append(log_probs[row, positions - 1, ids[row, positions]].mean().item())
+    return scores
+
+
+def qa_accuracy(model, tokenizer, items: list[dict]) -> dict:
+    """Accuracy of picking the choice with the highest mean answer-token log-probability, and chance."""
+    correct = 0
+    for item in items:
+        scores = choice_scores(model, tokenizer, item["context"], item["choices"])
+        correct += int(max(range(len(scores)), key=scores.__getitem__) == item["label"])
+    return {
+        "qa_accuracy": correct / len(items),
+        "qa_chance": sum(1 / len(item["choices"]) for item in items) / len(items),
+        "qa_items": len(items),
+    }
+
+
+def _pad(sequences: list[list[int]], pad_id: int):
+    import torch
+
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    for row, sequence in enumerate(sequences):
+        ids[row, : len(sequence)] = torch.tensor(sequence)
+        mask[row, : len(sequence)] = 1
+    return ids, mask
+
+
+def _model_card(recipe: DemoRecipe, quality: dict) -> str:
+    return (
+        "---\nlicense: apache-2.0\nlibrary_name: transformers\npipeline_tag: text-generation\n---\n"
+        f"# depthprune demo model ({recipe.hash()})\n\n"
+        f"A {recipe.num_layers}-block Llama (hidden {recipe.hidden_size}) trained from scratch by "
+        "`depthprune demo-model` on a generated corpus (no downloaded data). "
+        "Held-out splits are in `data/`.\n\n"
+        f"- held-out perplexity {quality['perplexity']:.2f} vs unigram {quality['unigram_perplexity']:.2f}\n"
+        f"- QA accuracy {quality['qa_accuracy']:.3f} vs chance {quality['qa_chance']:.3f} "
+        f"({quality['qa_items']} items)\n"
+        f"- trained on {quality['train_tokens']:,} tokens in {quality['train_seconds']:.0f} s\n"
+    )
