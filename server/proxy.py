@@ -14,7 +14,7 @@ import json
 import time
 from dataclasses import dataclass
 
-import httpx
+import aiohttp
 from pydantic import ValidationError
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
@@ -31,6 +31,8 @@ EXPERIMENT_HEADER = "x-depthprune-experiment"
 ARM_HEADER = "x-depthprune-arm"
 FALLBACK_HEADER = "x-depthprune-fallback-from"
 PASSED_REQUEST_HEADERS = ("x-request-id", "traceparent")
+# Failures of the backend connection: the request is answered 503 and the backend marked down.
+UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
 CLIENT_CLOSED = "499"  # status label of a stream the client left (nginx's convention)
 
 
@@ -218,8 +220,8 @@ class Proxy:
         handed_to_stream = False
         try:
             try:
-                upstream = await self._send(endpoint, data, headers, parsed.stream, backend)
-            except httpx.ConnectError as error:
+                upstream = await self._send(endpoint, data, headers, backend)
+            except aiohttp.ClientConnectorError as error:
                 # Nothing reached the backend, so trying the fallback cannot run the request twice.
                 self.pool.report_failure(backend, error)
                 if fallback_from is not None or route.fallback is None or not self.pool[route.fallback].up:
@@ -229,42 +231,37 @@ class Proxy:
                 in_flight.labels(backend.name).inc()
                 self.metrics.fallbacks.labels(route.experiment or "", route.arm or "", backend.name).inc()
                 try:
-                    upstream = await self._send(endpoint, data, headers, parsed.stream, backend)
-                except httpx.TransportError as second:
+                    upstream = await self._send(endpoint, data, headers, backend)
+                except UPSTREAM_ERRORS as second:
                     self.pool.report_failure(backend, second)
                     raise self._unavailable(backend) from None
-            except httpx.TransportError as error:
+            except UPSTREAM_ERRORS as error:
                 self.pool.report_failure(backend, error)
                 raise self._unavailable(backend) from None
 
             accounting = Accounting(self._labels(route, backend.name), endpoint, started)
             response_headers = self._route_headers(route, backend.name, fallback_from)
-            if parsed.stream and upstream.status_code == 200:
+            if parsed.stream and upstream.status == 200:
                 handed_to_stream = True
                 return self._stream(upstream, backend, accounting, response_headers, strip_usage)
             try:
-                body = await upstream.aread()
-            except httpx.TransportError as error:
+                body = await upstream.read()
+            except UPSTREAM_ERRORS as error:
                 self.pool.report_failure(backend, error)
                 raise self._unavailable(backend) from None
             finally:
-                await upstream.aclose()
-            return self._finish(upstream.status_code, body, backend, accounting, response_headers)
+                upstream.release()
+            return self._finish(upstream.status, body, backend, accounting, response_headers)
         finally:
             if not handed_to_stream:
                 in_flight.labels(backend.name).dec()
 
     async def _send(
-        self, endpoint: str, data: dict, headers: dict, stream: bool, backend: Backend
-    ) -> httpx.Response:
+        self, endpoint: str, data: dict, headers: dict, backend: Backend
+    ) -> aiohttp.ClientResponse:
         data["model"] = backend.served_model
-        request = self.pool.client.build_request(
-            "POST",
-            f"{backend.url}{endpoint}",
-            content=json.dumps(data, separators=(",", ":")),
-            headers=headers,
-        )
-        return await self.pool.client.send(request, stream=stream)
+        payload = json.dumps(data, separators=(",", ":")).encode()
+        return await self.pool.session.post(f"{backend.url}{endpoint}", data=payload, headers=headers)
 
     def _finish(
         self, status: int, body: bytes, backend: Backend, accounting: Accounting, headers: dict[str, str]
@@ -287,7 +284,7 @@ class Proxy:
 
     def _stream(
         self,
-        upstream: httpx.Response,
+        upstream: aiohttp.ClientResponse,
         backend: Backend,
         accounting: Accounting,
         headers: dict[str, str],
@@ -301,7 +298,12 @@ class Proxy:
             if finished:
                 return
             finished = True
-            await upstream.aclose()
+            # Closing (not releasing) an unfinished response drops the connection, which makes vLLM
+            # abort the generation instead of finishing it for nobody.
+            if status == "200":
+                upstream.release()
+            else:
+                upstream.close()
             metrics.in_flight.labels(backend.name).dec()
             self._record(accounting, status)
 
@@ -310,7 +312,7 @@ class Proxy:
             first = True
             pending = b""
             try:
-                async for chunk in upstream.aiter_raw():
+                async for chunk in upstream.content.iter_any():
                     if first:
                         metrics.ttft.labels(*accounting.labels).observe(
                             time.perf_counter() - accounting.started
@@ -329,7 +331,7 @@ class Proxy:
                     yield chunk
                 if pending:
                     yield pending
-            except httpx.TransportError as error:
+            except UPSTREAM_ERRORS as error:
                 status = "503"
                 self.pool.report_failure(backend, error)
                 message = f"variant '{backend.name}' stopped answering mid-stream: {type(error).__name__}"
