@@ -180,13 +180,13 @@ def summary_rows(outcomes: dict[str, list], registry, loadtest: dict, served: li
     """One row per variant (dense first): what the final table and ``--json`` show."""
     comparison = loadtest.get("comparison", {})
     by_alias = {registry.resolve(alias).name: alias for alias in served if alias != "dense"}
-    rows = [{"variant": "dense", "removed_blocks": [], "objective": "-", "search": "-",
+    rows = [{"variant": "dense", "name": "dense", "removed_blocks": [], "objective": "-", "search": "-",
              "calibration_loss": None, **evaluation_metrics(registry, "dense"), **speed_columns(None)}]
     for objective, items in outcomes.items():
         for outcome in items:
             alias = by_alias.get(outcome.name)
             rows.append({
-                "variant": outcome.name + (f" ({alias})" if alias else ""),
+                "variant": alias or f"#{outcome.id}", "name": outcome.name,
                 "removed_blocks": outcome.removed_blocks, "objective": objective, "search": outcome.search,
                 "calibration_loss": outcome.calibration_loss,
                 **evaluation_metrics(registry, outcome.name),
@@ -233,10 +233,12 @@ def print_table(rows: list[dict], out: Path) -> None:
                       fmt(row["qa_accuracy"]), fmt(row["output_throughput_ratio"], 2),
                       fmt(row["median_e2el_ratio"], 2), fmt(row["p99_e2el_ratio"], 2),
                       fmt(row["ideal_speedup"], 2), fmt(row["fraction_of_ideal_speedup"], 2))
-    console = Console(stderr=True)
+    # Wide enough for every column even when stderr is a pipe (CI logs, `make demo | tee`).
+    console = Console(stderr=True, width=max(Console(stderr=True).width, 160))
     console.print(table)
     console.print(f"report and plots: {out / 'loadtest'}; summary: {out / 'summary.json'}")
-    console.print("× = ratio to dense under the same load (throughput: higher is better; latency: lower).")
+    console.print("#N = registry id (`depthprune variants show N`); "
+                  "× = ratio to dense under the same load (throughput: higher is better; latency: lower).")
 
 
 def run_demo(config: DemoConfig) -> list[dict]:
