@@ -152,17 +152,21 @@ def build_settings(options: dict[str, Any], file_config: dict[str, Any]):
     )
 
 
-def check_port_free(host: str, port: int) -> None:
-    """UserError now, before engines start for minutes, when the gateway's port is taken."""
+def listen_socket(host: str, port: int):
+    """The gateway's listening socket, bound now: a taken port is a UserError before engines start for
+    minutes, and clients that connect once ``serve`` says it is ready are queued, never refused."""
     import socket
 
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        try:
-            probe.bind((host, port))
-        except OSError as error:
-            raise UserError(
-                f"cannot listen on {host}:{port}: {error.strerror}; pick another --port"
-            ) from None
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as error:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port}: {error.strerror}; pick another --port") from None
+    return sock
 
 
 def serve(
@@ -261,7 +265,7 @@ def serve(
         vllm_args=vllm_arg or [],
     )
     settings = build_settings(options, file_config)
-    check_port_free(settings.host, settings.port)
+    sock = listen_socket(settings.host, settings.port)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     pool = BackendPool(settings)
     app = create_app(settings, pool)  # checks the experiments before any process starts
@@ -305,14 +309,11 @@ def serve(
             state = "up" if backend.up else f"DOWN ({backend.last_error})"
             print(f"  {name:<20} {backend.url:<28} {state}", file=sys.stderr)
         print(f"gateway listening on {url} (OpenAI API at {url}/v1)", file=sys.stderr, flush=True)
+    config = uvicorn.Config(app, log_level=log_level.lower(), access_log=False, timeout_graceful_shutdown=10)
     try:
-        uvicorn.run(
-            app,
-            host=settings.host,
-            port=settings.port,
-            log_level=log_level.lower(),
-            access_log=False,
-            timeout_graceful_shutdown=10,
-        )
+        uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass  # uvicorn re-raises the Ctrl-C it already handled by shutting down cleanly
     finally:
+        sock.close()
         pool.stop_processes()
