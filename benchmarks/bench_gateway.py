@@ -225,7 +225,6 @@ Machine: {platform.machine()}, {os.cpu_count()} cores shared with other work, Py
 | p50 end-to-end latency, sequential, non-streaming | {result["direct_p50_e2e_ms"]} ms | {result["gateway_p50_e2e_ms"]} ms | **{result["overhead_p50_e2e_ms"]} ms** (goal < 5 ms: {goal_latency}) |
 | p50 time to first token, sequential, streaming | {result["direct_p50_ttft_ms"]} ms | {result["gateway_p50_ttft_ms"]} ms | {result["overhead_p50_ttft_ms"]} ms |
 | output tokens/s, {args.requests} requests at concurrency {args.concurrency} (per round) | {", ".join(f"{r:.0f}" for r in result["direct_output_tokens_per_s"])} | {", ".join(f"{r:.0f}" for r in result["gateway_output_tokens_per_s"])} | ratio **{result["throughput_ratio_median"]}** (median of rounds; goal within 5 %: {goal_rate}) |
-
 | gateway process CPU per proxied request (throughput phase) | | | {result["gateway_cpu_ms_per_request"]} ms |
 
 Overheads are medians of {result["pairs"]} per-pair differences over {args.rounds} rounds; overall throughput ratio
