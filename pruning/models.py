@@ -10,6 +10,14 @@ for a recorder that returns its input unchanged: that costs an embedding lookup,
 the keyword arguments the model itself passes to block ``i``. Running any subset of blocks is then
 a loop over the real blocks with those arguments. No forward is patched; the module list is restored
 before ``prepare`` returns.
+
+Several sequences that share a prefix (a question and its answer choices) can run as one packed sequence
+``[prefix][branch 1][branch 2]...``: :meth:`BlockStack.segment_attention_mask` builds the 4-D mask (each
+branch sees the prefix and itself, causally, never another branch; sliding-window layers get the window
+applied to the restarted positions), which ``prepare`` passes with the ``position_ids`` to the model's own
+forward. The masking utilities of transformers return a ready 4-D mask as it is, and the models that mix
+full and sliding-window layers (Qwen2/3, Gemma-3) accept a ``{layer type: mask}`` dict, so every block then
+computes exactly what it computes on each branch run alone.
 """
 
 from __future__ import annotations
@@ -137,20 +145,98 @@ class BlockStack:
         """Check a removal set against this model; return it as a frozenset."""
         return validate_removed(removed_blocks, self.num_blocks)
 
-    def prepare(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> PreparedBatch:
-        """Embed ``input_ids`` and record the arguments each block receives in the model's own forward."""
+    def prepare(self, input_ids: torch.Tensor, attention_mask=None,
+                position_ids: torch.Tensor | None = None) -> PreparedBatch:
+        """Embed ``input_ids`` and record the arguments each block receives in the model's own forward.
+
+        Args:
+            input_ids: ``[batch, seq]`` token ids.
+            attention_mask: ``None`` (causal), a ``[batch, seq]`` padding mask, or what
+                :meth:`segment_attention_mask` returns (a ready 4-D mask, or a dict of them by layer type).
+            position_ids: ``[batch, seq]`` positions (rotary embeddings); default ``0..seq-1``.
+        """
         sink: list[dict[str, Any] | None] = [None] * self.num_blocks
         recorders = [_Recorder(i, sink) for i in range(self.num_blocks)]
         original = self.decoder.layers
         self.decoder.layers = nn.ModuleList(recorders)
         try:
-            mask = None if attention_mask is None else attention_mask.to(self.device)
+            if isinstance(attention_mask, dict):
+                mask = {kind: value.to(self.device) for kind, value in attention_mask.items()}
+            else:
+                mask = None if attention_mask is None else attention_mask.to(self.device)
+            positions = None if position_ids is None else position_ids.to(self.device)
             with torch.no_grad():
-                self.decoder(input_ids=input_ids.to(self.device), attention_mask=mask, use_cache=False)
+                self.decoder(input_ids=input_ids.to(self.device), attention_mask=mask, position_ids=positions,
+                             use_cache=False)
         finally:
             self.decoder.layers = original
         hidden = sink.pop()["hidden"]
         return PreparedBatch(hidden=hidden, block_kwargs=sink)
+
+    @property
+    def layer_types(self) -> list[str]:
+        """``full_attention`` or ``sliding_attention`` per block, as the model's own forward masks it."""
+        types = getattr(self.config, "layer_types", None)
+        if types:
+            return list(types)
+        # Mistral has no layer_types: a configured window applies to every layer.
+        kind = "sliding_attention" if getattr(self.config, "sliding_window", None) else "full_attention"
+        return [kind] * self.num_blocks
+
+    @property
+    def supports_segment_masks(self) -> bool:
+        """Whether the attention implementation takes the dense 4-D masks of :meth:`segment_attention_mask`.
+
+        SDPA and eager do; flash-attention kernels take no arbitrary mask (and flex attention wants a
+        BlockMask), so callers run such models on unpacked sequences.
+        """
+        return self.config._attn_implementation in ("sdpa", "eager")
+
+    def segment_attention_mask(self, segments: torch.Tensor, position_ids: torch.Tensor):
+        """The attention mask of packed sequences whose branches share a prefix, for :meth:`prepare`.
+
+        A token may attend to a key when the key is in the shared prefix or in the token's own branch, and
+        the key's position is not after the token's (positions restart at the prefix length in every
+        branch, so a branch computes exactly what it computes run alone after the prefix). Sliding-window
+        layers also require ``position − key position < window``, as transformers' own sliding mask does.
+        Padding tokens attend to themselves only (a row that attends to nothing would give NaN).
+
+        Args:
+            segments: ``[batch, seq]`` 0 for the shared prefix, ``k >= 1`` for branch k, -1 for padding.
+            position_ids: ``[batch, seq]`` positions (the prefix 0..P-1; each branch P, P+1, ...).
+
+        Returns:
+            A ``[batch, 1, seq, seq]`` mask (boolean for SDPA, additive float for eager), or a dict of two
+            such masks by layer type when the model mixes full and sliding-window layers.
+
+        Raises:
+            ValueError: the attention implementation takes no dense mask (see :attr:`supports_segment_masks`).
+        """
+        if not self.supports_segment_masks:
+            raise ValueError(f"attention implementation {self.config._attn_implementation!r} takes no "
+                             "4-D attention mask")
+        query_segment, key_segment = segments[:, :, None], segments[:, None, :]
+        query_position, key_position = position_ids[:, :, None], position_ids[:, None, :]
+        visible = (key_segment == 0) | (key_segment == query_segment)
+        allowed = visible & (key_position <= query_position) & (key_segment >= 0) & (query_segment >= 0)
+        length = segments.shape[1]
+        padding_self = (segments < 0)[:, :, None] & torch.eye(length, dtype=torch.bool,
+                                                              device=segments.device)[None]
+        masks = {}
+        for kind in dict.fromkeys(self.layer_types):
+            mask = allowed
+            if kind == "sliding_attention":
+                mask = allowed & (query_position - key_position < self.config.sliding_window)
+            masks[kind] = self._mask_format((mask | padding_self)[:, None])
+        return next(iter(masks.values())) if len(masks) == 1 else masks
+
+    def _mask_format(self, allowed: torch.Tensor) -> torch.Tensor:
+        """A boolean "may attend" mask in the form the attention implementation adds or applies."""
+        if self.config._attn_implementation == "sdpa":
+            return allowed
+        dtype = self.lm_head.weight.dtype
+        additive = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
+        return additive.masked_fill(~allowed, torch.finfo(dtype).min)
 
     def run_blocks(self, hidden: torch.Tensor, batch: PreparedBatch, block_indices) -> torch.Tensor:
         """Run the given blocks (original indices, in order) on ``hidden``."""
