@@ -40,7 +40,9 @@ from depthprune.errors import UserError
 from depthprune.settings import home_dir
 
 # Bump when the corpus generator, tokenizer or training loop changes what a recipe produces.
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# Steps between re-reading the load average to choose the thread count.
+THREAD_CHECK_STEPS = 20
 
 SPECIAL_TOKENS = {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"}
 
@@ -64,9 +66,9 @@ class DemoRecipe:
     """Seed of the world, the corpus, the initial weights and the data order."""
     num_residents: int = 40
     """Named residents in the generated world (their facts are what the fact questions ask)."""
-    train_text_documents: int = 9000
+    train_text_documents: int = 5000
     """Flowing-text documents (one to three paragraphs each) in the training corpus."""
-    train_qa_documents: int = 12000
+    train_qa_documents: int = 10000
     """``Question: ...\\nAnswer: ...`` lines in the training corpus."""
     held_out_text: int = 200
     """Lines in each of ``text_calibration`` and ``text_test``."""
@@ -78,7 +80,7 @@ class DemoRecipe:
     """Decoder blocks."""
     hidden_size: int = 256
     """Width of the residual stream."""
-    intermediate_size: int = 640
+    intermediate_size: int = 512
     """Width of the MLP."""
     num_heads: int = 8
     """Attention heads; ``hidden_size / num_heads`` is the head dimension (vLLM's CPU engine needs >= 32)."""
@@ -88,8 +90,8 @@ class DemoRecipe:
     """Longest sequence the model accepts."""
     seq_len: int = 128
     """Tokens per training sequence (documents are packed)."""
-    batch_size: int = 16
-    """Sequences per optimizer step."""
+    batch_size: int = 8
+    """Sequences per optimizer step (small batches and more steps learn more from a small token budget)."""
     steps: int = 560
     """Optimizer steps; tokens trained on = steps * batch_size * seq_len."""
     learning_rate: float = 2e-3
@@ -98,11 +100,9 @@ class DemoRecipe:
     """Steps of linear warm-up."""
     weight_decay: float = 0.1
     """AdamW weight decay on matrices (not on norms)."""
-    bf16_autocast: bool = True
-    """Train under bfloat16 autocast (about twice as fast on CPU); weights are stored in float32."""
-    threads: int = 0
-    """CPU threads while training (0: torch's default). One thread suits tiny models: they gain nothing from
-    two, and on a loaded machine every parallel region waits for a descheduled sibling thread."""
+    bf16_autocast: bool = False
+    """Train under bfloat16 autocast. Off by default: on CPUs without AVX-512 BF16/AMX (such as this project's
+    AVX2 machines) a bfloat16 matmul is about 50 times slower than float32. Weights are stored in float32."""
 
     def __post_init__(self):
         positive = ("num_residents", "train_text_documents", "train_qa_documents", "held_out_text",
@@ -124,8 +124,6 @@ class DemoRecipe:
             raise ValueError("vocab_size must be at least 300 (256 byte symbols, merges, special tokens)")
         if not 0 < self.learning_rate < 1:
             raise ValueError("learning_rate must be in (0, 1)")
-        if self.threads < 0:
-            raise ValueError("threads must be >= 0")
         if not 0 <= self.warmup_steps < self.steps:
             raise ValueError("warmup_steps must be in [0, steps)")
 
@@ -135,7 +133,7 @@ class DemoRecipe:
         return cls(num_residents=12, train_text_documents=500, train_qa_documents=500, held_out_text=24,
                    held_out_qa=48, vocab_size=512, num_layers=8, hidden_size=64, intermediate_size=128,
                    num_heads=2, num_kv_heads=1, max_position_embeddings=256, seq_len=64, batch_size=8,
-                   steps=60, learning_rate=4e-3, warmup_steps=6, threads=1)
+                   steps=60, learning_rate=4e-3, warmup_steps=6)
 
     @property
     def train_tokens(self) -> int:
@@ -201,8 +199,10 @@ def ensure_demo_model(recipe: DemoRecipe | None = None, out: Path | None = None,
         # Another process may have finished the same build while this one waited for the lock.
         if is_demo_model(target, recipe) and not force:
             return target
+        # Builds run under the lock, so any staging directory left here is from a killed build.
+        for stale in target.parent.glob(f".{target.name}.building-*"):
+            shutil.rmtree(stale, ignore_errors=True)
         staging = target.parent / f".{target.name}.building-{os.getpid()}"
-        shutil.rmtree(staging, ignore_errors=True)
         try:
             build_demo_model(recipe, staging, progress=progress)
             _replace(staging, target)
@@ -272,7 +272,7 @@ def build_demo_model(recipe: DemoRecipe, directory: Path, progress: bool = True)
     tokenizer.save_pretrained(directory)
     stream = token_stream(tokenizer, corpus.train)
 
-    with _torch_threads(recipe.threads):
+    with _torch_threads():
         model, training = train_model(recipe, tokenizer, stream, progress=progress)
         model.save_pretrained(directory)
         model.eval()
@@ -303,12 +303,11 @@ def build_demo_model(recipe: DemoRecipe, directory: Path, progress: bool = True)
 
 
 @contextlib.contextmanager
-def _torch_threads(threads: int):
+def _torch_threads():
+    """Restore torch's thread count after training changed it (see :func:`adaptive_threads`)."""
     import torch
 
     previous = torch.get_num_threads()
-    if threads:
-        torch.set_num_threads(threads)
     try:
         yield
     finally:
@@ -394,8 +393,8 @@ def train_model(recipe: DemoRecipe, tokenizer, stream, progress: bool = True):
 
     Returns:
         ``(model, stats)`` with the model in float32 and stats ``train_seconds``, ``train_tokens``,
-        ``tokens_per_second``, ``final_loss`` (mean of the last 20 steps), ``threads`` and the machine's
-        load average before and after (the machines are shared; timings mean little without it).
+        ``tokens_per_second``, ``final_loss`` (mean of the last 20 steps), ``threads`` (counts used) and the
+        machine's load average before and after (the machines are shared; timings mean little without it).
     """
     import torch
     from tqdm.auto import tqdm
@@ -430,7 +429,11 @@ def train_model(recipe: DemoRecipe, tokenizer, stream, progress: bool = True):
     started = time.perf_counter()
     bar = tqdm(range(recipe.steps), desc="training demo model", unit="step", disable=not progress,
                leave=False)
+    threads_used = set()
     for step in bar:
+        if step % THREAD_CHECK_STEPS == 0:
+            torch.set_num_threads(adaptive_threads(torch.get_num_threads()))
+            threads_used.add(torch.get_num_threads())
         batch = sequences[order[step]]
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=recipe.bf16_autocast):
             loss = model(input_ids=batch, labels=batch).loss
@@ -449,11 +452,24 @@ def train_model(recipe: DemoRecipe, tokenizer, stream, progress: bool = True):
         "train_tokens": recipe.train_tokens,
         "tokens_per_second": round(recipe.train_tokens / seconds, 1),
         "final_loss": round(sum(losses[-20:]) / len(losses[-20:]), 4),
-        "threads": torch.get_num_threads(),
+        "threads": sorted(threads_used),
         "load_average_before": [round(x, 2) for x in load_before],
         "load_average_after": [round(x, 2) for x in os.getloadavg()],
     }
     return model, stats
+
+
+def adaptive_threads(current: int) -> int:
+    """CPU threads to train with now: the cores that other processes leave free, at least one.
+
+    On a shared machine a second thread that is often descheduled stalls every parallel region (measured
+    here: a 16-block model trained at 100 tokens/s on two threads against 400 on one, at load 10). Thread
+    count does not change the result (same weights on 1 and 2 threads), so choosing it at run time keeps
+    builds deterministic.
+    """
+    cores = os.cpu_count() or 1
+    others = os.getloadavg()[0] - current
+    return max(1, min(cores, round(cores - others)))
 
 
 def _batch_order(num_sequences: int, recipe: DemoRecipe):
@@ -509,37 +525,47 @@ def perplexities(model, tokenizer, texts: list[str], unigram, max_length: int, b
     }
 
 
-def choice_scores(model, tokenizer, context: str, choices: list[str]) -> list[float]:
-    """Mean log-probability of each choice's tokens after ``"Question: {context}\\nAnswer:"``.
+def answer_log_probs(model, tokenizer, requests: list[tuple[str, str]], batch_size: int = 64) -> list[float]:
+    """Mean log-probability of each answer's tokens after ``"Question: {context}\\nAnswer:"``.
 
-    The continuation is ``" {choice}"``, split off the way lm-eval does: encode the prompt and the whole
-    string, and take the tokens of the whole string past the prompt's.
+    Args:
+        model: causal LM in eval mode.
+        tokenizer: its tokenizer (prepends ``<s>``).
+        requests: ``(context, choice)`` pairs; the continuation is ``" {choice}"``, split off the way lm-eval
+            does: encode the prompt and the whole string, and take the tokens of the whole string past the
+            prompt's.
+        batch_size: sequences per forward.
+
+    Returns:
+        One score per request, in order.
     """
     import torch
 
-    prompt = f"Question: {context}\nAnswer:"
-    prompt_ids = tokenizer(prompt)["input_ids"]
     sequences, spans = [], []
-    for choice in choices:
+    for context, choice in requests:
+        prompt = f"Question: {context}\nAnswer:"
         full = tokenizer(f"{prompt} {choice}")["input_ids"]
         sequences.append(full)
-        spans.append((len(prompt_ids), len(full)))
-    ids, mask = _pad(sequences, tokenizer.pad_token_id)
-    with torch.no_grad():
-        log_probs = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits.float(), dim=-1)
+        spans.append((len(tokenizer(prompt)["input_ids"]), len(full)))
     scores = []
-    for row, (begin, end) in enumerate(spans):
-        positions = torch.arange(begin, end)
-        scores.append(log_probs[row, positions - 1, ids[row, positions]].mean().item())
+    with torch.no_grad():
+        for start in range(0, len(sequences), batch_size):
+            ids, mask = _pad(sequences[start:start + batch_size], tokenizer.pad_token_id)
+            log_probs = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits.float(), dim=-1)
+            for row, (begin, end) in enumerate(spans[start:start + batch_size]):
+                positions = torch.arange(begin, end)
+                scores.append(log_probs[row, positions - 1, ids[row, positions]].mean().item())
     return scores
 
 
 def qa_accuracy(model, tokenizer, items: list[dict]) -> dict:
     """Accuracy of picking the choice with the highest mean answer-token log-probability, and chance."""
+    requests = [(item["context"], choice) for item in items for choice in item["choices"]]
+    scores = iter(answer_log_probs(model, tokenizer, requests))
     correct = 0
     for item in items:
-        scores = choice_scores(model, tokenizer, item["context"], item["choices"])
-        correct += int(max(range(len(scores)), key=scores.__getitem__) == item["label"])
+        item_scores = [next(scores) for _ in item["choices"]]
+        correct += int(max(range(len(item_scores)), key=item_scores.__getitem__) == item["label"])
     return {
         "qa_accuracy": correct / len(items),
         "qa_chance": sum(1 / len(item["choices"]) for item in items) / len(items),

@@ -146,7 +146,6 @@ def test_cache_is_reused_without_training(demo_tiny_dir, monkeypatch):
     assert (demo_tiny_dir / "model.safetensors").stat().st_mtime_ns == stamp
 
 
-@pytest.mark.slow
 def test_rebuild_is_deterministic_and_guards_its_directory(demo_tiny_dir, tmp_path):
     again = ensure_demo_model(DemoRecipe.tiny(), out=tmp_path / "again", progress=False)
     assert weights_sha256(again) == weights_sha256(demo_tiny_dir)
