@@ -13,13 +13,17 @@ blocks skipped) — and much cheaper than a full forward per candidate:
   JSON so that an interrupted search resumes without re-scoring.
 * **Batched sequences**, and the **LM head only where needed**: at the answer positions for ``task_margin``
   (its logits are a small fraction of the tokens).
+* **Shared prompts** (``task_margin``): each question runs as ONE sequence, its prompt followed by every
+  choice, with a mask that keeps the choices apart (:mod:`pruning.packing`), so a candidate computes the
+  prompt once instead of once per choice. Models whose attention takes no 4-D mask (flash attention) run
+  one sequence per choice instead.
 * **KL reference.** ``kl`` needs the dense next-token distribution: its log-probabilities
   (``samples × seq_len × vocab`` floats) are cached once when they fit the budget; otherwise only the
   dense final hidden states are kept and the dense LM head is re-run per candidate (for a 128k vocabulary
   and 64×2048 tokens the log-probabilities would take 64 GiB, the hidden states 2 GiB).
 
 ``naive=True`` is the SLEB way, kept for the benchmark: a full forward per candidate (every block, the LM
-head on every position), no boundary cache and no memo.
+head on every position, one sequence per choice), no boundary cache, no memo and no packing.
 
 The evaluator also provides what some searches need besides scores: single-block scores (the prior),
 per-sample residual-branch gradients (CBO) and ShortGPT's Block Influence.
@@ -42,6 +46,8 @@ from tqdm.auto import tqdm
 from depthprune.errors import UserError
 from pruning.models import BlockStack, load_config, load_model, validate_removed
 from pruning.objectives import CalibrationBatch, CalibrationConfig, get_objective, make_batches
+from pruning.packing import RunBatch, as_run_batch
+from pruning.packing import pack_choices as pack_choices_of
 
 MEMO_FORMAT = 1
 
@@ -53,7 +59,7 @@ class EvaluatorStats:
     block_forwards: int = 0
     """Decoder-block calls, each on one batch of sequences (a full pass over the data costs N × batches)."""
     tokens: int = 0
-    """Token positions run through decoder blocks, summed over block calls."""
+    """Token positions run through decoder blocks, summed over block calls (padding included)."""
     evaluations: int = 0
     """Removal sets actually scored (distinct ones, as repeats hit the memo; naive mode scores every call)."""
     memo_hits: int = 0
@@ -92,12 +98,14 @@ def plan_boundaries(num_blocks: int, slots: int) -> list[int]:
 class SubsetEvaluator:
     """Scores removal sets under one calibration configuration (implements ``SubsetObjective``).
 
-    Build it with :func:`build_evaluator`.
+    Build it with :func:`build_evaluator`. ``batches`` are the calibration batches (one sequence per text
+    window or per choice); ``run_batches`` are what the blocks run (choices packed per question unless
+    ``naive``, ``pack_choices=False`` or an attention implementation without 4-D masks).
     """
 
     def __init__(self, stack: BlockStack, config: CalibrationConfig, batches: list[CalibrationBatch], *,
                  model_id: str, dtype: str = "float32", memory_budget_gb: float | None = None,
-                 naive: bool = False, progress: bool = True):
+                 naive: bool = False, progress: bool = True, pack_choices: bool = True):
         self.stack = stack
         self.config = config
         self.model_id = model_id
@@ -108,6 +116,11 @@ class SubsetEvaluator:
         self.num_blocks = stack.num_blocks
         self.device = stack.device
         self.batches = [batch.to(self.device) for batch in batches]
+        self.packed = (pack_choices and not naive and self.objective.data_kind == "multiple_choice"
+                       and stack.supports_segment_masks)
+        self.run_batches: list[RunBatch] = [
+            (pack_choices_of(batch, stack) if self.packed else as_run_batch(batch)).to(self.device)
+            for batch in batches]
         self.num_samples = sum(batch.num_samples for batch in batches)
         self.stats = EvaluatorStats()
         self._memo: dict[frozenset[int], float] = {}
@@ -130,7 +143,7 @@ class SubsetEvaluator:
         """Decide where and which boundary states (and the KL reference) are cached."""
         hidden_size = self.stack.config.hidden_size
         element = torch.empty((), dtype=self.stack.lm_head.weight.dtype).element_size()
-        positions = sum(batch.input_ids.numel() for batch in self.batches)
+        positions = sum(run.input_ids.numel() for run in self.run_batches)
         per_boundary = positions * hidden_size * element
         on_gpu = self.device.type != "cpu"
         if budget_bytes is None:
@@ -155,7 +168,7 @@ class SubsetEvaluator:
         self.cache_reference_logprobs = (self.objective.needs_reference
                                          and self.cache_bytes + reference_bytes <= budget_bytes)
 
-    def _count_blocks(self, batch: CalibrationBatch, blocks: int) -> None:
+    def _count_blocks(self, batch: CalibrationBatch | RunBatch, blocks: int) -> None:
         self.stats.block_forwards += blocks
         self.stats.tokens += blocks * batch.input_ids.numel()
 
@@ -168,24 +181,26 @@ class SubsetEvaluator:
         start = time.perf_counter()
         self._states, self._prepared, self._reference = [], [], []
         influence = torch.zeros(self.num_blocks, dtype=torch.float64)
-        influence_tokens = 0
+        influence_tokens = 0.0
         losses = []
-        bar = tqdm(self.batches, desc="dense reference pass", unit="batch", disable=not self.progress)
+        bar = tqdm(self.run_batches, desc="dense reference pass", unit="batch", disable=not self.progress)
         with torch.no_grad():
-            for batch in bar:
-                prepared = self.stack.prepare(batch.input_ids)
+            for run in bar:
+                batch = run.calibration
+                prepared = self.stack.prepare(run.input_ids, run.attention_mask, run.position_ids)
                 hidden = prepared.hidden
                 states = {}
-                mask = batch.token_mask
+                # per token of every calibration sequence: a shared prompt token counts once per choice
+                weight = run.token_weight
                 for index, block in enumerate(self.stack.blocks):
                     if index in self.boundaries:
                         states[index] = hidden.to(self.cache_device)
                     output = block(hidden, **prepared.block_kwargs[index])
                     cosine = torch.nn.functional.cosine_similarity(hidden.float(), output.float(), dim=-1)
-                    influence[index] += (1 - cosine)[mask].double().sum().cpu()
+                    influence[index] += ((1 - cosine).double() * weight).sum().cpu()
                     hidden = output
-                self._count_blocks(batch, self.num_blocks)
-                influence_tokens += int(mask.sum())
+                self._count_blocks(run, self.num_blocks)
+                influence_tokens += float(weight.sum())
                 reference = None
                 if self.objective.needs_reference:
                     if self.cache_reference_logprobs:
@@ -199,7 +214,8 @@ class SubsetEvaluator:
                     self._states.append(states)
                     # KL of the dense model to itself is 0 by definition; no head call needed.
                     losses.append(torch.zeros(batch.num_samples) if self.objective.needs_reference else
-                                  self.objective.loss(batch, hidden, self._head, None).double().cpu())
+                                  self.objective.loss(batch, run.objective_hidden(hidden), self._head,
+                                                      None).double().cpu())
         self._influence = (influence / max(influence_tokens, 1)).numpy()
         if not self.naive:
             self._memo[frozenset()] = float(torch.cat(losses).double().mean())
@@ -249,13 +265,14 @@ class SubsetEvaluator:
         start = self.boundaries[bisect.bisect_right(self.boundaries, first_removed) - 1]
         blocks = [index for index in range(start, self.num_blocks) if index not in removed]
         losses = []
-        for batch_index, batch in enumerate(self.batches):
+        for batch_index, run in enumerate(self.run_batches):
             hidden = self._states[batch_index][start].to(self.device)
             kwargs = self._prepared[batch_index]
             for index in blocks:
                 hidden = self.stack.blocks[index](hidden, **kwargs[index])
-            self._count_blocks(batch, len(blocks))
-            losses.append(self.objective.loss(batch, hidden, self._head, self._reference_for(batch_index)))
+            self._count_blocks(run, len(blocks))
+            losses.append(self.objective.loss(run.calibration, run.objective_hidden(hidden), self._head,
+                                              self._reference_for(batch_index)))
         return float(torch.cat(losses).double().mean())
 
     def _naive_loss(self, removed: frozenset[int]) -> float:
@@ -295,22 +312,22 @@ class SubsetEvaluator:
             return self._gradients.copy()
         start = time.perf_counter()
         rows = []
-        for batch_index, batch in enumerate(tqdm(self.batches, desc="residual gradients", unit="batch",
-                                                 disable=not self.progress)):
+        for batch_index, run in enumerate(tqdm(self.run_batches, desc="residual gradients", unit="batch",
+                                               disable=not self.progress)):
+            batch = run.calibration
             with torch.no_grad():
-                prepared = self.stack.prepare(batch.input_ids)
+                prepared = self.stack.prepare(run.input_ids, run.attention_mask, run.position_ids)
             alphas = torch.ones(batch.num_samples, self.num_blocks, device=self.device,
                                 dtype=prepared.hidden.dtype, requires_grad=True)
-            sample_of_row = (batch.sequence_item if batch.sequence_item is not None
-                             else torch.arange(batch.input_ids.shape[0], device=self.device))
-            row_alphas = alphas[sample_of_row]
+            row_alphas = alphas[run.sample_of_row]
             with torch.enable_grad():
                 hidden = prepared.hidden
                 for index, block in enumerate(self.stack.blocks):
                     output = block(hidden, **prepared.block_kwargs[index])
                     hidden = hidden + row_alphas[:, index, None, None] * (output - hidden)
-                self._count_blocks(batch, self.num_blocks)
-                losses = self.objective.loss(batch, hidden, self._head, self._reference_for(batch_index))
+                self._count_blocks(run, self.num_blocks)
+                losses = self.objective.loss(batch, run.objective_hidden(hidden), self._head,
+                                             self._reference_for(batch_index))
                 # Samples are independent in a batch, so the gradient of the sum row s is dL_s/dα.
                 (gradient,) = torch.autograd.grad(losses.sum(), alphas)
             rows.append(gradient.double().cpu())
@@ -361,7 +378,8 @@ class SubsetEvaluator:
 
 def build_evaluator(model: str, config: CalibrationConfig, *, dtype: str = "float32", device: str = "cpu",
                     memory_budget_gb: float | None = None, naive: bool = False, progress: bool = True,
-                    batch_size: int = 8, split: str = "calibration") -> SubsetEvaluator:
+                    batch_size: int = 8, split: str = "calibration",
+                    pack_choices: bool = True) -> SubsetEvaluator:
     """Load a model and its calibration data, and run the dense reference pass.
 
     Every input is checked (objective and data kind, the data itself, the model's config) before the model's
@@ -378,6 +396,8 @@ def build_evaluator(model: str, config: CalibrationConfig, *, dtype: str = "floa
         progress: show progress bars.
         batch_size: sequences per forward.
         split: ``calibration`` (default) or ``test`` split of the data source.
+        pack_choices: run each question's choices as one sequence sharing the prompt (exact; ignored for
+            text objectives, in naive mode and for attention implementations without 4-D masks).
 
     Returns:
         A ready :class:`SubsetEvaluator`.
@@ -399,7 +419,8 @@ def build_evaluator(model: str, config: CalibrationConfig, *, dtype: str = "floa
     batches = make_batches(samples, tokenizer, config.seq_len, batch_size)
     causal_lm, _ = load_model(model, dtype=dtype, device=device)
     evaluator = SubsetEvaluator(BlockStack(causal_lm), config, batches, model_id=str(model), dtype=dtype,
-                                memory_budget_gb=memory_budget_gb, naive=naive, progress=progress)
+                                memory_budget_gb=memory_budget_gb, naive=naive, progress=progress,
+                                pack_choices=pack_choices)
     evaluator.stats.setup_seconds = time.perf_counter() - started
     return evaluator
 

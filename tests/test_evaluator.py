@@ -295,3 +295,75 @@ def test_bench_evaluator_command(files, capsys):
         main(["bench-evaluator", "--model", str(model), "--budget", "6", "--samples", "4"])
     assert exit_info.value.code == 2
     assert "budget M=6 must be between 1 and 5" in capsys.readouterr().err
+
+
+@pytest.fixture(scope="module")
+def edge_questions(files):
+    """Items that stress the packing: a prompt truncated differently per choice (seq_len 16), choices
+    sharing their first answer token, a choice that is a prefix of another, a duplicate choice."""
+    path = files["root"] / "edge-qa.jsonl"
+    long_context = " ".join(f"w{i}" for i in range(10, 30))
+    rows = [{"context": long_context, "choices": ["w5", "w5 w6 w7", "w8"], "label": 1},
+            {"context": "w40 w41 w42 w43 w44 w45", "choices": ["w9 w10", "w9 w11", "w9 w10", "w9"],
+             "label": 0},
+            {"context": "w50 w51 w52 w53 w54 w55 w56 w57 w58", "choices": ["w60 w61", "w62"], "label": 1},
+            {"context": "w70", "choices": ["w71 w72 w73 w74", "w75"], "label": 0}]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return f"mc:{path}"
+
+
+@pytest.mark.parametrize("architecture", ["llama", "qwen3", "gemma3_text"])
+def test_packed_choices_equal_per_choice_and_the_pruned_checkpoint(files, edge_questions, tiny_model_dirs,
+                                                                   architecture, tmp_path):
+    """Prompt sharing is exact: packed = one sequence per choice = the written pruned checkpoint.
+
+    gemma3_text has sliding-window layers (window 8) shorter than most prompt + answer sequences here.
+    """
+    from transformers import AutoModelForCausalLM
+
+    from pruning.checkpoint import write_pruned_checkpoint
+
+    model = str(tiny_model_dirs(architecture))
+    removed_sets = [frozenset({1, 4}), frozenset({0}), frozenset({5}), frozenset({2, 3, 5})]
+    for data, seq_len in ((files["mc"], SEQ_LEN), (edge_questions, 16)):
+        config = CalibrationConfig("task_margin", data, samples=4, seq_len=seq_len, seed=1)
+        packed = build_evaluator(model, config, progress=False, batch_size=7)
+        per_choice = build_evaluator(model, config, progress=False, batch_size=7, pack_choices=False)
+        assert packed.packed and not per_choice.packed
+        sequences = sum(batch.input_ids.shape[0] for batch in packed.batches)
+        assert sum(run.input_ids.shape[0] for run in packed.run_batches) == 4 < sequences  # a row per item
+        assert packed.stats.tokens < per_choice.stats.tokens  # the dense pass already ran fewer tokens
+        for removed in removed_sets:
+            assert packed.score(removed) == pytest.approx(per_choice.score(removed), abs=1e-5)
+        variant = write_pruned_checkpoint(model, sorted(removed_sets[0]), tmp_path / f"variant-{seq_len}")
+        pruned = AutoModelForCausalLM.from_pretrained(variant.path).eval()
+        expected = reference_loss("task_margin", per_choice, pruned)
+        assert packed.score(removed_sets[0]) == pytest.approx(expected, abs=1e-5)
+        np.testing.assert_allclose(packed.block_influence(), per_choice.block_influence(), atol=1e-6)
+        np.testing.assert_allclose(packed.residual_gradients(), per_choice.residual_gradients(), atol=1e-5)
+
+
+def test_packing_layout(files, edge_questions):
+    """The packed rows: the longest common prefix once, then each choice's remaining tokens."""
+    config = CalibrationConfig("task_margin", edge_questions, samples=4, seq_len=16, seed=1)
+    evaluator = build_evaluator(files["model"], config, progress=False, batch_size=16)
+    (batch,), (run,) = evaluator.batches, evaluator.run_batches
+    lengths = batch.token_mask.sum(dim=1).tolist()
+    for item in range(4):
+        rows = (batch.sequence_item == item).nonzero()[:, 0].tolist()
+        sequences = [batch.input_ids[row, :lengths[row]].tolist() for row in rows]
+        shared = 0
+        while all(len(s) > shared and s[shared] == sequences[0][shared] for s in sequences):
+            shared += 1
+        expected = sequences[0][:shared] + [t for s in sequences for t in s[shared:]]
+        weight = run.token_weight[item]
+        assert run.input_ids[item, :len(expected)].tolist() == expected
+        assert weight[:shared].tolist() == [len(rows)] * shared and int((weight > 0).sum()) == len(expected)
+        assert weight.sum() == sum(lengths[row] for row in rows)
+    # the item whose choices all start with w9 shares that answer token too
+    assert run.token_weight[1].max() == 4
+
+
+def test_naive_and_text_objectives_are_not_packed(evaluators):
+    assert evaluators("task_margin").packed and not evaluators("task_margin", naive=True).packed
+    assert not evaluators("perplexity").packed
