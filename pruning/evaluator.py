@@ -448,29 +448,41 @@ def benchmark_sets(num_blocks: int, budget: int = 4, random_sets: int = 100,
 def compare_with_naive(model: str, config: CalibrationConfig, *, budget: int = 4, random_sets: int = 100,
                        seed: int = 0, batch_size: int = 16, dtype: str = "float32", device: str = "cpu",
                        memory_budget_gb: float | None = None, tolerance: float = 1e-5,
-                       progress: bool = True) -> dict:
+                       progress: bool = True, repeats: int = 1, pack_choices: bool = True) -> dict:
     """Score the benchmark workload with the fast evaluator and with naive full forwards.
 
     The fast side's time includes its dense reference pass (the price of the cache); model loading is
-    excluded from both.
+    excluded from both. With ``repeats`` > 1 both sides run that many times, interleaved (fast, naive, then
+    naive, fast, ...: drift of a shared machine hits both), each time from a freshly built evaluator (empty
+    memo, its own reference pass); times are the medians and ``speedup`` their ratio.
 
     Returns:
-        One JSON-ready dict: wall times, block-forward counts, ``speedup``, ``agree`` and the largest score
-        difference.
+        One JSON-ready dict: wall times, block-forward and token counts, ``speedup``, ``agree`` and the
+        largest score difference.
     """
     benchmark_sets(load_config(model).num_hidden_layers, budget, random_sets, seed)  # bad input: fail early
-    fast = build_evaluator(model, config, dtype=dtype, device=device, memory_budget_gb=memory_budget_gb,
-                           progress=progress, batch_size=batch_size)
-    naive = build_evaluator(model, config, dtype=dtype, device=device, naive=True, progress=progress,
-                            batch_size=batch_size)
-    sets = benchmark_sets(fast.num_blocks, budget, random_sets, seed)
-    scores = {}
-    for name, evaluator in (("fast", fast), ("naive", naive)):
-        scores[name] = [evaluator.score(removed) for removed in tqdm(
-            sets, desc=f"{name} scoring", unit="set", disable=not progress)]
-    difference = float(np.max(np.abs(np.array(scores["fast"]) - np.array(scores["naive"]))))
-    fast_seconds = fast.stats.wall_seconds + fast.stats.reference_seconds
-    naive_seconds = naive.stats.wall_seconds + naive.stats.reference_seconds
+    if not isinstance(repeats, int) or repeats < 1:
+        raise UserError(f"repeats must be a positive integer, got {repeats!r}")
+    seconds: dict[str, list[float]] = {"fast": [], "naive": []}
+    scores: dict[str, list[float]] = {}
+    evaluators: dict[str, SubsetEvaluator] = {}
+    difference = 0.0
+    for repeat in range(repeats):
+        for name in ("fast", "naive") if repeat % 2 == 0 else ("naive", "fast"):
+            evaluator = build_evaluator(model, config, dtype=dtype, device=device, naive=name == "naive",
+                                        memory_budget_gb=None if name == "naive" else memory_budget_gb,
+                                        progress=progress, batch_size=batch_size, pack_choices=pack_choices)
+            sets = benchmark_sets(evaluator.num_blocks, budget, random_sets, seed)
+            scored = [evaluator.score(removed) for removed in tqdm(
+                sets, desc=f"{name} scoring ({repeat + 1}/{repeats})", unit="set", disable=not progress)]
+            if name in scores:  # every repeat must give the very same scores
+                difference = max(difference, float(np.max(np.abs(np.array(scored) - scores[name]))))
+            scores[name] = np.array(scored)
+            seconds[name].append(evaluator.stats.wall_seconds + evaluator.stats.reference_seconds)
+            evaluators[name] = evaluator
+    fast, naive = evaluators["fast"], evaluators["naive"]
+    difference = max(difference, float(np.max(np.abs(scores["fast"] - scores["naive"]))))
+    fast_seconds, naive_seconds = float(np.median(seconds["fast"])), float(np.median(seconds["naive"]))
     sequences = sum(batch.input_ids.shape[0] for batch in fast.batches)
     return {
         "model": str(model),
@@ -480,17 +492,24 @@ def compare_with_naive(model: str, config: CalibrationConfig, *, budget: int = 4
         "distinct_sets": len(set(sets)),
         "budget": budget,
         "sequences": sequences,
+        "packed_sequences": sum(run.input_ids.shape[0] for run in fast.run_batches),
+        "packed": fast.packed,
         "batch_size": batch_size,
         "dtype": dtype,
         "device": str(fast.device),
         "threads": torch.get_num_threads(),
         "cached_boundaries": fast.boundaries,
+        "repeats": repeats,
         "fast_seconds": round(fast_seconds, 3),
         "fast_reference_pass_seconds": round(fast.stats.reference_seconds, 3),
         "naive_seconds": round(naive_seconds, 3),
         "speedup": round(naive_seconds / fast_seconds, 3) if fast_seconds else None,
+        "fast_seconds_each": [round(value, 3) for value in seconds["fast"]],
+        "naive_seconds_each": [round(value, 3) for value in seconds["naive"]],
         "fast_block_forwards": fast.stats.block_forwards,
         "naive_block_forwards": naive.stats.block_forwards,
+        "fast_tokens": fast.stats.tokens,
+        "naive_tokens": naive.stats.tokens,
         "fast_head_positions": fast.stats.head_positions,
         "naive_head_positions": naive.stats.head_positions,
         "fast_memo_hits": fast.stats.memo_hits,

@@ -367,3 +367,16 @@ def test_packing_layout(files, edge_questions):
 def test_naive_and_text_objectives_are_not_packed(evaluators):
     assert evaluators("task_margin").packed and not evaluators("task_margin", naive=True).packed
     assert not evaluators("perplexity").packed
+
+
+def test_compare_with_naive_interleaves_repeats(files):
+    from pruning.evaluator import compare_with_naive
+
+    result = compare_with_naive(files["model"], config_for(files, "task_margin"), budget=2, random_sets=2,
+                                batch_size=8, progress=False, repeats=2)
+    assert result["agree"] and result["packed"] and result["repeats"] == 2
+    assert len(result["fast_seconds_each"]) == len(result["naive_seconds_each"]) == 2
+    assert result["packed_sequences"] == SAMPLES < result["sequences"]
+    assert result["fast_tokens"] < result["naive_tokens"]
+    with pytest.raises(UserError, match="repeats must be a positive integer"):
+        compare_with_naive(files["model"], config_for(files, "task_margin"), repeats=0, progress=False)
