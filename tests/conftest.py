@@ -10,6 +10,8 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 
+from demo_fixtures import demo_tiny_dir  # noqa: E402, F401  (the tiny demo model, shared by every test)
+
 
 @pytest.fixture(scope="session", autouse=True)
 def isolated_home(tmp_path_factory) -> Path:
