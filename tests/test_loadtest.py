@@ -428,7 +428,7 @@ def test_bad_input_is_one_line(args, message, capsys):
 # --- prompts ----------------------------------------------------------------------------------------------
 
 
-def test_prompts_are_fixed_by_the_seed_and_cut_to_input_len(tmp_path, isolated_home):
+def test_prompts_are_fixed_by_the_seed_and_cut_to_input_len(tmp_path, monkeypatch):
     from loadtest.prompts import WordTokenizer, build_prompts
 
     tokenizer = WordTokenizer()
@@ -444,7 +444,9 @@ def test_prompts_are_fixed_by_the_seed_and_cut_to_input_len(tmp_path, isolated_h
     assert sorted({p.text for p in from_text}) == ["four five six seven", "one two three"]
     assert len(from_text) == 4  # two texts reused to fill four requests
 
-    demo = isolated_home / "models" / "demo-test" / "data"
+    # A home of its own: the session's home holds the real tiny demo model other tests build.
+    monkeypatch.setenv("DEPTHPRUNE_HOME", str(tmp_path / "home"))
+    demo = tmp_path / "home" / "models" / "demo-test" / "data"
     demo.mkdir(parents=True)
     (demo / "text_test.jsonl").write_text('{"text": "the river ran north"}\n{"text": "a city by the sea"}\n')
     assert {p.text for p in build_prompts("demo", 6, 50, tokenizer)} == {
