@@ -46,8 +46,7 @@ from tqdm.auto import tqdm
 from depthprune.errors import UserError
 from pruning.models import BlockStack, load_config, load_model, validate_removed
 from pruning.objectives import CalibrationBatch, CalibrationConfig, get_objective, make_batches
-from pruning.packing import RunBatch, as_run_batch
-from pruning.packing import pack_choices as pack_choices_of
+from pruning.packing import RunBatch, as_run_batch, pack_choice_batches
 
 MEMO_FORMAT = 1
 
@@ -100,12 +99,14 @@ class SubsetEvaluator:
 
     Build it with :func:`build_evaluator`. ``batches`` are the calibration batches (one sequence per text
     window or per choice); ``run_batches`` are what the blocks run (choices packed per question unless
-    ``naive``, ``pack_choices=False`` or an attention implementation without 4-D masks).
+    ``naive``, ``pack_choices=False`` or an attention implementation without 4-D masks, with up to
+    ``packed_rows`` questions per forward: default, as many as the largest batch has sequences).
     """
 
     def __init__(self, stack: BlockStack, config: CalibrationConfig, batches: list[CalibrationBatch], *,
                  model_id: str, dtype: str = "float32", memory_budget_gb: float | None = None,
-                 naive: bool = False, progress: bool = True, pack_choices: bool = True):
+                 naive: bool = False, progress: bool = True, pack_choices: bool = True,
+                 packed_rows: int | None = None):
         self.stack = stack
         self.config = config
         self.model_id = model_id
@@ -118,9 +119,12 @@ class SubsetEvaluator:
         self.batches = [batch.to(self.device) for batch in batches]
         self.packed = (pack_choices and not naive and self.objective.data_kind == "multiple_choice"
                        and stack.supports_segment_masks)
-        self.run_batches: list[RunBatch] = [
-            (pack_choices_of(batch, stack) if self.packed else as_run_batch(batch)).to(self.device)
-            for batch in batches]
+        if self.packed:
+            rows = packed_rows or max(batch.input_ids.shape[0] for batch in batches)
+            runs = pack_choice_batches([batch.to("cpu") for batch in batches], stack, rows)
+        else:
+            runs = [as_run_batch(batch) for batch in batches]
+        self.run_batches: list[RunBatch] = [run.to(self.device) for run in runs]
         self.num_samples = sum(batch.num_samples for batch in batches)
         self.stats = EvaluatorStats()
         self._memo: dict[frozenset[int], float] = {}
@@ -394,7 +398,7 @@ def build_evaluator(model: str, config: CalibrationConfig, *, dtype: str = "floa
             default half of the free GPU memory, or a quarter of the available host memory on CPU.
         naive: score by a full forward per candidate with no cache or memo (for benchmarks).
         progress: show progress bars.
-        batch_size: sequences per forward.
+        batch_size: sequences per forward (packed: questions per forward).
         split: ``calibration`` (default) or ``test`` split of the data source.
         pack_choices: run each question's choices as one sequence sharing the prompt (exact; ignored for
             text objectives, in naive mode and for attention implementations without 4-D masks).
@@ -420,7 +424,7 @@ def build_evaluator(model: str, config: CalibrationConfig, *, dtype: str = "floa
     causal_lm, _ = load_model(model, dtype=dtype, device=device)
     evaluator = SubsetEvaluator(BlockStack(causal_lm), config, batches, model_id=str(model), dtype=dtype,
                                 memory_budget_gb=memory_budget_gb, naive=naive, progress=progress,
-                                pack_choices=pack_choices)
+                                pack_choices=pack_choices, packed_rows=batch_size)
     evaluator.stats.setup_seconds = time.perf_counter() - started
     return evaluator
 

@@ -144,3 +144,44 @@ def pack_choices(batch: CalibrationBatch, stack: BlockStack) -> RunBatch:
         token_weight=padded(weights, 0.0, torch.float64), sample_of_row=torch.arange(batch.num_samples),
         attention_mask=stack.segment_attention_mask(segment_ids, position_ids), position_ids=position_ids,
         gather_rows=gather_rows, gather_positions=gather_positions)
+
+
+def merge_choice_batches(batches: list[CalibrationBatch]) -> CalibrationBatch:
+    """Several multiple-choice calibration batches as one (rows, items and answer indices renumbered)."""
+    if len(batches) == 1:
+        return batches[0]
+    width = max(batch.input_ids.shape[1] for batch in batches)
+
+    def widened(tensor, fill):
+        return torch.nn.functional.pad(tensor, (0, width - tensor.shape[1]), value=fill)
+
+    rows = items = 0
+    answer_rows, sequence_item, correct = [], [], []
+    for batch in batches:
+        answer_rows.append(batch.answer_rows + rows)
+        sequence_item.append(batch.sequence_item + items)
+        correct.append(batch.correct_sequence + rows)
+        rows += batch.input_ids.shape[0]
+        items += batch.num_samples
+    return CalibrationBatch(
+        input_ids=torch.cat([widened(batch.input_ids, 0) for batch in batches]),
+        token_mask=torch.cat([widened(batch.token_mask, False) for batch in batches]),
+        num_samples=items, answer_rows=torch.cat(answer_rows),
+        answer_positions=torch.cat([batch.answer_positions for batch in batches]),
+        answer_tokens=torch.cat([batch.answer_tokens for batch in batches]),
+        sequence_item=torch.cat(sequence_item), correct_sequence=torch.cat(correct))
+
+
+def pack_choice_batches(batches: list[CalibrationBatch], stack: BlockStack, rows: int) -> list[RunBatch]:
+    """Pack multiple-choice batches with up to ``rows`` items (packed sequences) per forward.
+
+    A calibration batch holds up to ``rows`` choice *sequences*; packed, one sequence is a whole item, so
+    consecutive batches are merged until ``rows`` items share a forward (fewer, larger block calls).
+    """
+    groups: list[list[CalibrationBatch]] = []
+    for batch in batches:
+        if groups and sum(b.num_samples for b in groups[-1]) + batch.num_samples <= rows:
+            groups[-1].append(batch)
+        else:
+            groups.append([batch])
+    return [pack_choices(merge_choice_batches(group), stack) for group in groups]
