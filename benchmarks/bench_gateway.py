@@ -210,6 +210,12 @@ def summarise(latencies: dict[str, list[float]], rates: dict[str, list[float]]) 
     }
 
 
+def reproduce_flags(args) -> str:
+    flags = f"--rounds {args.rounds} --pairs {args.pairs} --requests {args.requests}"
+    flags += f" --concurrency {args.concurrency} --max-tokens {args.max_tokens}"
+    return flags if args.model is None else f"--model {args.model} {flags}"
+
+
 def markdown(result: dict, args, model: str) -> str:
     goal_latency = "met" if result["overhead_p50_e2e_ms"] < 5 else "NOT met"
     goal_rate = "met" if abs(1 - result["throughput_ratio_median"]) <= 0.05 else "NOT met"
@@ -218,7 +224,7 @@ def markdown(result: dict, args, model: str) -> str:
 The gateway (`depthprune serve`, its own process) in front of one vLLM CPU server, against calling that
 server directly; requests interleaved pair by pair (which goes first alternates) so machine drift cancels.
 Model: {model}; prompt 32 tokens, {args.max_tokens} output tokens (`ignore_eos`), greedy.
-Machine: {platform.machine()}, {os.cpu_count()} cores shared with other work, Python {platform.python_version()}.
+Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}.
 
 | measure | direct | through the gateway | overhead |
 |---|---|---|---|
@@ -228,12 +234,11 @@ Machine: {platform.machine()}, {os.cpu_count()} cores shared with other work, Py
 | gateway process CPU per proxied request (throughput phase) | | | {result["gateway_cpu_ms_per_request"]} ms |
 
 Overheads are medians of {result["pairs"]} per-pair differences over {args.rounds} rounds; overall throughput ratio
-(sum over rounds) {result["throughput_ratio_overall"]}. The tiny model makes the engine's own time small, so this is
-the worst case for the relative overhead. On a machine whose 2 cores are shared with other jobs (load average
-{os.getloadavg()[0]:.0f} at the end of this run) the gateway competes with the engine for CPU and every extra
-process hop waits for the scheduler, so latency differences of a few ms and throughput differences between
-rounds are dominated by that contention; the CPU cost per request is the machine-independent figure.
-Reproduce: `.venv/bin/python benchmarks/bench_gateway.py --rounds {args.rounds} --pairs {args.pairs} --requests {args.requests} --concurrency {args.concurrency}`.
+(sum over rounds) {result["throughput_ratio_overall"]}; load average {result["load_average"][0]} before the run and
+{result["load_average"][1]} after it. {"The tiny model makes the engine's own time small, so this is the worst case for the relative overhead. " if args.model is None else ""}On a
+machine whose 2 cores are shared with other jobs the gateway competes with the engine for CPU and every extra
+process hop waits for the scheduler; the CPU cost per request is the machine-independent figure.
+Reproduce: `.venv/bin/python benchmarks/bench_gateway.py {reproduce_flags(args)}`.
 """  # noqa: E501
 
 
@@ -274,7 +279,9 @@ def main() -> None:
             gateway_port = free_port()
             gateway = start_gateway(backend.url, gateway_port, work)
             targets = {"direct": backend.url, "gateway": f"http://127.0.0.1:{gateway_port}"}
+            load_before = os.getloadavg()[0]
             result = asyncio.run(measure(targets, args, gateway.pid))
+            result["load_average"] = [round(load_before, 1), round(os.getloadavg()[0], 1)]
         finally:
             if gateway is not None:
                 gateway.send_signal(signal.SIGINT)

@@ -291,12 +291,17 @@ def bench_evaluator(
     device: Annotated[str, typer.Option(help="torch device, e.g. cpu or cuda.")] = "cpu",
     memory_budget_gb: Annotated[float | None, typer.Option(
         help="Memory for cached block-boundary states (default: a share of what is free).")] = None,
+    repeats: Annotated[int, typer.Option(
+        help="Interleaved rounds of each side (fast, naive, then naive, fast, ...); times are medians.")] = 1,
+    pack: Annotated[bool, typer.Option(
+        help="Fast side: run each question's choices as one sequence sharing the prompt.")] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Benchmark the fast subset evaluator against naive full forwards on the same removal sets.
 
     Scores every single-block removal and RANDOM_SETS random sets of BUDGET blocks both ways, checks that
-    the scores agree to 1e-5, and reports wall times, block-forward counts and the speedup.
+    the scores agree to 1e-5, and reports wall times, block-forward counts and the speedup. On a shared
+    machine use --repeats 3 or more: a single run measures the neighbours as much as the evaluator.
     """
     from pruning.evaluator import compare_with_naive
     from pruning.objectives import CalibrationConfig, get_objective
@@ -315,7 +320,8 @@ def bench_evaluator(
     config = CalibrationConfig(objective, data, samples=samples, seq_len=seq_len, seed=seed)
     result = compare_with_naive(model, config, budget=budget, random_sets=random_sets, seed=seed,
                                 batch_size=batch_size, dtype=dtype, device=device,
-                                memory_budget_gb=memory_budget_gb, progress=not as_json)
+                                memory_budget_gb=memory_budget_gb, progress=not as_json, repeats=repeats,
+                                pack_choices=pack)
     if as_json:
         print(json.dumps(result))
         return
@@ -326,5 +332,8 @@ def bench_evaluator(
           f"{result['fast_reference_pass_seconds']:.2f} s, boundaries {result['cached_boundaries']})")
     print(f"naive: {result['naive_seconds']:8.2f} s  {result['naive_block_forwards']:6d} block-forwards  "
           f"{result['naive_head_positions']:8d} LM-head positions")
+    if repeats > 1:
+        print(f"medians of {repeats} interleaved rounds; fast {result['fast_seconds_each']} s, "
+              f"naive {result['naive_seconds_each']} s")
     print(f"speedup {result['speedup']}x, scores agree: {result['agree']} "
           f"(max |difference| {result['max_abs_difference']:.2e})")

@@ -285,10 +285,11 @@ def test_bench_evaluator_command(files, capsys):
         shutil.copy(files["mc"].removeprefix("mc:"), model / "data" / "qa_calibration.jsonl")
     with pytest.raises(SystemExit) as exit_info:
         main(["bench-evaluator", "--model", str(model), "--samples", "4", "--seq-len", "32", "--random-sets",
-              "3", "--budget", "2", "--batch-size", "8", "--json"])
+              "3", "--budget", "2", "--batch-size", "8", "--repeats", "2", "--no-pack", "--json"])
     assert exit_info.value.code == 0
     result = json.loads(capsys.readouterr().out)
     assert result["agree"] and result["sets"] == 6 + 3
+    assert result["repeats"] == 2 and len(result["fast_seconds_each"]) == 2 and not result["packed"]
     assert result["fast_block_forwards"] < result["naive_block_forwards"]
     assert result["calibration"]["data"] == f"demo:qa@{model}"
     with pytest.raises(SystemExit) as exit_info:
