@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-cpu
 PYTEST_ARGS ?=
 
-.PHONY: install test demo lint bench clean
+.PHONY: install test demo lint clean
 
 $(STAMP): pyproject.toml requirements/cpu.lock
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -27,9 +27,6 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
-
-bench: $(STAMP)
-	$(BIN)/python benchmarks/run_all.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
