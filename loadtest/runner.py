@@ -12,10 +12,10 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-import httpx
+import aiohttp
 
 from loadtest.arrivals import arrival_offsets
-from loadtest.client import RequestResult, stream_completion
+from loadtest.client import CONNECT_TIMEOUT_S, RequestResult, stream_completion
 from loadtest.config import LoadConfig
 from loadtest.metrics import compute_metrics
 from loadtest.prompts import Prompt
@@ -46,20 +46,23 @@ class RunResult:
         )
 
 
-def make_client(config: LoadConfig, api_key: str | None = None) -> httpx.AsyncClient:
-    """An ``httpx.AsyncClient`` whose connection pool fits the load (no redirects are followed)."""
+def make_client(config: LoadConfig, api_key: str | None = None) -> aiohttp.ClientSession:
+    """An ``aiohttp.ClientSession`` whose connection pool fits the load; make it inside the event loop.
+
+    Requests give it ``allow_redirects=False`` (see ``stream_completion``), so only the URL the user
+    gave is contacted; environment proxies are not used either (aiohttp's ``trust_env`` stays off).
+    """
     connections = max(16, min(config.max_concurrency or config.num_prompts, 4096))
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-    return httpx.AsyncClient(
+    return aiohttp.ClientSession(
         headers=headers,
-        follow_redirects=False,
-        limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
-        timeout=httpx.Timeout(config.request_timeout_s, connect=10.0),
+        connector=aiohttp.TCPConnector(limit=connections),
+        timeout=aiohttp.ClientTimeout(total=config.request_timeout_s, sock_connect=CONNECT_TIMEOUT_S),
     )
 
 
 async def timed_run(
-    client: httpx.AsyncClient,
+    client: aiohttp.ClientSession,
     target: str,
     model: str,
     prompts: Sequence[Prompt],
@@ -72,7 +75,7 @@ async def timed_run(
     """Send ``prompts`` to ``model`` on the arrival schedule of ``config`` and time every token.
 
     Args:
-        client: Shared HTTP client.
+        client: Shared HTTP session (:func:`make_client`).
         target: Base URL of the server.
         model: Model name for the requests.
         prompts: One prompt per request, in sending order.
@@ -135,7 +138,7 @@ async def timed_run(
 
 
 async def warm_up(
-    client: httpx.AsyncClient, target: str, model: str, prompts: Sequence[Prompt], config: LoadConfig
+    client: aiohttp.ClientSession, target: str, model: str, prompts: Sequence[Prompt], config: LoadConfig
 ) -> list[RequestResult]:
     """Send ``prompts`` (unmeasured) to ``model``, at most ``max_concurrency`` at a time."""
     semaphore = (
@@ -165,7 +168,7 @@ def round_order(models: Sequence[str], round_index: int) -> list[str]:
 
 
 async def interleaved_rounds(
-    client: httpx.AsyncClient,
+    client: aiohttp.ClientSession,
     targets: dict[str, str],
     prompts_per_round: Sequence[Sequence[Prompt]],
     config: LoadConfig,
@@ -177,7 +180,7 @@ async def interleaved_rounds(
     """Run every model once per round under the identical load of that round.
 
     Args:
-        client: Shared HTTP client.
+        client: Shared HTTP session (:func:`make_client`).
         targets: ``model -> base URL``, in the order given by the user.
         prompts_per_round: The prompts of each round (the same for every model of a round).
         config: Load settings.

@@ -1,5 +1,6 @@
-"""Load test without a server: metrics on recorded streams with hand-computed answers, arrival statistics,
-ratio maths, reports, and bad command-line input. The real-server run is test_loadtest_vllm.py."""
+"""Load test without a model server: metrics on recorded streams (replayed by a local aiohttp server) with
+hand-computed answers, arrival statistics, ratio maths, reports, and bad command-line input. The
+real-server run is test_loadtest_vllm.py."""
 
 from __future__ import annotations
 
@@ -7,10 +8,12 @@ import asyncio
 import json
 import math
 import socket
+from dataclasses import dataclass, field
 
-import httpx
+import aiohttp.test_utils
 import numpy as np
 import pytest
+from aiohttp import web
 
 from depthprune.cli import main
 from depthprune.errors import UserError
@@ -31,7 +34,7 @@ from loadtest import (
 from loadtest.blocks import block_counts, counts_from_card, counts_from_directory
 from loadtest.compare import parse_blocks_overrides
 from loadtest.metrics import max_concurrency_seen
-from loadtest.runner import round_order
+from loadtest.runner import make_client, round_order
 
 # --- metrics on fake streams with known answers ----------------------------------------------------------
 
@@ -133,59 +136,98 @@ RECORDED_STREAM = [
 ]
 
 
-class ReplayedStream(httpx.AsyncByteStream):
-    """Sends each recorded SSE event after ``gap_s`` seconds."""
+@dataclass
+class Replay:
+    """What the replaying server answers on ``POST /v1/completions``, and the requests it saw."""
 
-    def __init__(self, events: list[str], gap_s: float):
-        self.events, self.gap_s = events, gap_s
+    status: int = 200
+    events: list[str] | None = None
+    """SSE events sent one by one, each ``gap_s`` after the one before; None = a JSON ``body``."""
+    body: dict | None = None
+    gap_s: float = 0.05
+    headers: dict[str, str] = field(default_factory=dict)
+    cut_after: int | None = None
+    """Drop the connection after this many events, mid-stream."""
+    seen: list[dict] = field(default_factory=list)
+    """``{"json": body, "authorization": header}`` of every request received."""
 
-    async def __aiter__(self):
-        for event in self.events:
+    async def completions(self, request: web.Request) -> web.StreamResponse:
+        authorization = request.headers.get("authorization")
+        self.seen.append({"json": await request.json(), "authorization": authorization})
+        if self.events is None:
+            return web.json_response(self.body, status=self.status, headers=self.headers)
+        response = web.StreamResponse(status=self.status, headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        for sent, event in enumerate(self.events):
+            if sent == self.cut_after:
+                request.transport.close()
+                return response
             await asyncio.sleep(self.gap_s)
-            yield (event + "\n\n").encode()
+            await response.write((event + "\n\n").encode())
+        await response.write_eof()
+        return response
 
 
-def replay_transport(
-    status: int, events: list[str] | None = None, body: dict | None = None, gap_s: float = 0.05
-):
-    seen: list[dict] = []
+def run_stream(
+    replay: Replay, max_tokens: int = 4, *, api_key: str | None = None, timeout_s: float = 300.0
+) -> RequestResult:
+    """Stream one completion from a real local aiohttp server replaying ``replay``, with the session
+    ``make_client`` builds (so its headers and redirect policy are what the test sees)."""
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        seen.append(json.loads(request.content))
-        if events is None:
-            return httpx.Response(status, json=body)
-        return httpx.Response(
-            status, headers={"content-type": "text/event-stream"}, stream=ReplayedStream(events, gap_s)
-        )
-
-    return httpx.MockTransport(handler), seen
-
-
-def run_stream(transport, max_tokens: int = 4) -> RequestResult:
     async def go():
-        async with httpx.AsyncClient(transport=transport) as client:
-            return await stream_completion(
-                client, "http://127.0.0.1:1", "tiny", "w5 w6", max_tokens, prompt_len_estimate=99
-            )
+        app = web.Application()
+        app.router.add_post("/v1/completions", replay.completions)
+        app.router.add_post("/moved/v1/completions", Replay(events=RECORDED_STREAM).completions)
+        server = aiohttp.test_utils.TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        try:
+            async with make_client(LoadConfig(), api_key) as client:
+                return await stream_completion(
+                    client,
+                    str(server.make_url("/")),
+                    "tiny",
+                    "w5 w6",
+                    max_tokens,
+                    prompt_len_estimate=99,
+                    timeout_s=timeout_s,
+                )
+        finally:
+            await server.close()
 
     return asyncio.run(go())
 
 
 def test_recorded_stream_is_timed_token_by_token():
-    transport, seen = replay_transport(200, RECORDED_STREAM, gap_s=0.05)
-    result = run_stream(transport)
+    replay = Replay(events=RECORDED_STREAM, gap_s=0.05)
+    result = run_stream(replay)
     assert result.success, result.error
-    assert seen[0]["ignore_eos"] is True and seen[0]["min_tokens"] == 4 and seen[0]["max_tokens"] == 4
-    assert seen[0]["stream"] is True and seen[0]["stream_options"] == {"include_usage": True}
+    sent = replay.seen[0]["json"]
+    assert sent["ignore_eos"] is True and sent["min_tokens"] == 4 and sent["max_tokens"] == 4
+    assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
+    assert replay.seen[0]["authorization"] is None  # no key, no header
     assert result.output_tokens == 4 and result.prompt_len == 2  # the server's usage wins over the estimate
     assert result.generated_text == " w109 w97 w147 w93"
     # First token after one gap; the ping is no token, so the third token comes two gaps after the second.
     assert result.ttft == pytest.approx(0.05, abs=0.04)
     assert len(result.itl) == 3
+    assert result.itl[0] == pytest.approx(0.05, abs=0.04)
     assert result.itl[1] == pytest.approx(0.10, abs=0.04)
     assert result.latency == pytest.approx(result.ttft + sum(result.itl))
+    # The last token was the fifth event of seven; the usage and [DONE] events after it do not count.
+    assert result.latency == pytest.approx(0.25, abs=0.06)
     metrics = compute_metrics([result], duration_s=result.latency)
     assert metrics["mean_tpot_ms"] == pytest.approx(sum(result.itl) / 3 * 1000)
+
+
+def test_stream_without_usage_counts_chunks_and_keeps_the_estimate():
+    result = run_stream(Replay(events=RECORDED_STREAM[:2] + [RECORDED_STREAM[-1]], gap_s=0.001))
+    assert result.success and result.output_tokens == 2 and result.prompt_len == 99
+
+
+def test_api_key_is_sent_as_a_bearer_token():
+    replay = Replay(events=RECORDED_STREAM, gap_s=0.001)
+    assert run_stream(replay, api_key="secret").success
+    assert replay.seen[0]["authorization"] == "Bearer secret"
 
 
 def test_stream_errors_are_classified():
@@ -197,20 +239,29 @@ def test_stream_errors_are_classified():
             "code": 404,
         }
     }
-    transport, _ = replay_transport(404, body=error_body)
-    result = run_stream(transport)
+    result = run_stream(Replay(status=404, body=error_body))
     assert not result.success and result.error_kind == "http_404"
     assert result.error == "The model `nope` does not exist."
-    transport, _ = replay_transport(200, [RECORDED_STREAM[-1]])
-    assert run_stream(transport).error_kind == "no_tokens"
-    transport, _ = replay_transport(200, ["data: {not json"])
-    assert run_stream(transport).error_kind == "protocol"
+    assert run_stream(Replay(events=[RECORDED_STREAM[-1]], gap_s=0.001)).error_kind == "no_tokens"
+    assert run_stream(Replay(events=["data: {not json"], gap_s=0.001)).error_kind == "protocol"
+    assert run_stream(Replay(events=["data: [1, 2]"], gap_s=0.001)).error_kind == "protocol"
+    in_stream = run_stream(
+        Replay(events=[RECORDED_STREAM[0], 'data: {"error": {"message": "engine died"}}'], gap_s=0.001)
+    )
+    assert in_stream.error_kind == "stream_error" and in_stream.error == "engine died"
+    # A redirect is reported, not followed (the target behind it would stream fine).
+    moved = Replay(status=307, body={}, headers={"location": "/moved/v1/completions"})
+    assert run_stream(moved).error_kind == "http_307"
+    slow = run_stream(Replay(events=RECORDED_STREAM, gap_s=0.5), timeout_s=0.2)
+    assert slow.error_kind == "timeout" and "0.2 s" in slow.error
+    cut = run_stream(Replay(events=RECORDED_STREAM, gap_s=0.001, cut_after=2))
+    assert cut.error_kind == "connection" and "Payload" in cut.error
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
 
     async def refused():
-        async with httpx.AsyncClient() as client:
+        async with make_client(LoadConfig()) as client:
             return await stream_completion(client, f"http://127.0.0.1:{port}", "tiny", "x", 2)
 
     assert asyncio.run(refused()).error_kind == "connection"
