@@ -59,6 +59,8 @@ class DemoConfig:
     """Where the load-test report, its plots and the summary go."""
     registry_url: str | None = None
     """Registry URL; None = the default."""
+    started: float = field(default_factory=time.monotonic, compare=False)
+    """``time.monotonic()`` when the demo began (each step heading shows the minutes since)."""
 
     def __post_init__(self):
         if self.recipe not in ("default", "tiny"):
@@ -74,16 +76,17 @@ class DemoConfig:
             raise UserError(f"--port must be in 1024..65535, got {self.port}")
 
 
-def say(message: str) -> None:
-    """A step heading, on stderr so that ``--json`` output stays clean."""
-    print(f"\n== {message}", file=sys.stderr, flush=True)
+def say(config: DemoConfig, message: str) -> None:
+    """A step heading with the minutes since the demo started, on stderr so ``--json`` output stays clean."""
+    minutes, seconds = divmod(int(time.monotonic() - config.started), 60)
+    print(f"\n== [{minutes}:{seconds:02d}] {message}", file=sys.stderr, flush=True)
 
 
 def build_model(config: DemoConfig) -> Path:
     from pruning.demo_model import DemoRecipe, ensure_demo_model, read_quality
 
     recipe = DemoRecipe.tiny() if config.recipe == "tiny" else DemoRecipe()
-    say(f"demo model ({config.recipe} recipe; built once, then reused from the cache)")
+    say(config, f"demo model ({config.recipe} recipe; built once, then reused from the cache)")
     directory = ensure_demo_model(recipe, progress=True)
     quality = read_quality(directory)
     print(f"   {directory}\n   {json.dumps(quality)[:300]}", file=sys.stderr)
@@ -101,7 +104,7 @@ def prune_variants(config: DemoConfig, model_dir: Path, registry) -> dict[str, l
     drop = max(1, round(num_blocks * config.drop_fraction))
     outcomes = {}
     for objective, data in OBJECTIVE_DATA.items():
-        say(f"prune {drop} of {num_blocks} blocks: {objective} on {data} "
+        say(config, f"prune {drop} of {num_blocks} blocks: {objective} on {data} "
             f"({config.fast_search}, then {config.thorough_search})")
         calibration = CalibrationConfig(objective=objective, data=f"{data}@{model_dir}",
                                         samples=config.samples, seq_len=config.seq_len, seed=0)
@@ -114,10 +117,10 @@ def prune_variants(config: DemoConfig, model_dir: Path, registry) -> dict[str, l
     return outcomes
 
 
-def evaluate(names: list[str], registry) -> None:
+def evaluate(config: DemoConfig, names: list[str], registry) -> None:
     from pruning.evaluate import EvalSettings, evaluate_variants
 
-    say(f"evaluate {len(names)} models on the demo suites (held-out text perplexity, QA accuracy)")
+    say(config, f"evaluate {len(names)} models on the demo suites (held-out text perplexity, QA accuracy)")
     evaluate_variants(names, EvalSettings(suites=("demo",), engine="hf"), registry)
 
 
@@ -128,7 +131,8 @@ def gateway(config: DemoConfig, served: list[str], log_path: Path):
                "--port", str(config.port), "--json"]
     if config.registry_url:
         command += ["--registry", config.registry_url]
-    say(f"serve {', '.join(served)} through the gateway (one vLLM engine each, started one after another)")
+    say(config, f"serve {', '.join(served)} through the gateway "
+                "(one vLLM engine each, started one after another)")
     log = log_path.open("w")
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
     try:
@@ -160,7 +164,7 @@ def stop_process_group(process: subprocess.Popen, grace_s: float = 30.0) -> None
 
 
 def load_test(config: DemoConfig, url: str, served: list[str], model_dir: Path) -> dict:
-    say(f"load test: {config.rounds} interleaved rounds of {config.num_prompts} requests x "
+    say(config, f"load test: {config.rounds} interleaved rounds of {config.num_prompts} requests x "
         f"{config.output_len} tokens per model, all at once")
     result_path = config.out / "loadtest.json"
     command = [sys.executable, "-m", "depthprune", "loadtest", "--target", url, "--models", ",".join(served),
@@ -249,7 +253,7 @@ def run_demo(config: DemoConfig) -> list[dict]:
     registry = open_registry(config.registry_url or default_registry_url())
     model_dir = build_model(config)
     outcomes = prune_variants(config, model_dir, registry)
-    evaluate(["dense", *[outcome.name for items in outcomes.values() for outcome in items]], registry)
+    evaluate(config, ["dense", *[outcome.name for items in outcomes.values() for outcome in items]], registry)
     served = ["dense", *BEST_ALIAS.values()]
     with gateway(config, served, config.out / "serve.log") as url:
         loadtest = load_test(config, url, served, model_dir)
@@ -277,8 +281,8 @@ def demo(
         settings["out"] = out
     if quick:
         settings.update(samples=8, seq_len=64, num_prompts=8, output_len=16, rounds=1)
-    started = time.perf_counter()
-    rows = run_demo(DemoConfig(**settings))
-    print(f"demo finished in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    config = DemoConfig(**settings)
+    rows = run_demo(config)
+    print(f"demo finished in {time.monotonic() - config.started:.0f} s", file=sys.stderr)
     if as_json:
         print(json.dumps(rows))
