@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import platform
 import re
 import time
@@ -80,8 +81,8 @@ def section(results, args, model: Path, wall: float) -> str:
         f"`benchmarks/bench_searches.py` (M = {args.drop}, seed {args.seed}, bayesian {args.bayesian_trials} "
         f"trials, other searches at the study's settings) on the demo model `{model.name}`, float32, "
         f"{torch.get_num_threads()} torch threads on {cpu}; one shared evaluator per objective, searches run "
-        f"in the order listed, {wall / 60:.1f} min in all. Measured on a machine shared with other jobs: "
-        f"wall times drift 10–20 %.", "",
+        f"in the order listed, {wall / 60:.1f} min in all; load average {args.load_before:.1f} before, "
+        f"{os.getloadavg()[0]:.1f} after (the benchmark alone keeps it near 2 on 2 cores).", "",
         "*Subset evaluations* are the distinct removal sets a search asked for (the N single-block sets "
         "included when it used the prior), independent of sharing. *Block-forwards* and *wall s* are the "
         "work the evaluator actually did while the search ran, plus the shared single-block prior's cost for "
@@ -119,6 +120,7 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=128, help="tokens per window (the demo trains on 128)")
     parser.add_argument("--no-write", action="store_true", help="print the section, do not edit the docs")
     args = parser.parse_args()
+    args.load_before = os.getloadavg()[0]
     started = time.perf_counter()
     model = ensure_demo_model(RECIPES[args.recipe]())
     results = [bench_objective(model, "perplexity", "demo:text", args),
