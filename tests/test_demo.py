@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -44,6 +45,7 @@ def test_demo_runs_end_to_end(tmp_path):
         assert row["output_throughput_ratio"] > 0 and row["ideal_speedup"] == pytest.approx(8 / 6)
     assert (tmp_path / "home" / "demo" / "summary.json").is_file()
     assert "depthprune demo: every variant against dense" in completed.stderr
+    assert re.search(r"^== \[\d+:\d\d\] load test", completed.stderr, re.M), "step headings show the minutes"
     assert vllm_processes() <= before, "the demo left vLLM processes behind"
 
 
