@@ -6,9 +6,9 @@ model generate exactly ``max_tokens`` tokens, so dense and pruned variants do th
 timings follow ``vllm bench serve``: TTFT is the time to the first chunk carrying a choice, ITL the gap
 between later chunks, latency the time to the last chunk with a choice.
 
-The stream is read with aiohttp, the client ``vllm bench serve`` uses: the load client shares the CPU
-with the server it measures, so its own cost per streamed chunk must be no larger than vLLM's benchmark's
-(read with httpx, a fast model's output throughput came out 8 % below ``vllm bench serve``'s).
+The stream is read with aiohttp, the client ``vllm bench serve`` uses: on a small machine the load client
+shares the CPU with the server it measures, so its cost per streamed chunk should be no larger than that of
+the benchmark it is compared with (docs/benchmarks.md, "Load test", has both clients measured).
 
 Only the URL the user gave is contacted; redirects are not followed.
 """
