@@ -22,7 +22,6 @@ import asyncio
 import json
 import os
 import platform
-import re
 import select
 import signal
 import statistics
@@ -37,10 +36,11 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from docs_section import write_section  # noqa: E402  (benchmarks/, on sys.path when run as a script)
+
 from server.backends import Backend, free_port  # noqa: E402
 from server.settings import BackendSpec, VllmOptions  # noqa: E402
 
-DOCS = ROOT / "docs" / "benchmarks.md"
 SECTION = "## Gateway overhead"
 PROMPT = " ".join(f"w{i}" for i in range(10, 42))  # 32 tokens of the tiny tokenizer's vocabulary
 
@@ -242,18 +242,6 @@ Reproduce: `.venv/bin/python benchmarks/bench_gateway.py {reproduce_flags(args)}
 """  # noqa: E501
 
 
-def write_section(text: str) -> None:
-    """Replace our section of docs/benchmarks.md, or append it."""
-    DOCS.parent.mkdir(parents=True, exist_ok=True)
-    current = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(current):
-        updated = pattern.sub(lambda _: text.rstrip() + "\n\n", current)
-    else:
-        updated = current.rstrip() + "\n\n" + text
-    DOCS.write_text(updated.rstrip() + "\n")
-
-
 def main() -> None:
     args = parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-gateway-") as work:
@@ -295,7 +283,7 @@ def main() -> None:
     text = markdown(result, args, model_name)
     print(text)
     if not args.no_write:
-        write_section(text)
+        write_section(SECTION, text)
 
 
 if __name__ == "__main__":

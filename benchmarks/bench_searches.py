@@ -17,18 +17,17 @@ import argparse
 import math
 import os
 import platform
-import re
 import time
 from pathlib import Path
 
 import torch
+from docs_section import DOCS, write_section  # benchmarks/, on sys.path when run as a script
 
 from pruning.demo_model import RECIPES, ensure_demo_model
 from pruning.evaluator import build_evaluator
 from pruning.objectives import CalibrationConfig
 from pruning.prune import parse_searches, run_searches
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "benchmarks.md"
 SECTION = "## Searches"
 
 
@@ -74,14 +73,14 @@ def table(rows: list[dict], info: dict) -> str:
     return "\n".join(lines)
 
 
-def section(results, args, model: Path, wall: float) -> str:
+def section(results, args, model: Path, wall: float, load_before: float) -> str:
     cpu = platform.processor() or platform.machine()
     header = [
         SECTION, "",
         f"`benchmarks/bench_searches.py` (M = {args.drop}, seed {args.seed}, bayesian {args.bayesian_trials} "
         f"trials, other searches at the study's settings) on the demo model `{model.name}`, float32, "
         f"{torch.get_num_threads()} torch threads on {cpu}; one shared evaluator per objective, searches run "
-        f"in the order listed, {wall / 60:.1f} min in all; load average {args.load_before:.1f} before, "
+        f"in the order listed, {wall / 60:.1f} min in all; load average {load_before:.1f} before, "
         f"{os.getloadavg()[0]:.1f} after (the benchmark alone keeps it near 2 on 2 cores).", "",
         "*Subset evaluations* are the distinct removal sets a search asked for (the N single-block sets "
         "included when it used the prior), independent of sharing. *Block-forwards* and *wall s* are the "
@@ -96,18 +95,6 @@ def section(results, args, model: Path, wall: float) -> str:
     return "\n".join(header + body)
 
 
-def write_section(text: str) -> None:
-    """Replace our ``## Searches`` section of docs/benchmarks.md, or append it."""
-    current = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
-    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
-    if pattern.search(current):
-        updated = pattern.sub(lambda _match: text.rstrip() + "\n\n", current)
-    else:
-        updated = current.rstrip() + "\n\n" + text.rstrip() + "\n"
-    DOCS.parent.mkdir(parents=True, exist_ok=True)
-    DOCS.write_text(updated.rstrip() + "\n")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", choices=sorted(RECIPES), default="default", help="demo model recipe")
@@ -120,15 +107,15 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=128, help="tokens per window (the demo trains on 128)")
     parser.add_argument("--no-write", action="store_true", help="print the section, do not edit the docs")
     args = parser.parse_args()
-    args.load_before = os.getloadavg()[0]
+    load_before = os.getloadavg()[0]
     started = time.perf_counter()
     model = ensure_demo_model(RECIPES[args.recipe]())
     results = [bench_objective(model, "perplexity", "demo:text", args),
                bench_objective(model, "task_margin", "demo:qa", args)]
-    text = section(results, args, model, time.perf_counter() - started)
+    text = section(results, args, model, time.perf_counter() - started, load_before)
     print(text)
     if not args.no_write:
-        write_section(text)
+        write_section(SECTION, text)
         print(f"wrote {DOCS}")
     if math.isnan(sum(row["loss"] for _objective, rows, _info in results for row in rows)):
         raise SystemExit("a search returned NaN")
