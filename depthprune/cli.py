@@ -18,7 +18,7 @@ from depthprune.errors import UserError
 
 # name -> "module:attribute"; an attribute that is a typer.Typer becomes a command group.
 COMMANDS = {
-    "demo-model": "pruning.cli:demo_model",
+    "demo-model": "depthprune.demo.cli:demo_model",
     "checkpoint": "pruning.cli:checkpoint",
     "prune": "pruning.cli:prune",
     "bench-evaluator": "pruning.cli:bench_evaluator",
@@ -27,7 +27,7 @@ COMMANDS = {
     "variants": "registry.cli:app",
     "serve": "server.cli:serve",
     "loadtest": "loadtest.cli:loadtest",
-    "demo": "depthprune.demo:demo",
+    "demo": "depthprune.demo.pipeline:demo",
 }
 
 

@@ -18,6 +18,7 @@ from typing import Protocol
 
 import httpx
 
+from depthprune.demo.paths import built_data_file
 from depthprune.errors import UserError
 
 # Common English words for synthetic prompts when the tokenizer's own vocabulary is not at hand.
@@ -160,28 +161,11 @@ def read_texts(path: str | Path) -> list[str]:
 
 
 def demo_data_file() -> Path:
-    """The demo model's ``data/text_test.jsonl``; UserError when the demo model was not built yet.
-
-    Looks in the default demo model's directory, then in any demo model under ``DEPTHPRUNE_HOME``; never
-    builds (training is ``depthprune demo-model``'s job).
-    """
-    from depthprune.settings import home_dir
-
-    candidates: list[Path] = []
+    """The demo model's held-out text (``text_test``); UserError when the demo model was not built yet."""
     try:
-        from pruning.demo_model import default_demo_dir
-
-        candidates.append(default_demo_dir() / "data" / "text_test.jsonl")
-    except ImportError:  # installed without the pruning extra
-        pass
-    candidates += sorted(home_dir().glob("models/demo-*/data/text_test.jsonl"))
-    for candidate in candidates:
-        if candidate.is_file():
-            return candidate
-    raise UserError(
-        "the demo model's data/text_test.jsonl was not found; run `depthprune demo-model` first "
-        "or pass --prompts FILE or --prompts synthetic"
-    )
+        return built_data_file("text_test")
+    except UserError as error:
+        raise UserError(f"{error} or pass --prompts FILE or --prompts synthetic") from None
 
 
 def build_prompts(

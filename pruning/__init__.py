@@ -1,1 +1,35 @@
-"""placeholder"""
+"""Depth pruning: calibration, subset scoring, searches, pruned checkpoints, evaluation and the study.
+
+Sub-packages by job:
+
+* :mod:`pruning.calibration` — data sources, objectives, packing and the exact subset scorer;
+* :mod:`pruning.search` — one file per search algorithm, listed in ``SEARCHES``;
+* :mod:`pruning.evaluation` — perplexity suites and zero-shot accuracy through lm-eval, on vLLM or torch;
+* :mod:`pruning.study` — the study grid, its statistics, report and figures.
+
+At the top: :mod:`pruning.models` (block access per architecture), :mod:`pruning.checkpoint` (mask → HF
+checkpoint), :mod:`pruning.prune` (the ``prune`` pipeline) and :mod:`pruning.cli` (its commands). Names are
+resolved on first use, so ``import pruning`` does not import torch.
+"""
+
+from depthprune.lazy import lazy_exports
+
+_EXPORTS = {
+    "prune": "pruning.prune",
+    "PruneConfig": "pruning.prune",
+    "CalibrationConfig": "pruning.calibration.objectives",
+    "OBJECTIVES": "pruning.calibration.objectives",
+    "SubsetEvaluator": "pruning.calibration.scorer",
+    "build_evaluator": "pruning.calibration.scorer",
+    "SEARCHES": "pruning.search",
+    "BlockStack": "pruning.models",
+    "load_model": "pruning.models",
+    "write_pruned_checkpoint": "pruning.checkpoint",
+    "PrunedCheckpoint": "pruning.checkpoint",
+    "EvalSettings": "pruning.evaluation.suites",
+    "evaluate_variants": "pruning.evaluation.suites",
+    "StudyConfig": "pruning.study.grid",
+    "run_study": "pruning.study.grid",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,5 +1,5 @@
-"""Command-line functions of the pruning side: ``demo-model``, ``checkpoint``, ``prune``,
-``bench-evaluator``, ``eval`` and ``study``.
+"""Command-line functions of the pruning side: ``checkpoint``, ``prune``, ``bench-evaluator``, ``eval`` and
+``study``.
 
 Each function's typed signature is its command line (typer). Heavy modules (torch, transformers) are
 imported inside the functions so that ``depthprune --help`` stays fast.
@@ -12,45 +12,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-
-
-def demo_model(
-    out: Annotated[Path | None, typer.Option(
-        help="Directory for the model (default: $DEPTHPRUNE_HOME/models/demo-<recipe hash>).")] = None,
-    recipe: Annotated[str, typer.Option(
-        help="default (16 blocks, hidden 256; a few minutes on 2 cores) or tiny (8 blocks, hidden 64; "
-             "seconds, for tests).")] = "default",
-    force: Annotated[bool, typer.Option(
-        help="Rebuild even if the cached model exists; replace a demo model of another recipe at --out."),
-    ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print path, recipe hash and quality as JSON.")
-                       ] = False,
-) -> None:
-    """Build (or reuse) the demo model: a small Llama trained here on a generated corpus, with held-out data.
-
-    Prints where the model is and its quality: held-out perplexity against a unigram model, and QA accuracy
-    against chance. The build is cached by a hash of the recipe.
-    """
-    from depthprune.errors import UserError
-    from pruning.demo_model import RECIPES, ensure_demo_model, read_quality
-
-    if recipe not in RECIPES:
-        raise UserError(f"unknown recipe {recipe!r}; choose one of: {', '.join(RECIPES)}")
-    chosen = RECIPES[recipe]()
-    path = ensure_demo_model(chosen, out=out, progress=not as_json, force=force)
-    quality = read_quality(path)
-    if as_json:
-        print(json.dumps({"path": str(path), "recipe": recipe, "recipe_hash": chosen.hash(),
-                          "quality": quality}))
-        return
-    print(f"demo model ({recipe} recipe, {chosen.hash()}): {path}")
-    print(f"  held-out perplexity {quality['perplexity']:.2f} vs unigram {quality['unigram_perplexity']:.2f} "
-          f"(ratio {quality['perplexity_ratio']:.3f})")
-    print(f"  QA accuracy {quality['qa_accuracy']:.3f} vs chance {quality['qa_chance']:.3f} "
-          f"on {quality['qa_items']} held-out items")
-    print(f"  trained on {quality['train_tokens']:,} tokens in {quality['train_seconds']:.0f} s "
-          f"({quality['tokens_per_second']:.0f} tokens/s)")
-    print(f"  data: {path / 'data'}")
 
 
 def checkpoint(
@@ -68,44 +29,74 @@ def checkpoint(
     from pruning.checkpoint import write_pruned_checkpoint
     from pruning.models import parse_block_list
 
-    written = write_pruned_checkpoint(model, parse_block_list(remove), out, revision=revision, dtype=dtype,
-                                      overwrite=overwrite)
+    written = write_pruned_checkpoint(
+        model, parse_block_list(remove), out, revision=revision, dtype=dtype, overwrite=overwrite
+    )
     if as_json:
         print(json.dumps(asdict(written)))
     else:
-        print(f"wrote {written.path}: removed blocks {written.removed_blocks} of {written.base_num_blocks} "
-              f"({written.architecture}), weights sha256 {written.weights_sha256[:12]}")
+        print(
+            f"wrote {written.path}: removed blocks {written.removed_blocks} of {written.base_num_blocks} "
+            f"({written.architecture}), weights sha256 {written.weights_sha256[:12]}"
+        )
 
 
 def evaluate(
-    variants: Annotated[list[str], typer.Argument(
-        help="Variants to evaluate: registry names, aliases, 'dense' (or dense@BASE), "
-             "or checkpoint directories.")],
-    suite: Annotated[str, typer.Option(
-        help="perplexity (WikiText-2, C4, LAMBADA), zero-shot (HellaSwag, WinoGrande, ARC-E/C, PIQA, BoolQ), "
-             "demo (the demo model's local text perplexity and QA accuracy), or all (demo suites on a demo "
-             "model, else perplexity + zero-shot); comma-separated for several.")] = "all",
-    registry: Annotated[str | None, typer.Option(
-        help="Registry URL (default: DEPTHPRUNE_REGISTRY_URL or SQLite under DEPTHPRUNE_HOME).")] = None,
-    engine: Annotated[str, typer.Option(
-        help="auto (vLLM when installed, else transformers), vllm, or hf (plain torch forward).")] = "auto",
-    limit: Annotated[int | None, typer.Option(
-        help="At most N perplexity windows / N documents per task (quick checks; recorded).")] = None,
-    seq_len: Annotated[int, typer.Option(
-        help="Perplexity window length in tokens (non-overlapping; capped at the model's context).")] = 2048,
+    variants: Annotated[
+        list[str],
+        typer.Argument(
+            help="Variants to evaluate: registry names, aliases, 'dense' (or dense@BASE), "
+            "or checkpoint directories."
+        ),
+    ],
+    suite: Annotated[
+        str,
+        typer.Option(
+            help="perplexity (WikiText-2, C4, LAMBADA), zero-shot (HellaSwag, WinoGrande, ARC-E/C, PIQA, "
+            "BoolQ), demo (the demo model's local text perplexity and QA accuracy), or all (demo suites on a "
+            "demo model, else perplexity + zero-shot); comma-separated for several."
+        ),
+    ] = "all",
+    registry: Annotated[
+        str | None,
+        typer.Option(help="Registry URL (default: DEPTHPRUNE_REGISTRY_URL or SQLite under DEPTHPRUNE_HOME)."),
+    ] = None,
+    engine: Annotated[
+        str,
+        typer.Option(
+            help="auto (vLLM when installed, else transformers), vllm, or hf (plain torch forward)."
+        ),
+    ] = "auto",
+    limit: Annotated[
+        int | None,
+        typer.Option(help="At most N perplexity windows / N documents per task (quick checks; recorded)."),
+    ] = None,
+    seq_len: Annotated[
+        int,
+        typer.Option(
+            help="Perplexity window length in tokens (non-overlapping; capped at the model's context)."
+        ),
+    ] = 2048,
     dtype: Annotated[str, typer.Option(help="Weights dtype: float32, bfloat16 or float16.")] = "float32",
     num_fewshot: Annotated[int, typer.Option(help="Few-shot examples for lm-eval tasks (the study: 0).")] = 0,
-    no_record: Annotated[bool, typer.Option("--no-record",
-                                            help="Do not store the results in the registry.")] = False,
+    no_record: Annotated[
+        bool, typer.Option("--no-record", help="Do not store the results in the registry.")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
 ) -> None:
     """Measure perplexity and zero-shot accuracy of dense and pruned variants; record them in the registry."""
-    from pruning.evaluate import EvalSettings, evaluate_variants, results_as_json
+    from pruning.evaluation.suites import EvalSettings, evaluate_variants, results_as_json
     from registry import open_registry
 
-    settings = EvalSettings(suites=tuple(item.strip() for item in suite.split(",") if item.strip()),
-                            engine=engine, dtype=dtype, seq_len=seq_len, limit=limit, num_fewshot=num_fewshot,
-                            progress=not as_json)
+    settings = EvalSettings(
+        suites=tuple(item.strip() for item in suite.split(",") if item.strip()),
+        engine=engine,
+        dtype=dtype,
+        seq_len=seq_len,
+        limit=limit,
+        num_fewshot=num_fewshot,
+        progress=not as_json,
+    )
     outcome = evaluate_variants(variants, settings, open_registry(registry), record=not no_record)
     if as_json:
         print(json.dumps(results_as_json(outcome), indent=2))
@@ -115,54 +106,92 @@ def evaluate(
 
     console = Console()
     for item in outcome:
-        table = Table(title=f"{item.label}" + (f" (recorded as {item.variant})" if item.variant else
-                                               " (not recorded)"))
+        table = Table(
+            title=f"{item.label}" + (f" (recorded as {item.variant})" if item.variant else " (not recorded)")
+        )
         for column in ("suite", "task", "metric", "value", "± stderr", "measured on"):
             table.add_column(column, justify="right" if column in ("value", "± stderr") else "left")
         for result in item.results:
             stderr = result.settings.get("stderr")
-            detail = (f"{result.settings['windows']} × {result.settings['seq_len']} tokens"
-                      if "windows" in result.settings else f"{result.settings.get('documents')} documents")
-            table.add_row(result.suite, result.task, result.metric, f"{result.value:.4f}",
-                          "" if stderr is None else f"{stderr:.4f}",
-                          f"{detail} ({result.settings['engine']})")
+            detail = (
+                f"{result.settings['windows']} × {result.settings['seq_len']} tokens"
+                if "windows" in result.settings
+                else f"{result.settings.get('documents')} documents"
+            )
+            table.add_row(
+                result.suite,
+                result.task,
+                result.metric,
+                f"{result.value:.4f}",
+                "" if stderr is None else f"{stderr:.4f}",
+                f"{detail} ({result.settings['engine']})",
+            )
         console.print(table)
 
 
 def prune(
     model: Annotated[str, typer.Option(help="Hub id or local directory of the dense model.")],
     objective: Annotated[str, typer.Option(help="Calibration objective: perplexity, task_margin or kl.")],
-    data: Annotated[str, typer.Option(
-        help="Calibration data: c4, wikitext2, lambada, commonsense170k, demo:text, demo:qa, text:PATH or "
-             "mc:PATH (its kind must suit the objective).")],
+    data: Annotated[
+        str,
+        typer.Option(
+            help="Calibration data: c4, wikitext2, lambada, commonsense170k, demo:text, demo:qa, text:PATH "
+            "or mc:PATH (its kind must suit the objective)."
+        ),
+    ],
     drop: Annotated[int, typer.Option(help="M, the number of blocks to remove.")],
-    search: Annotated[str, typer.Option(
-        help="Search algorithm: one_shot, greedy, beam, genetic, bayesian, cbo, fast_block_select, "
-             "block_influence, evolution, exhaustive; comma-separated for several, or 'all' (every one but "
-             "exhaustive) on one shared evaluator.")] = "greedy",
+    search: Annotated[
+        str,
+        typer.Option(
+            help="Search algorithm: one_shot, greedy, beam, genetic, bayesian, cbo, fast_block_select, "
+            "block_influence, evolution, exhaustive; comma-separated for several, or 'all' (every one but "
+            "exhaustive) on one shared evaluator."
+        ),
+    ] = "greedy",
     seed: Annotated[int, typer.Option(help="Seed of the search(es).")] = 0,
     samples: Annotated[int, typer.Option(help="Calibration samples (text windows or questions).")] = 64,
     seq_len: Annotated[int, typer.Option(help="Tokens per calibration window.")] = 2048,
     data_seed: Annotated[int, typer.Option(help="Seed of the calibration sample draw.")] = 0,
-    random_prior: Annotated[bool, typer.Option(
-        "--random-prior", help="Replace the single-block prior of the prior-guided searches (one_shot, "
-                               "genetic, bayesian, fast_block_select) by a seeded random ranking (control).")
+    random_prior: Annotated[
+        bool,
+        typer.Option(
+            "--random-prior",
+            help="Replace the single-block prior of the prior-guided searches (one_shot, "
+            "genetic, bayesian, fast_block_select) by a seeded random ranking (control).",
+        ),
     ] = False,
-    option: Annotated[list[str] | None, typer.Option(
-        "--option", "-o", help="Search option KEY=VALUE (every selected search that has it) or "
-                               "SEARCH.KEY=VALUE, e.g. -o beam.width=3 -o bayesian.trials=50 "
-                               "-o bayesian.storage=postgresql+psycopg://host/db. Repeatable.")] = None,
-    out: Annotated[Path | None, typer.Option(
-        help="Parent directory of the pruned checkpoints (default: DEPTHPRUNE_HOME/variants).")] = None,
-    registry: Annotated[str | None, typer.Option(
-        help="Registry URL (default: DEPTHPRUNE_REGISTRY_URL or SQLite under DEPTHPRUNE_HOME).")] = None,
-    dtype: Annotated[str, typer.Option(help="dtype the model is scored in: float32, bfloat16, float16.")
-                     ] = "float32",
+    option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--option",
+            "-o",
+            help="Search option KEY=VALUE (every selected search that has it) or "
+            "SEARCH.KEY=VALUE, e.g. -o beam.width=3 -o bayesian.trials=50 "
+            "-o bayesian.storage=postgresql+psycopg://host/db. Repeatable.",
+        ),
+    ] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Parent directory of the pruned checkpoints (default: DEPTHPRUNE_HOME/variants)."),
+    ] = None,
+    registry: Annotated[
+        str | None,
+        typer.Option(help="Registry URL (default: DEPTHPRUNE_REGISTRY_URL or SQLite under DEPTHPRUNE_HOME)."),
+    ] = None,
+    dtype: Annotated[
+        str, typer.Option(help="dtype the model is scored in: float32, bfloat16, float16.")
+    ] = "float32",
     device: Annotated[str, typer.Option(help="torch device of the evaluator, e.g. cpu or cuda.")] = "cpu",
-    memory_budget_gb: Annotated[float | None, typer.Option(
-        help="Memory the evaluator's hidden-state cache may use (default: a share of what is free).")] = None,
-    overwrite: Annotated[bool, typer.Option(
-        help="Replace a checkpoint directory of this run that holds a different removal set.")] = False,
+    memory_budget_gb: Annotated[
+        float | None,
+        typer.Option(
+            help="Memory the evaluator's hidden-state cache may use (default: a share of what is free)."
+        ),
+    ] = None,
+    overwrite: Annotated[
+        bool,
+        typer.Option(help="Replace a checkpoint directory of this run that holds a different removal set."),
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON line per variant.")] = False,
 ) -> None:
     """Choose M blocks to remove under a calibration configuration, write and register the pruned model.
@@ -171,27 +200,41 @@ def prune(
     """
     from dataclasses import asdict
 
-    from pruning.objectives import CalibrationConfig
+    from pruning.calibration.objectives import CalibrationConfig
     from pruning.prune import PruneConfig, parse_option_assignments, parse_searches
     from pruning.prune import prune as run_prune
 
     searches = parse_searches(search)
     config = PruneConfig(
-        model=model, calibration=CalibrationConfig(objective=objective, data=data, samples=samples,
-                                                   seq_len=seq_len, seed=data_seed),
-        drop=drop, searches=searches, seed=seed, random_prior=random_prior,
-        options=parse_option_assignments(option or [], searches), out=out, registry_url=registry, dtype=dtype,
-        device=device, memory_budget_gb=memory_budget_gb, overwrite=overwrite, progress=True)
+        model=model,
+        calibration=CalibrationConfig(
+            objective=objective, data=data, samples=samples, seq_len=seq_len, seed=data_seed
+        ),
+        drop=drop,
+        searches=searches,
+        seed=seed,
+        random_prior=random_prior,
+        options=parse_option_assignments(option or [], searches),
+        out=out,
+        registry_url=registry,
+        dtype=dtype,
+        device=device,
+        memory_budget_gb=memory_budget_gb,
+        overwrite=overwrite,
+        progress=True,
+    )
 
     def report(outcome) -> None:
         if as_json:
             print(json.dumps(asdict(outcome)), flush=True)
         else:
-            print(f"{outcome.search}: removed {outcome.removed_blocks}, calibration loss "
-                  f"{outcome.calibration_loss:.4f} (dense {outcome.dense_loss:.4f}), "
-                  f"{outcome.search_seconds:.1f} s, {outcome.subset_evaluations} subsets, "
-                  f"{outcome.block_forwards} block-forwards -> {outcome.name} ({outcome.checkpoint})",
-                  flush=True)
+            print(
+                f"{outcome.search}: removed {outcome.removed_blocks}, calibration loss "
+                f"{outcome.calibration_loss:.4f} (dense {outcome.dense_loss:.4f}), "
+                f"{outcome.search_seconds:.1f} s, {outcome.subset_evaluations} subsets, "
+                f"{outcome.block_forwards} block-forwards -> {outcome.name} ({outcome.checkpoint})",
+                flush=True,
+            )
 
     run_prune(config, on_variant=report)
 
@@ -199,45 +242,72 @@ def prune(
 def study(
     model: Annotated[str, typer.Option(help="Hub id or local directory of the dense model.")],
     drop: Annotated[str, typer.Option(help="Budgets M (blocks removed), comma-separated, e.g. 4,6.")],
-    objectives: Annotated[str, typer.Option(
-        help="Calibration objectives, comma-separated: perplexity, task_margin, kl.")
+    objectives: Annotated[
+        str, typer.Option(help="Calibration objectives, comma-separated: perplexity, task_margin, kl.")
     ] = "perplexity,task_margin",
-    searches: Annotated[str, typer.Option(
-        help="Searches, comma-separated, or 'all' (the study's seven: one_shot, greedy, beam, genetic, "
-             "bayesian, cbo, fast_block_select).")] = "all",
-    data: Annotated[str | None, typer.Option(
-        help="Calibration data specs, comma-separated; each objective uses the first of its kind (text or "
-             "multiple-choice). Default: the demo data for the demo model, else c4 and commonsense170k.")
+    searches: Annotated[
+        str,
+        typer.Option(
+            help="Searches, comma-separated, or 'all' (the study's seven: one_shot, greedy, beam, genetic, "
+            "bayesian, cbo, fast_block_select)."
+        ),
+    ] = "all",
+    data: Annotated[
+        str | None,
+        typer.Option(
+            help="Calibration data specs, comma-separated; each objective uses the first of its kind "
+            "(text or multiple-choice). Default: the demo data for the demo model, else c4 and "
+            "commonsense170k."
+        ),
     ] = None,
     seeds: Annotated[str, typer.Option(help="Search seeds, comma-separated, e.g. 0,1,2.")] = "0",
-    random_prior_control: Annotated[bool, typer.Option(
-        "--random-prior-control", help="Also run the prior-guided searches with a seeded random prior.")
+    random_prior_control: Annotated[
+        bool,
+        typer.Option(
+            "--random-prior-control", help="Also run the prior-guided searches with a seeded random prior."
+        ),
     ] = False,
-    cross_controls: Annotated[bool, typer.Option(
-        "--cross-controls", help="Run every objective on every --data source of its kind.")] = False,
+    cross_controls: Annotated[
+        bool, typer.Option("--cross-controls", help="Run every objective on every --data source of its kind.")
+    ] = False,
     samples: Annotated[int, typer.Option(help="Calibration samples per configuration.")] = 64,
-    seq_len: Annotated[int | None, typer.Option(
-        help="Calibration tokens per window (default: min(2048, the model's context)).")] = None,
-    option: Annotated[list[str] | None, typer.Option(
-        "--option", "-o", help="Search option SEARCH.KEY=VALUE or KEY=VALUE, as for prune. Repeatable.")
+    seq_len: Annotated[
+        int | None,
+        typer.Option(help="Calibration tokens per window (default: min(2048, the model's context))."),
     ] = None,
-    suite: Annotated[str, typer.Option(
-        help="Evaluation suites (see `depthprune eval --help`); all = demo suites on the demo model.")
+    option: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--option", "-o", help="Search option SEARCH.KEY=VALUE or KEY=VALUE, as for prune. Repeatable."
+        ),
+    ] = None,
+    suite: Annotated[
+        str,
+        typer.Option(
+            help="Evaluation suites (see `depthprune eval --help`); all = demo suites on the demo model."
+        ),
     ] = "all",
-    engine: Annotated[str, typer.Option(help="Evaluation engine: auto, vllm or hf.")] = "auto",
-    eval_limit: Annotated[int | None, typer.Option(
-        help="Evaluate at most N windows/documents per task.")] = None,
+    engine: Annotated[str, typer.Option(help="Evaluation engine: auto, vllm or torch.")] = "auto",
+    eval_limit: Annotated[
+        int | None, typer.Option(help="Evaluate at most N windows/documents per task.")
+    ] = None,
     eval_seq_len: Annotated[int, typer.Option(help="Perplexity window length of the evaluation.")] = 2048,
     out: Annotated[Path, typer.Option(help="Report directory (Markdown, HTML, figures, study.json).")] = Path(
-        "study"),
-    checkpoints: Annotated[Path | None, typer.Option(
-        help="Parent directory of the pruned checkpoints (default: DEPTHPRUNE_HOME/variants).")] = None,
-    registry: Annotated[str | None, typer.Option(
-        help="Registry URL (default: DEPTHPRUNE_REGISTRY_URL or SQLite under DEPTHPRUNE_HOME).")] = None,
+        "study"
+    ),
+    checkpoints: Annotated[
+        Path | None,
+        typer.Option(help="Parent directory of the pruned checkpoints (default: DEPTHPRUNE_HOME/variants)."),
+    ] = None,
+    registry: Annotated[
+        str | None,
+        typer.Option(help="Registry URL (default: DEPTHPRUNE_REGISTRY_URL or SQLite under DEPTHPRUNE_HOME)."),
+    ] = None,
     dtype: Annotated[str, typer.Option(help="dtype of calibration and evaluation.")] = "float32",
     device: Annotated[str, typer.Option(help="torch device of the calibration evaluator.")] = "cpu",
-    as_json: Annotated[bool, typer.Option("--json",
-                                          help="Print the study's numbers as JSON at the end.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the study's numbers as JSON at the end.")
+    ] = False,
 ) -> None:
     """Run the depth-pruning study grid (objective x data x budget x search x seed), evaluate every variant,
     and write a report with the study's tables and figures.
@@ -246,7 +316,7 @@ def study(
     """
     from pruning.prune import parse_option_assignments, parse_searches
     from pruning.search import STUDY_SEARCHES
-    from pruning.study import StudyConfig, run_study
+    from pruning.study.grid import StudyConfig, run_study
 
     def integers(text: str, what: str) -> tuple[int, ...]:
         try:
@@ -258,15 +328,28 @@ def study(
 
     names = STUDY_SEARCHES if searches.strip() == "all" else parse_searches(searches)
     config = StudyConfig(
-        model=model, drops=integers(drop, "--drop"),
-        objectives=tuple(item.strip() for item in objectives.split(",") if item.strip()), searches=names,
+        model=model,
+        drops=integers(drop, "--drop"),
+        objectives=tuple(item.strip() for item in objectives.split(",") if item.strip()),
+        searches=names,
         data=tuple(item.strip() for item in (data or "").split(",") if item.strip()),
-        seeds=integers(seeds, "--seeds"), random_prior_control=random_prior_control,
-        cross_controls=cross_controls, samples=samples, seq_len=seq_len,
+        seeds=integers(seeds, "--seeds"),
+        random_prior_control=random_prior_control,
+        cross_controls=cross_controls,
+        samples=samples,
+        seq_len=seq_len,
         options={k: v for k, v in parse_option_assignments(option or [], names).items() if v},
-        suites=tuple(item.strip() for item in suite.split(",") if item.strip()), engine=engine,
-        eval_limit=eval_limit, eval_seq_len=eval_seq_len, out=out, checkpoints=checkpoints,
-        registry_url=registry, dtype=dtype, device=device, progress=not as_json)
+        suites=tuple(item.strip() for item in suite.split(",") if item.strip()),
+        engine=engine,
+        eval_limit=eval_limit,
+        eval_seq_len=eval_seq_len,
+        out=out,
+        checkpoints=checkpoints,
+        registry_url=registry,
+        dtype=dtype,
+        device=device,
+        progress=not as_json,
+    )
     report = run_study(config)
     if as_json:
         print((report / "study.json").read_text())
@@ -275,12 +358,19 @@ def study(
 
 
 def bench_evaluator(
-    model: Annotated[str | None, typer.Option(
-        help="Model directory or hub id (default: the demo model, built on first use).")] = None,
+    model: Annotated[
+        str | None,
+        typer.Option(help="Model directory or hub id (default: the demo model, built on first use)."),
+    ] = None,
     objective: Annotated[str, typer.Option(help="Calibration objective: perplexity, task_margin or kl.")] = (
-        "task_margin"),
-    data: Annotated[str | None, typer.Option(
-        help="Data spec (default: the demo model's demo:qa or demo:text, as the objective needs).")] = None,
+        "task_margin"
+    ),
+    data: Annotated[
+        str | None,
+        typer.Option(
+            help="Data spec (default: the demo model's demo:qa or demo:text, as the objective needs)."
+        ),
+    ] = None,
     samples: Annotated[int, typer.Option(help="Calibration samples (text windows or questions).")] = 32,
     seq_len: Annotated[int, typer.Option(help="Tokens per text window / longest question.")] = 128,
     budget: Annotated[int, typer.Option(help="Blocks removed in each random set (M).")] = 4,
@@ -289,12 +379,19 @@ def bench_evaluator(
     batch_size: Annotated[int, typer.Option(help="Sequences per forward.")] = 16,
     dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "float32",
     device: Annotated[str, typer.Option(help="torch device, e.g. cpu or cuda.")] = "cpu",
-    memory_budget_gb: Annotated[float | None, typer.Option(
-        help="Memory for cached block-boundary states (default: a share of what is free).")] = None,
-    repeats: Annotated[int, typer.Option(
-        help="Interleaved rounds of each side (fast, naive, then naive, fast, ...); times are medians.")] = 1,
-    pack: Annotated[bool, typer.Option(
-        help="Fast side: run each question's choices as one sequence sharing the prompt.")] = True,
+    memory_budget_gb: Annotated[
+        float | None,
+        typer.Option(help="Memory for cached block-boundary states (default: a share of what is free)."),
+    ] = None,
+    repeats: Annotated[
+        int,
+        typer.Option(
+            help="Interleaved rounds of each side (fast, naive, then naive, fast, ...); times are medians."
+        ),
+    ] = 1,
+    pack: Annotated[
+        bool, typer.Option(help="Fast side: run each question's choices as one sequence sharing the prompt.")
+    ] = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
 ) -> None:
     """Benchmark the fast subset evaluator against naive full forwards on the same removal sets.
@@ -303,37 +400,59 @@ def bench_evaluator(
     the scores agree to 1e-5, and reports wall times, block-forward counts and the speedup. On a shared
     machine use --repeats 3 or more: a single run measures the neighbours as much as the evaluator.
     """
-    from pruning.evaluator import compare_with_naive
-    from pruning.objectives import CalibrationConfig, get_objective
+    from pruning.calibration.objectives import CalibrationConfig, get_objective
+    from pruning.calibration.scorer import compare_with_naive
 
     kind = get_objective(objective).data_kind
     if model is None:
-        from pruning.demo_model import ensure_demo_model
+        from depthprune.demo.model import ensure_demo_model
 
         model = str(ensure_demo_model(progress=not as_json))
     if data is None:
-        if not (Path(model) / "data").is_dir():
+        from depthprune.demo.paths import data_file
+
+        if not data_file(model, "text_test").parent.is_dir():
             from depthprune.errors import UserError
 
             raise UserError(f"{model} has no demo data/ directory: pass --data (e.g. text:PATH or mc:PATH)")
         data = f"{'demo:text' if kind == 'text' else 'demo:qa'}@{model}"
     config = CalibrationConfig(objective, data, samples=samples, seq_len=seq_len, seed=seed)
-    result = compare_with_naive(model, config, budget=budget, random_sets=random_sets, seed=seed,
-                                batch_size=batch_size, dtype=dtype, device=device,
-                                memory_budget_gb=memory_budget_gb, progress=not as_json, repeats=repeats,
-                                pack_choices=pack)
+    result = compare_with_naive(
+        model,
+        config,
+        budget=budget,
+        random_sets=random_sets,
+        seed=seed,
+        batch_size=batch_size,
+        dtype=dtype,
+        device=device,
+        memory_budget_gb=memory_budget_gb,
+        progress=not as_json,
+        repeats=repeats,
+        pack_choices=pack,
+    )
     if as_json:
         print(json.dumps(result))
         return
-    print(f"{result['sets']} removal sets ({result['num_blocks']} single-block + {random_sets} random "
-          f"M={budget}), objective {objective} on {data}, {result['sequences']} sequences")
-    print(f"fast : {result['fast_seconds']:8.2f} s  {result['fast_block_forwards']:6d} block-forwards  "
-          f"{result['fast_head_positions']:8d} LM-head positions  (reference pass "
-          f"{result['fast_reference_pass_seconds']:.2f} s, boundaries {result['cached_boundaries']})")
-    print(f"naive: {result['naive_seconds']:8.2f} s  {result['naive_block_forwards']:6d} block-forwards  "
-          f"{result['naive_head_positions']:8d} LM-head positions")
+    print(
+        f"{result['sets']} removal sets ({result['num_blocks']} single-block + {random_sets} random "
+        f"M={budget}), objective {objective} on {data}, {result['sequences']} sequences"
+    )
+    print(
+        f"fast : {result['fast_seconds']:8.2f} s  {result['fast_block_forwards']:6d} block-forwards  "
+        f"{result['fast_head_positions']:8d} LM-head positions  (reference pass "
+        f"{result['fast_reference_pass_seconds']:.2f} s, boundaries {result['cached_boundaries']})"
+    )
+    print(
+        f"naive: {result['naive_seconds']:8.2f} s  {result['naive_block_forwards']:6d} block-forwards  "
+        f"{result['naive_head_positions']:8d} LM-head positions"
+    )
     if repeats > 1:
-        print(f"medians of {repeats} interleaved rounds; fast {result['fast_seconds_each']} s, "
-              f"naive {result['naive_seconds_each']} s")
-    print(f"speedup {result['speedup']}x, scores agree: {result['agree']} "
-          f"(max |difference| {result['max_abs_difference']:.2e})")
+        print(
+            f"medians of {repeats} interleaved rounds; fast {result['fast_seconds_each']} s, "
+            f"naive {result['naive_seconds_each']} s"
+        )
+    print(
+        f"speedup {result['speedup']}x, scores agree: {result['agree']} "
+        f"(max |difference| {result['max_abs_difference']:.2e})"
+    )

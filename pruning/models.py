@@ -55,8 +55,9 @@ def load_config(model: str, revision: str | None = None):
     try:
         config = AutoConfig.from_pretrained(model, revision=revision)
     except (OSError, ValueError) as error:
-        raise UserError(f"{model!r} is not a model directory or a hub id that can be loaded: "
-                        f"{str(error).splitlines()[0]}") from None
+        raise UserError(
+            f"{model!r} is not a model directory or a hub id that can be loaded: {str(error).splitlines()[0]}"
+        ) from None
     check_supported(config)
     return config
 
@@ -145,8 +146,9 @@ class BlockStack:
         """Check a removal set against this model; return it as a frozenset."""
         return validate_removed(removed_blocks, self.num_blocks)
 
-    def prepare(self, input_ids: torch.Tensor, attention_mask=None,
-                position_ids: torch.Tensor | None = None) -> PreparedBatch:
+    def prepare(
+        self, input_ids: torch.Tensor, attention_mask=None, position_ids: torch.Tensor | None = None
+    ) -> PreparedBatch:
         """Embed ``input_ids`` and record the arguments each block receives in the model's own forward.
 
         Args:
@@ -166,8 +168,12 @@ class BlockStack:
                 mask = None if attention_mask is None else attention_mask.to(self.device)
             positions = None if position_ids is None else position_ids.to(self.device)
             with torch.no_grad():
-                self.decoder(input_ids=input_ids.to(self.device), attention_mask=mask, position_ids=positions,
-                             use_cache=False)
+                self.decoder(
+                    input_ids=input_ids.to(self.device),
+                    attention_mask=mask,
+                    position_ids=positions,
+                    use_cache=False,
+                )
         finally:
             self.decoder.layers = original
         hidden = sink.pop()["hidden"]
@@ -213,15 +219,17 @@ class BlockStack:
             ValueError: the attention implementation takes no dense mask (see :attr:`supports_segment_masks`).
         """
         if not self.supports_segment_masks:
-            raise ValueError(f"attention implementation {self.config._attn_implementation!r} takes no "
-                             "4-D attention mask")
+            raise ValueError(
+                f"attention implementation {self.config._attn_implementation!r} takes no 4-D attention mask"
+            )
         query_segment, key_segment = segments[:, :, None], segments[:, None, :]
         query_position, key_position = position_ids[:, :, None], position_ids[:, None, :]
         visible = (key_segment == 0) | (key_segment == query_segment)
         allowed = visible & (key_position <= query_position) & (key_segment >= 0) & (query_segment >= 0)
         length = segments.shape[1]
-        padding_self = (segments < 0)[:, :, None] & torch.eye(length, dtype=torch.bool,
-                                                              device=segments.device)[None]
+        padding_self = (segments < 0)[:, :, None] & torch.eye(
+            length, dtype=torch.bool, device=segments.device
+        )[None]
         masks = {}
         for kind in dict.fromkeys(self.layer_types):
             mask = allowed

@@ -4,7 +4,7 @@
 
 1. :func:`plan_prune` checks everything the user typed (search names, options, budget against the model's
    block count, data spec) before any weights are loaded, so a mistake is a one-line error;
-2. one :class:`~pruning.evaluator.SubsetEvaluator` is built and shared by every search of the run
+2. one :class:`~pruning.calibration.scorer.SubsetEvaluator` is built and shared by every search of the run
    (``--search all``), so the single-block prior and every memoised subset are computed once;
 3. each search runs on a :class:`~pruning.search.TrackedObjective` view of it (:func:`run_searches`);
 4. each result is written as an HF checkpoint and registered (base model + variant) in the registry.
@@ -37,7 +37,7 @@ from typing import Any
 
 from depthprune import settings as depthprune_settings
 from depthprune.errors import UserError
-from pruning.objectives import CalibrationConfig
+from pruning.calibration.objectives import CalibrationConfig
 from pruning.search import ALL_SEARCHES, OPTIONS, PRIOR_GUIDED, SEARCHES, TrackedObjective
 from pruning.search.base import SearchResult, SubsetObjective, parse_options
 
@@ -92,8 +92,9 @@ class PruneConfig:
             raise UserError(f"--seed must be a non-negative integer, got {self.seed!r}")
         if self.random_prior and not PRIOR_GUIDED & set(self.searches):
             guided = ", ".join(sorted(PRIOR_GUIDED))
-            raise UserError(f"--random-prior applies to the prior-guided searches ({guided}), none of which "
-                            f"was selected")
+            raise UserError(
+                f"--random-prior applies to the prior-guided searches ({guided}), none of which was selected"
+            )
 
 
 @dataclass
@@ -133,6 +134,7 @@ class VariantOutcome:
 
 
 # --------------------------------------------------------------------------------------- parsing input
+
 
 def parse_searches(text: str) -> tuple[str, ...]:
     """``"greedy"``, ``"greedy,beam"`` or ``"all"`` (every search but exhaustive) → names, in order."""
@@ -193,8 +195,9 @@ def canonical_model(model: str) -> str:
 
 def run_key(model: str, calibration: CalibrationConfig, dtype: str) -> str:
     """The run directory name: a hash of what the evaluator's scores depend on."""
-    payload = json.dumps({"model": model, "dtype": dtype, "calibration": dataclasses.asdict(calibration)},
-                         sort_keys=True)
+    payload = json.dumps(
+        {"model": model, "dtype": dtype, "calibration": dataclasses.asdict(calibration)}, sort_keys=True
+    )
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
 
@@ -216,9 +219,18 @@ class PrunePlan:
     def checkpoint_dir(self, search: str) -> Path:
         """``OUT/<model>-<objective>-m<M>-<search>-<hash>``; the hash covers calibration, seed and options."""
         calibration = self.config.calibration
-        identity = json.dumps({"model": self.model, "calibration": dataclasses.asdict(calibration),
-                               "drop": self.config.drop, "search": search, "seed": self.config.seed,
-                               "options": self.options[search]}, sort_keys=True, default=str)
+        identity = json.dumps(
+            {
+                "model": self.model,
+                "calibration": dataclasses.asdict(calibration),
+                "drop": self.config.drop,
+                "search": search,
+                "seed": self.config.seed,
+                "options": self.options[search],
+            },
+            sort_keys=True,
+            default=str,
+        )
         digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
         name = f"{slug(self.model)}-{calibration.objective}-m{self.config.drop}-{search}-{digest}"
         return self.out_dir / name
@@ -235,8 +247,9 @@ def plan_prune(config: PruneConfig) -> PrunePlan:
     model = canonical_model(config.model)
     num_blocks = int(load_config(model).num_hidden_layers)
     if config.drop >= num_blocks:
-        raise UserError(f"cannot remove {config.drop} of {num_blocks} blocks: "
-                        f"choose 1 <= --drop < {num_blocks}")
+        raise UserError(
+            f"cannot remove {config.drop} of {num_blocks} blocks: choose 1 <= --drop < {num_blocks}"
+        )
     run_dir = depthprune_settings.home_dir() / "runs" / run_key(model, config.calibration, config.dtype)
     options: dict[str, dict[str, Any]] = {}
     for search in config.searches:
@@ -246,21 +259,27 @@ def plan_prune(config: PruneConfig) -> PrunePlan:
         if search == "bayesian" and chosen.get("storage") is None:
             # Resumable by default: the study lives next to the memo of the same configuration.
             chosen["storage"] = f"sqlite:///{run_dir / 'optuna.db'}"
-            chosen.setdefault("study_name", f"bayesian-m{config.drop}-seed{config.seed}-"
-                                            f"{chosen.get('prior', 'single_block')}")
+            chosen.setdefault(
+                "study_name",
+                f"bayesian-m{config.drop}-seed{config.seed}-{chosen.get('prior', 'single_block')}",
+            )
         parse_options(OPTIONS[search], chosen, search)  # a bad option fails now, not after loading
         options[search] = chosen
     if "exhaustive" in config.searches:
         limit = parse_options(OPTIONS["exhaustive"], options["exhaustive"], "exhaustive").max_subsets
         if math.comb(num_blocks, config.drop) > limit:
-            raise UserError(f"exhaustive search would score C({num_blocks}, {config.drop}) = "
-                            f"{math.comb(num_blocks, config.drop):,} subsets (max_subsets={limit:,})")
+            raise UserError(
+                f"exhaustive search would score C({num_blocks}, {config.drop}) = "
+                f"{math.comb(num_blocks, config.drop):,} subsets (max_subsets={limit:,})"
+            )
     out_dir = Path(config.out).expanduser() if config.out else depthprune_settings.variants_dir()
-    return PrunePlan(config=config, model=model, num_blocks=num_blocks, options=options, run_dir=run_dir,
-                     out_dir=out_dir)
+    return PrunePlan(
+        config=config, model=model, num_blocks=num_blocks, options=options, run_dir=run_dir, out_dir=out_dir
+    )
 
 
 # ------------------------------------------------------------------------------------- running searches
+
 
 def _counters(objective) -> tuple[int, float] | None:
     stats = getattr(objective, "stats", None)
@@ -269,9 +288,16 @@ def _counters(objective) -> tuple[int, float] | None:
     return int(stats.block_forwards), float(stats.wall_seconds)
 
 
-def run_searches(objective: SubsetObjective, budget: int, searches: tuple[str, ...], *, seed: int = 0,
-                 options: dict[str, dict[str, Any]] | None = None, progress: bool = True,
-                 on_run: Callable[[SearchRun], None] | None = None) -> list[SearchRun]:
+def run_searches(
+    objective: SubsetObjective,
+    budget: int,
+    searches: tuple[str, ...],
+    *,
+    seed: int = 0,
+    options: dict[str, dict[str, Any]] | None = None,
+    progress: bool = True,
+    on_run: Callable[[SearchRun], None] | None = None,
+) -> list[SearchRun]:
     """Run several searches on one shared objective, computing the single-block prior once.
 
     Args:
@@ -305,9 +331,14 @@ def run_searches(objective: SubsetObjective, budget: int, searches: tuple[str, .
         if tracked.used_prior:
             seconds += prior_seconds
             forwards = forwards + prior_forwards if forwards is not None else None
-        run = SearchRun(search=name, result=result, seconds=seconds,
-                        subset_evaluations=tracked.subset_evaluations, block_forwards=forwards,
-                        used_prior=tracked.used_prior)
+        run = SearchRun(
+            search=name,
+            result=result,
+            seconds=seconds,
+            subset_evaluations=tracked.subset_evaluations,
+            block_forwards=forwards,
+            used_prior=tracked.used_prior,
+        )
         runs.append(run)
         if on_run is not None:
             on_run(run)
@@ -315,6 +346,7 @@ def run_searches(objective: SubsetObjective, budget: int, searches: tuple[str, .
 
 
 # ------------------------------------------------------------------------------------------- the command
+
 
 def _checkpoint_for(plan: PrunePlan, run: SearchRun, dense_loss: float):
     """Write (or reuse, when it already holds this removal set) the checkpoint of one search."""
@@ -326,19 +358,33 @@ def _checkpoint_for(plan: PrunePlan, run: SearchRun, dense_loss: float):
         existing = PrunedCheckpoint.read(directory)
         if existing.removed_blocks == removed:
             return existing  # a resumed run: the same search already wrote this variant
-        raise UserError(f"{directory} holds removed blocks {existing.removed_blocks}, not {removed}; "
-                        f"pass --overwrite to replace it")
-    scores = {"calibration_loss": run.result.loss, "dense_loss": dense_loss, "search": run.search,
-              "search_options": run.result.options, "seed": plan.config.seed,
-              "search_seconds": run.seconds, "block_forwards": run.block_forwards,
-              "subset_evaluations": run.subset_evaluations}
-    return write_pruned_checkpoint(plan.model, removed, directory,
-                                   calibration=dataclasses.asdict(plan.config.calibration), scores=scores,
-                                   overwrite=plan.config.overwrite)
+        raise UserError(
+            f"{directory} holds removed blocks {existing.removed_blocks}, not {removed}; "
+            f"pass --overwrite to replace it"
+        )
+    scores = {
+        "calibration_loss": run.result.loss,
+        "dense_loss": dense_loss,
+        "search": run.search,
+        "search_options": run.result.options,
+        "seed": plan.config.seed,
+        "search_seconds": run.seconds,
+        "block_forwards": run.block_forwards,
+        "subset_evaluations": run.subset_evaluations,
+    }
+    return write_pruned_checkpoint(
+        plan.model,
+        removed,
+        directory,
+        calibration=dataclasses.asdict(plan.config.calibration),
+        scores=scores,
+        overwrite=plan.config.overwrite,
+    )
 
 
-def prune(config: PruneConfig,
-          on_variant: Callable[[VariantOutcome], None] | None = None) -> list[VariantOutcome]:
+def prune(
+    config: PruneConfig, on_variant: Callable[[VariantOutcome], None] | None = None
+) -> list[VariantOutcome]:
     """Run ``config``: build the evaluator, run each search, write and register each variant.
 
     Args:
@@ -348,17 +394,30 @@ def prune(config: PruneConfig,
     Returns:
         One :class:`VariantOutcome` per search.
     """
-    from pruning.evaluator import build_evaluator
+    from pruning.calibration.scorer import build_evaluator
     from registry import open_registry
 
     plan = plan_prune(config)
     registry = open_registry(config.registry_url)  # a bad URL fails before the model loads
-    evaluator = build_evaluator(plan.model, config.calibration, dtype=config.dtype, device=config.device,
-                                memory_budget_gb=config.memory_budget_gb, progress=config.progress)
+    evaluator = build_evaluator(
+        plan.model,
+        config.calibration,
+        dtype=config.dtype,
+        device=config.device,
+        memory_budget_gb=config.memory_budget_gb,
+        progress=config.progress,
+    )
     plan.run_dir.mkdir(parents=True, exist_ok=True)
-    (plan.run_dir / "run.json").write_text(json.dumps(
-        {"model": plan.model, "dtype": config.dtype, "calibration": dataclasses.asdict(config.calibration)},
-        indent=1))
+    (plan.run_dir / "run.json").write_text(
+        json.dumps(
+            {
+                "model": plan.model,
+                "dtype": config.dtype,
+                "calibration": dataclasses.asdict(config.calibration),
+            },
+            indent=1,
+        )
+    )
     if plan.memo_path.is_file():
         evaluator.load_memo(plan.memo_path)
     outcomes: list[VariantOutcome] = []
@@ -369,32 +428,61 @@ def prune(config: PruneConfig,
         def record(run: SearchRun) -> None:
             evaluator.save_memo(plan.memo_path)
             written = _checkpoint_for(plan, run, dense_loss)
-            registry.register_base_model(plan.model, revision=written.base_revision,
-                                         weights_sha256=written.base_weights_sha256,
-                                         num_blocks=plan.num_blocks, architecture=written.architecture)
+            registry.register_base_model(
+                plan.model,
+                revision=written.base_revision,
+                weights_sha256=written.base_weights_sha256,
+                num_blocks=plan.num_blocks,
+                architecture=written.architecture,
+            )
             options = {**run.result.options, "seed": config.seed}
             variant = registry.register_variant(
-                base_model=plan.model, removed_blocks=list(run.result.removed_blocks),
-                calibration=dataclasses.asdict(config.calibration), search=run.search, search_options=options,
-                calibration_loss=run.result.loss, dense_loss=dense_loss, search_seconds=run.seconds,
-                block_forwards=run.block_forwards, subset_evaluations=run.subset_evaluations,
-                checkpoint_path=written.path, checkpoint_sha256=written.weights_sha256)
-            outcome = VariantOutcome(
-                id=variant.id, name=variant.name, search=run.search,
+                base_model=plan.model,
                 removed_blocks=list(run.result.removed_blocks),
-                calibration_loss=run.result.loss, dense_loss=dense_loss, search_seconds=round(run.seconds, 3),
-                block_forwards=run.block_forwards, subset_evaluations=run.subset_evaluations,
-                checkpoint=written.path, seed=config.seed, options=options)
+                calibration=dataclasses.asdict(config.calibration),
+                search=run.search,
+                search_options=options,
+                calibration_loss=run.result.loss,
+                dense_loss=dense_loss,
+                search_seconds=run.seconds,
+                block_forwards=run.block_forwards,
+                subset_evaluations=run.subset_evaluations,
+                checkpoint_path=written.path,
+                checkpoint_sha256=written.weights_sha256,
+            )
+            outcome = VariantOutcome(
+                id=variant.id,
+                name=variant.name,
+                search=run.search,
+                removed_blocks=list(run.result.removed_blocks),
+                calibration_loss=run.result.loss,
+                dense_loss=dense_loss,
+                search_seconds=round(run.seconds, 3),
+                block_forwards=run.block_forwards,
+                subset_evaluations=run.subset_evaluations,
+                checkpoint=written.path,
+                seed=config.seed,
+                options=options,
+            )
             outcomes.append(outcome)
             if on_variant is not None:
                 on_variant(outcome)
 
-        run_searches(evaluator, config.drop, config.searches, seed=config.seed, options=plan.options,
-                     progress=config.progress, on_run=record)
+        run_searches(
+            evaluator,
+            config.drop,
+            config.searches,
+            seed=config.seed,
+            options=plan.options,
+            progress=config.progress,
+            on_run=record,
+        )
         finished = True
     finally:
         evaluator.save_memo(plan.memo_path)
         if not finished:
-            print(f"scores so far saved to {plan.memo_path}; run the same command again to resume",
-                  file=sys.stderr)
+            print(
+                f"scores so far saved to {plan.memo_path}; run the same command again to resume",
+                file=sys.stderr,
+            )
     return outcomes

@@ -32,7 +32,6 @@ from sqlalchemy.orm import Session
 from depthprune.errors import UserError
 from depthprune.settings import default_registry_url
 from registry.database import WRITE_OPTION, create_registry_engine, display_url, retrying
-from registry.models import AliasRow, BaseModelRow, EvaluationRow, ServingBenchmarkRow, VariantRow, utc_now
 from registry.naming import (
     DENSE,
     auto_variant_name,
@@ -47,6 +46,7 @@ from registry.naming import (
 )
 from registry.records import BaseModelInfo, EvaluationInfo, ServingBenchmarkInfo, VariantInfo
 from registry.schema import migrate
+from registry.tables import AliasRow, BaseModelRow, EvaluationRow, ServingBenchmarkRow, VariantRow, utc_now
 from registry.versions import tool_versions
 
 VariantReference = str | int | VariantInfo

@@ -8,8 +8,8 @@ Importing this package imports neither torch nor vLLM.
 
 from server.app import build_router, create_app
 from server.backends import Backend, BackendPool, BackendStartError
+from server.experiments import Route, Router, RoutingError, unit_hash
 from server.protocol import ArmSpec, ExperimentSpec
-from server.routing import Route, Router, RoutingError, unit_hash
 from server.settings import BackendSpec, GatewaySettings, VariantMetadata, VllmOptions, load_config_file
 
 __all__ = [

@@ -20,11 +20,11 @@ from starlette.requests import Request
 
 from server.backends import Backend, BackendPool
 from server.errors import GatewayError, error_response, validation_problems
+from server.experiments import Router
 from server.metrics import GatewayMetrics
 from server.protocol import ExperimentSpec
 from server.proxy import Proxy
 from server.routes import router as routes
-from server.routing import Router
 from server.settings import GatewaySettings
 
 log = logging.getLogger("depthprune.server")

@@ -21,9 +21,9 @@ from starlette.responses import Response, StreamingResponse
 
 from server.backends import Backend, BackendPool
 from server.errors import GatewayError, error_body, validation_problems
+from server.experiments import Route, Router, RoutingError
 from server.metrics import GatewayMetrics
 from server.protocol import OpenAIRequest
-from server.routing import Route, Router, RoutingError
 from server.settings import GatewaySettings
 
 VARIANT_HEADER = "x-depthprune-variant"

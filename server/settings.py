@@ -121,7 +121,7 @@ class GatewaySettings:
     backends: list[BackendSpec]
     """The variants to serve, in start order."""
     experiments: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """A/B experiments by name, each ``{"arms": [...], ...}`` (see :mod:`server.routing`)."""
+    """A/B experiments by name, each ``{"arms": [...], ...}`` (see :mod:`server.experiments`)."""
     vllm: VllmOptions = field(default_factory=VllmOptions)
     """How managed backends are started."""
     host: str = "127.0.0.1"

@@ -3,14 +3,9 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).parent))
-
-from demo_fixtures import demo_tiny_dir  # noqa: E402, F401  (the tiny demo model, shared by every test)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -31,7 +26,7 @@ def isolated_home(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_model_dirs(tmp_path_factory):
     """``architecture -> directory`` of a saved tiny random model, made once per session on demand."""
-    from tiny_models import save_tiny_model
+    from depthprune.testing.models import save_tiny_model
 
     made: dict[str, Path] = {}
 
@@ -60,3 +55,15 @@ def run_cli(capsys):
         return code, captured.out, captured.err
 
     return run
+
+
+@pytest.fixture(scope="session")
+def demo_tiny_dir(isolated_home) -> Path:
+    """Directory of the tiny demo model (8 blocks, hidden 64), built once per session (seconds on 2 cores).
+
+    Built into the session's ``DEPTHPRUNE_HOME``, with the held-out splits in ``data/*.jsonl``.
+    """
+    from depthprune.demo.model import ensure_demo_model
+    from depthprune.demo.recipe import DemoRecipe
+
+    return ensure_demo_model(DemoRecipe.tiny(), progress=False)

@@ -23,8 +23,9 @@ PROMPTS = [[5, 6, 7, 8, 9], [40, 41, 42], [200, 13, 77, 90, 4, 18]]
 
 @pytest.mark.parametrize("architecture", ARCHITECTURES)
 @pytest.mark.parametrize("removed", REMOVAL_SETS)
-def test_saved_checkpoint_logits_equal_dense_with_blocks_skipped(tiny_model_dirs, tmp_path, architecture,
-                                                                  removed):
+def test_saved_checkpoint_logits_equal_dense_with_blocks_skipped(
+    tiny_model_dirs, tmp_path, architecture, removed
+):
     base = tiny_model_dirs(architecture)
     written = write_pruned_checkpoint(str(base), removed, tmp_path / "variant")
 
@@ -41,8 +42,9 @@ def test_saved_checkpoint_logits_equal_dense_with_blocks_skipped(tiny_model_dirs
 def test_written_metadata(tiny_model_dirs, tmp_path):
     base = tiny_model_dirs("gemma3_text")
     original_types = AutoConfig.from_pretrained(base).layer_types
-    written = write_pruned_checkpoint(str(base), [4, 0], tmp_path / "variant",
-                                      calibration={"objective": "perplexity"}, scores={"loss": 1.5})
+    written = write_pruned_checkpoint(
+        str(base), [4, 0], tmp_path / "variant", calibration={"objective": "perplexity"}, scores={"loss": 1.5}
+    )
     directory = Path(written.path)
     config = AutoConfig.from_pretrained(directory)
     assert config.layer_types == [original_types[i] for i in [1, 2, 3, 5]]
@@ -70,9 +72,15 @@ def test_qwen_max_window_layers_follows_kept_blocks(tmp_path):
     assert config.layer_types == ["full_attention"] * 2 + ["sliding_attention"] * 2
 
 
-@pytest.mark.parametrize("remove, message", [
-    ("1,9", "out of range"), ("2,2", "duplicate"), ("0,1,2,3,4,5", "at least one"), ("a,b", "integers"),
-])
+@pytest.mark.parametrize(
+    "remove, message",
+    [
+        ("1,9", "out of range"),
+        ("2,2", "duplicate"),
+        ("0,1,2,3,4,5", "at least one"),
+        ("a,b", "integers"),
+    ],
+)
 def test_bad_input_is_one_line_and_writes_nothing(tiny_model_dirs, tmp_path, run_cli, remove, message):
     out, base = tmp_path / "variant", tiny_model_dirs("llama")
     code, _, error = run_cli("checkpoint", "--model", base, "--remove", remove, "--out", out)
@@ -83,8 +91,9 @@ def test_bad_input_is_one_line_and_writes_nothing(tiny_model_dirs, tmp_path, run
 
 def test_path_that_is_not_a_model(tmp_path, run_cli):
     (tmp_path / "empty").mkdir()
-    code, _, error = run_cli("checkpoint", "--model", tmp_path / "empty", "--remove", "1",
-                             "--out", tmp_path / "o")
+    code, _, error = run_cli(
+        "checkpoint", "--model", tmp_path / "empty", "--remove", "1", "--out", tmp_path / "o"
+    )
     assert code == 2 and "is not a model" in error
     assert not (tmp_path / "o").exists()
     with pytest.raises(UserError, match="not a model directory"):
@@ -103,8 +112,16 @@ def test_existing_output_is_not_clobbered(tiny_model_dirs, tmp_path):
 
 
 def test_cli_json(tiny_model_dirs, tmp_path, run_cli):
-    code, out, _ = run_cli("checkpoint", "--model", tiny_model_dirs("qwen3"), "--remove", "3,1", "--out",
-                           tmp_path / "v", "--json")
+    code, out, _ = run_cli(
+        "checkpoint",
+        "--model",
+        tiny_model_dirs("qwen3"),
+        "--remove",
+        "3,1",
+        "--out",
+        tmp_path / "v",
+        "--json",
+    )
     assert code == 0
     record = json.loads(out.strip().splitlines()[-1])
     assert record["removed_blocks"] == [1, 3] and record["kept_to_original"] == [0, 2, 4, 5]
@@ -120,7 +137,7 @@ def transformers_greedy(directory: Path, prompt: list[int], max_tokens: int) -> 
             top = torch.topk(logits, 2).values
             gaps.append(float(top[0] - top[1]))
             tokens.append(int(logits.argmax()))
-    return tokens[len(prompt):], gaps
+    return tokens[len(prompt) :], gaps
 
 
 @pytest.mark.slow
@@ -129,16 +146,21 @@ def test_vllm_greedy_tokens_equal_transformers(tiny_model_dirs, tmp_path):
     """vLLM (real CPU engine) loads every saved variant and generates transformers' greedy tokens."""
     variants = {}
     for architecture, removed in zip(ARCHITECTURES, [[1, 4], [0, 2, 5], [1, 3], [0, 4]]):
-        variants[architecture] = write_pruned_checkpoint(str(tiny_model_dirs(architecture)), removed,
-                                                         tmp_path / architecture).path
+        variants[architecture] = write_pruned_checkpoint(
+            str(tiny_model_dirs(architecture)), removed, tmp_path / architecture
+        ).path
     max_tokens = 8
     request = tmp_path / "request.json"
-    request.write_text(json.dumps({"models": list(variants.values()), "prompts": PROMPTS,
-                                   "max_tokens": max_tokens}))
+    request.write_text(
+        json.dumps({"models": list(variants.values()), "prompts": PROMPTS, "max_tokens": max_tokens})
+    )
     result = tmp_path / "result.json"
-    script = Path(__file__).with_name("vllm_greedy.py")
-    completed = subprocess.run([sys.executable, str(script), str(request), str(result)], capture_output=True,
-                               text=True, timeout=900)
+    completed = subprocess.run(
+        [sys.executable, "-m", "depthprune.testing.vllm_greedy", str(request), str(result)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert completed.returncode == 0, completed.stderr[-4000:]
     generated = json.loads(result.read_text())
     for architecture, directory in variants.items():

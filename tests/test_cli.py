@@ -31,8 +31,10 @@ def test_top_level_help_lists_every_command(run_cli):
 
 def test_console_script_runs_without_loading_torch():
     """`depthprune --help` and the registry/server commands must not pay for importing torch."""
-    probe = ("import sys; from depthprune.cli import build_app; build_app(); "
-             "print(sorted(m for m in ('torch', 'vllm', 'transformers') if m in sys.modules))")
+    probe = (
+        "import sys; from depthprune.cli import build_app; build_app(); "
+        "print(sorted(m for m in ('torch', 'vllm', 'transformers') if m in sys.modules))"
+    )
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
 

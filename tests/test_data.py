@@ -7,7 +7,7 @@ import json
 import pytest
 
 from depthprune.errors import UserError
-from pruning import data
+from pruning.calibration import data
 
 
 def write_jsonl(path, rows):
@@ -17,7 +17,7 @@ def write_jsonl(path, rows):
 
 @pytest.fixture(scope="module")
 def tokenizer():
-    from tiny_models import tiny_tokenizer
+    from depthprune.testing.models import tiny_tokenizer
 
     return tiny_tokenizer()
 
@@ -31,10 +31,17 @@ def test_parse_spec_forms():
     assert data.parse_spec("commonsense170k@/x/commonsense_170k.json").path == "/x/commonsense_170k.json"
 
 
-@pytest.mark.parametrize("spec, message", [
-    ("c5", "unknown data spec"), ("", "empty data spec"), ("text:", "needs a file path"),
-    ("c4@/x", "takes no '@PATH'"), ("demo:text@", "empty path"), ("text:PATH", None),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ("c5", "unknown data spec"),
+        ("", "empty data spec"),
+        ("text:", "needs a file path"),
+        ("c4@/x", "takes no '@PATH'"),
+        ("demo:text@", "empty path"),
+        ("text:PATH", None),
+    ],
+)
 def test_parse_spec_errors(spec, message):
     if message is None:  # "text:PATH" is a literal path named PATH: allowed at parse time
         assert data.parse_spec(spec).path == "PATH"
@@ -45,31 +52,51 @@ def test_parse_spec_errors(spec, message):
 
 # Rows in the format of LLM-Adapters' ft-training_set/commonsense_170k.json.
 COMMONSENSE_ROWS = [
-    {"instruction": "Please answer the following question with true or false, question: do iran and "
-                    "afghanistan speak the same language?\n\nAnswer format: true/false",
-     "input": "", "output": "the correct answer is true", "answer": "true"},
-    {"instruction": "Please choose the correct solution to the question: When boiling butter, "
-                    "when it's ready, you can\n\nSolution1: Pour it onto a plate\n\n"
-                    "Solution2: Pour it into a jar\n\n"
-                    "Answer format: solution1/solution2",
-     "input": "", "output": "the correct answer is solution2", "answer": "solution2"},
-    {"instruction": "Please choose the correct ending to complete the given sentence: Removing ice from car: "
-                    "Then, the man writes over the snow.\n\nEnding1: a\nEnding2: b\nEnding3: c\nEnding4: d"
-                    "\n\n"
-                    "Answer format: ending1/ending2/ending3/ending4",
-     "input": "", "output": "the correct answer is ending4.", "answer": "ending4"},
-    {"instruction": "Please choose the correct answer to fill in the blank to complete the given sentence: "
-                    "Ian volunteered to eat Dennis's menudo because _ despised eating intestine.\n\n"
-                    "Option1: Ian\nOption2: Dennis\n\nAnswer format: option1/option2",
-     "input": "", "output": "the correct answer is option2", "answer": "option2"},
+    {
+        "instruction": "Please answer the following question with true or false, question: do iran and "
+        "afghanistan speak the same language?\n\nAnswer format: true/false",
+        "input": "",
+        "output": "the correct answer is true",
+        "answer": "true",
+    },
+    {
+        "instruction": "Please choose the correct solution to the question: When boiling butter, "
+        "when it's ready, you can\n\nSolution1: Pour it onto a plate\n\n"
+        "Solution2: Pour it into a jar\n\n"
+        "Answer format: solution1/solution2",
+        "input": "",
+        "output": "the correct answer is solution2",
+        "answer": "solution2",
+    },
+    {
+        "instruction": "Please choose the correct ending to complete the given sentence: "
+        "Removing ice from car: Then, the man writes over the snow.\n\n"
+        "Ending1: a\nEnding2: b\nEnding3: c\nEnding4: d"
+        "\n\n"
+        "Answer format: ending1/ending2/ending3/ending4",
+        "input": "",
+        "output": "the correct answer is ending4.",
+        "answer": "ending4",
+    },
+    {
+        "instruction": "Please choose the correct answer to fill in the blank to complete the given "
+        "sentence: Ian volunteered to eat Dennis's menudo because _ despised eating intestine.\n\n"
+        "Option1: Ian\nOption2: Dennis\n\nAnswer format: option1/option2",
+        "input": "",
+        "output": "the correct answer is option2",
+        "answer": "option2",
+    },
 ]
 
 
 def test_commonsense_rows_parse():
     items = [data.parse_commonsense_row(row) for row in COMMONSENSE_ROWS]
     assert [item.choices for item in items] == [
-        ("true", "false"), ("solution1", "solution2"), ("ending1", "ending2", "ending3", "ending4"),
-        ("option1", "option2")]
+        ("true", "false"),
+        ("solution1", "solution2"),
+        ("ending1", "ending2", "ending3", "ending4"),
+        ("option1", "option2"),
+    ]
     assert [item.label for item in items] == [0, 1, 3, 1]
     assert items[0].context.startswith("Please answer the following question")
 
@@ -80,12 +107,15 @@ def test_commonsense_answer_field_fallback_and_input():
     assert item.label == 1 and item.context.endswith("\nextra context")
 
 
-@pytest.mark.parametrize("change, message", [
-    ({"instruction": "no label set here"}, "Answer format"),
-    ({"output": "the correct answer is option3", "answer": "option3"}, "not one of the labels"),
-    ({"output": "no answer", "answer": None}, "no 'the correct answer is"),
-    ({"instruction": "Q\n\nAnswer format: option1"}, "fewer than two"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"instruction": "no label set here"}, "Answer format"),
+        ({"output": "the correct answer is option3", "answer": "option3"}, "not one of the labels"),
+        ({"output": "no answer", "answer": None}, "no 'the correct answer is"),
+        ({"instruction": "Q\n\nAnswer format: option1"}, "fewer than two"),
+    ],
+)
 def test_commonsense_bad_rows(change, message):
     with pytest.raises(UserError, match=message):
         data.parse_commonsense_row(dict(COMMONSENSE_ROWS[3], **change))
@@ -100,13 +130,16 @@ def test_commonsense_local_file(tmp_path):
     assert len(picked.items) == 2
 
 
-@pytest.mark.parametrize("row, message", [
-    ({"context": "q", "choices": ["a", "b"], "label": 2}, "'label' must be an integer index"),
-    ({"context": "q", "choices": ["a", "b"], "label": True}, "'label'"),
-    ({"context": "q", "choices": ["a", "b"]}, "'label'"),
-    ({"context": "q", "choices": ["a"], "label": 0}, "at least two"),
-    ({"choices": ["a", "b"], "label": 0}, "'context'"),
-])
+@pytest.mark.parametrize(
+    "row, message",
+    [
+        ({"context": "q", "choices": ["a", "b"], "label": 2}, "'label' must be an integer index"),
+        ({"context": "q", "choices": ["a", "b"], "label": True}, "'label'"),
+        ({"context": "q", "choices": ["a", "b"]}, "'label'"),
+        ({"context": "q", "choices": ["a"], "label": 0}, "at least two"),
+        ({"choices": ["a", "b"], "label": 0}, "'context'"),
+    ],
+)
 def test_bad_choice_rows_name_the_line(tmp_path, row, message):
     path = write_jsonl(tmp_path / "q.jsonl", [{"context": "ok", "choices": ["a", "b"], "label": 0}, row])
     with pytest.raises(UserError, match=f"q.jsonl:2: .*{message}"):
@@ -144,8 +177,10 @@ def test_demo_specs_read_the_demo_directory(tmp_path, tokenizer):
     demo = tmp_path / "demo-model"
     (demo / "data").mkdir(parents=True)
     write_jsonl(demo / "data" / "text_calibration.jsonl", [{"text": " ".join(["w5"] * 40)}] * 3)
-    write_jsonl(demo / "data" / "qa_calibration.jsonl",
-                [{"context": f"w{i}", "choices": ["w7", "w8"], "label": i % 2} for i in range(6)])
+    write_jsonl(
+        demo / "data" / "qa_calibration.jsonl",
+        [{"context": f"w{i}", "choices": ["w7", "w8"], "label": i % 2} for i in range(6)],
+    )
     samples = data.load_samples(f"demo:text@{demo}", tokenizer, samples=4, seq_len=20, seed=0)
     assert isinstance(samples, data.TextSamples) and len(samples.input_ids) == 4
     questions = data.load_samples(f"demo:qa@{demo}", tokenizer, samples=3, seq_len=20, seed=0)

@@ -12,13 +12,14 @@ import time
 
 import pytest
 
-from depthprune.demo import DemoConfig, stop_process_group
+from depthprune.demo.pipeline import DemoConfig, stop_process_group
 from depthprune.errors import UserError
 
 
 def vllm_processes() -> set[int]:
-    result = subprocess.run(["pgrep", "-f", "vllm.entrypoints.openai.api_server"], capture_output=True,
-                            text=True)
+    result = subprocess.run(
+        ["pgrep", "-f", "vllm.entrypoints.openai.api_server"], capture_output=True, text=True
+    )
     return {int(pid) for pid in result.stdout.split()}
 
 
@@ -29,9 +30,23 @@ def test_demo_runs_end_to_end(tmp_path):
     env = {**os.environ, "DEPTHPRUNE_HOME": str(tmp_path / "home")}
     env.pop("DEPTHPRUNE_REGISTRY_URL", None)
     completed = subprocess.run(
-        [sys.executable, "-m", "depthprune", "demo", "--recipe", "tiny", "--quick", "--port", "8791",
-         "--json"],
-        capture_output=True, text=True, env=env, timeout=1500)
+        [
+            sys.executable,
+            "-m",
+            "depthprune",
+            "demo",
+            "--recipe",
+            "tiny",
+            "--quick",
+            "--port",
+            "8791",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=1500,
+    )
     assert completed.returncode == 0, completed.stderr[-5000:]
     rows = json.loads(completed.stdout.strip().splitlines()[-1])
     by_variant = {row["variant"]: row for row in rows}
@@ -50,8 +65,9 @@ def test_demo_runs_end_to_end(tmp_path):
 
 
 def test_stop_process_group_kills_children_too():
-    parent = subprocess.Popen(["sh", "-c", "trap '' INT; sleep 300 & sleep 300 & wait"],
-                              start_new_session=True)
+    parent = subprocess.Popen(
+        ["sh", "-c", "trap '' INT; sleep 300 & sleep 300 & wait"], start_new_session=True
+    )
     time.sleep(0.5)
     stop_process_group(parent, grace_s=1)
     assert parent.returncode is not None
@@ -64,8 +80,11 @@ def test_stop_process_group_kills_children_too():
 def group_members(pgid: int) -> list[str]:
     """Live (not zombie) processes of a process group."""
     listing = subprocess.run(["ps", "-eo", "pgid=,stat="], capture_output=True, text=True).stdout
-    return [line for line in listing.splitlines()
-            if line.split()[0] == str(pgid) and not line.split()[1].startswith("Z")]
+    return [
+        line
+        for line in listing.splitlines()
+        if line.split()[0] == str(pgid) and not line.split()[1].startswith("Z")
+    ]
 
 
 def test_interrupt_stops_a_cooperative_group_gracefully():
@@ -77,10 +96,15 @@ def test_interrupt_stops_a_cooperative_group_gracefully():
     assert time.monotonic() - started < 10
 
 
-@pytest.mark.parametrize("settings, message", [
-    ({"recipe": "huge"}, "unknown recipe"), ({"drop_fraction": 1.0}, "drop-fraction"),
-    ({"samples": 0}, "--samples"), ({"port": 80}, "--port"),
-])
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        ({"recipe": "huge"}, "unknown recipe"),
+        ({"drop_fraction": 1.0}, "drop-fraction"),
+        ({"samples": 0}, "--samples"),
+        ({"port": 80}, "--port"),
+    ],
+)
 def test_bad_demo_settings(settings, message):
     with pytest.raises(UserError, match=message):
         DemoConfig(**settings)

@@ -9,16 +9,15 @@ import dataclasses
 import json
 from pathlib import Path
 
-import demo_fixtures
 import pytest
 
 from depthprune.checksums import weights_sha256
+from depthprune.demo import model as demo_model
+from depthprune.demo.corpus import generate_corpus, is_reserved, qa_line
+from depthprune.demo.model import ensure_demo_model, read_quality
+from depthprune.demo.paths import DATA_FILES, default_demo_dir
+from depthprune.demo.recipe import DemoRecipe
 from depthprune.errors import UserError
-from pruning import demo_model
-from pruning.demo_corpus import generate_corpus, is_reserved, qa_line
-from pruning.demo_model import DATA_FILES, DemoRecipe, default_demo_dir, ensure_demo_model, read_quality
-
-demo_tiny_dir = demo_fixtures.demo_tiny_dir
 
 
 def read_jsonl(path: Path) -> list[dict]:
@@ -63,8 +62,16 @@ def test_recipe_checks_and_hash():
 def test_directory_layout_and_data_schema(demo_tiny_dir):
     recipe = DemoRecipe.tiny()
     assert demo_tiny_dir == default_demo_dir(recipe)
-    for name in ("config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-                 "tokenizer_config.json", "recipe.json", "quality.json", "README.md"):
+    for name in (
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "recipe.json",
+        "quality.json",
+        "README.md",
+    ):
         assert (demo_tiny_dir / name).is_file(), name
     meta = json.loads((demo_tiny_dir / "recipe.json").read_text())
     assert meta["recipe_hash"] == recipe.hash() and meta["recipe"] == dataclasses.asdict(recipe)
@@ -81,8 +88,9 @@ def test_directory_layout_and_data_schema(demo_tiny_dir):
     train_set = set(train)
     training_text = "\n".join(train)
     assert not any(row["text"] in train_set for row in data["text_calibration"] + data["text_test"])
-    assert not any(f"Question: {row['context']}\n" in training_text
-                   for row in data["qa_calibration"] + data["qa_test"])
+    assert not any(
+        f"Question: {row['context']}\n" in training_text for row in data["qa_calibration"] + data["qa_test"]
+    )
     # The training corpus teaches the QA format the task margin scores.
     assert any(text.startswith("Question: ") and "\nAnswer: " in text for text in train)
 
@@ -95,7 +103,11 @@ def test_loads_with_transformers(demo_tiny_dir):
     assert config.model_type == "llama" and config.num_hidden_layers == 8 and config.head_dim == 32
     tokenizer = AutoTokenizer.from_pretrained(demo_tiny_dir)
     assert (tokenizer.bos_token, tokenizer.eos_token, tokenizer.pad_token, tokenizer.unk_token) == (
-        "<s>", "</s>", "<pad>", "<unk>")
+        "<s>",
+        "</s>",
+        "<pad>",
+        "<unk>",
+    )
     assert config.vocab_size == len(tokenizer) and config.eos_token_id == tokenizer.eos_token_id
     ids = tokenizer("Mara lives in Ashford.")["input_ids"]
     assert ids[0] == tokenizer.bos_token_id
@@ -123,8 +135,9 @@ def test_quality_is_recorded_and_reproducible(demo_tiny_dir):
     tokenizer = AutoTokenizer.from_pretrained(demo_tiny_dir)
     texts = [row["text"] for row in read_jsonl(demo_tiny_dir / "data" / "text_test.jsonl")]
     train = [row["text"] for row in read_jsonl(demo_tiny_dir / "data" / "train.jsonl")]
-    unigram = demo_model.unigram_log_probs(demo_model.token_stream(tokenizer, train), len(tokenizer),
-                                           tokenizer.bos_token_id)
+    unigram = demo_model.unigram_log_probs(
+        demo_model.token_stream(tokenizer, train), len(tokenizer), tokenizer.bos_token_id
+    )
     max_length = DemoRecipe.tiny().max_position_embeddings
     measured = demo_model.perplexities(model, tokenizer, texts, unigram, max_length)
     assert measured["perplexity"] == pytest.approx(quality["perplexity"], rel=1e-4)

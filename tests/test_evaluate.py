@@ -43,7 +43,7 @@ def tiny_llama(tiny_model_dirs):
 
 @pytest.fixture(scope="module")
 def torch_lm(tiny_llama):
-    from pruning.lm_eval_adapter import TransformersLM
+    from pruning.evaluation.lm_eval_models import TransformersLM
 
     return TransformersLM(tiny_llama, progress=False)
 
@@ -117,7 +117,7 @@ def test_rolling_loglikelihood_scores_every_token_once(torch_lm):
 def test_perplexity_matches_reference_windows(torch_lm):
     import torch
 
-    from pruning.evaluate import perplexity
+    from pruning.evaluation.suites import perplexity
 
     windows = [[4 + (i * 7 + j) % 250 for j in range(32)] for i in range(3)]
     value, tokens = perplexity(torch_lm.engine, windows)
@@ -143,9 +143,9 @@ def test_generate_until_stops_at_stop_string(torch_lm):
 
 
 def test_demo_suite_accuracy_equals_hand_computed(demo_like_dir):
-    from pruning.evaluate import EvalSettings, evaluate_model, prepare_data
+    from pruning.evaluation.suites import EvalSettings, evaluate_model, prepare_data
 
-    settings = EvalSettings(suites=("demo",), engine="hf", seq_len=64, progress=False)
+    settings = EvalSettings(suites=("demo",), engine="torch", seq_len=64, progress=False)
     prepared = prepare_data(["demo"], demo_like_dir)
     results = {
         (r.task, r.metric): r for r in evaluate_model(str(demo_like_dir), ["demo"], prepared, settings)
@@ -169,7 +169,7 @@ def test_demo_suite_accuracy_equals_hand_computed(demo_like_dir):
 
 
 def test_all_suite_means_demo_suites_on_demo_models():
-    from pruning.evaluate import expand_suites
+    from pruning.evaluation.suites import expand_suites
 
     assert expand_suites(["all"], is_demo=True) == ["demo"]
     assert expand_suites(["all"], is_demo=False) == ["perplexity", "zero-shot"]
@@ -177,7 +177,7 @@ def test_all_suite_means_demo_suites_on_demo_models():
 
 
 def test_real_suites_offline_name_the_demo_suite(monkeypatch, tmp_path):
-    from pruning.evaluate import prepare_data
+    from pruning.evaluation.suites import prepare_data
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
@@ -187,7 +187,7 @@ def test_real_suites_offline_name_the_demo_suite(monkeypatch, tmp_path):
 
 
 def test_settings_reject_bad_input():
-    from pruning.evaluate import EvalSettings
+    from pruning.evaluation.suites import EvalSettings
 
     with pytest.raises(UserError, match="unknown suite"):
         EvalSettings(suites=("speed",))
@@ -202,8 +202,21 @@ def test_eval_command_records_demo_results_in_registry(demo_like_dir, capsys):
     from registry import open_registry
 
     with pytest.raises(SystemExit) as exit_info:  # click exits 0 after a successful command
-        main(["eval", str(demo_like_dir), "--suite", "demo", "--engine", "hf", "--limit", "4",
-              "--seq-len", "32", "--json"])
+        main(
+            [
+                "eval",
+                str(demo_like_dir),
+                "--suite",
+                "demo",
+                "--engine",
+                "torch",
+                "--limit",
+                "4",
+                "--seq-len",
+                "32",
+                "--json",
+            ]
+        )
     assert exit_info.value.code == 0
     (item,) = json.loads(capsys.readouterr().out)
     assert item["variant"] == "dense"
@@ -230,7 +243,7 @@ def test_eval_command_errors_are_one_line(capsys):
 def test_vllm_lm_matches_plain_torch_reference(tiny_llama, torch_lm, monkeypatch):
     """The real vLLM CPU engine (in-process engine core) gives the reference log-likelihoods too."""
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
-    from pruning.lm_eval_adapter import VllmLM
+    from pruning.evaluation.lm_eval_models import VllmLM
 
     vllm_lm = VllmLM(tiny_llama, progress=False)
     try:

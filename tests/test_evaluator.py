@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from depthprune.errors import UserError
-from pruning.evaluator import build_evaluator, plan_boundaries
-from pruning.objectives import CalibrationConfig
+from pruning.calibration.objectives import CalibrationConfig
+from pruning.calibration.scorer import build_evaluator, plan_boundaries
 
 SAMPLES, SEQ_LEN = 6, 24
 
@@ -32,16 +32,30 @@ def files(tmp_path_factory, tiny_model_dirs):
     rows = []
     for _ in range(10):
         count = rng.choice([2, 3, 4])
-        rows.append({"context": words(rng.randrange(3, 10)), "choices": [words(rng.randrange(1, 4))
-                     for _ in range(count)], "label": rng.randrange(count)})
+        rows.append(
+            {
+                "context": words(rng.randrange(3, 10)),
+                "choices": [words(rng.randrange(1, 4)) for _ in range(count)],
+                "label": rng.randrange(count),
+            }
+        )
     questions.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return {"model": str(tiny_model_dirs("llama")), "text": f"text:{text}", "mc": f"mc:{questions}",
-            "root": root}
+    return {
+        "model": str(tiny_model_dirs("llama")),
+        "text": f"text:{text}",
+        "mc": f"mc:{questions}",
+        "root": root,
+    }
 
 
 def config_for(files, objective):
-    return CalibrationConfig(objective, files["mc" if objective == "task_margin" else "text"],
-                             samples=SAMPLES, seq_len=SEQ_LEN, seed=1)
+    return CalibrationConfig(
+        objective,
+        files["mc" if objective == "task_margin" else "text"],
+        samples=SAMPLES,
+        seq_len=SEQ_LEN,
+        seed=1,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +65,9 @@ def evaluators(files):
     def get(objective, **options):
         key = (objective, tuple(sorted(options.items())))
         if key not in made:
-            made[key] = build_evaluator(files["model"], config_for(files, objective), progress=False,
-                                        batch_size=4, **options)
+            made[key] = build_evaluator(
+                files["model"], config_for(files, objective), progress=False, batch_size=4, **options
+            )
         return made[key]
 
     return get
@@ -67,7 +82,7 @@ def reference_loss(objective, evaluator, model, dense_model=None):
     for batch in evaluator.batches:
         for row in range(batch.input_ids.shape[0]):
             length = int(batch.token_mask[row].sum())
-            ids = batch.input_ids[row:row + 1, :length]
+            ids = batch.input_ids[row : row + 1, :length]
             with torch.no_grad():
                 logprobs = torch.log_softmax(model(ids, use_cache=False).logits[0], dim=-1)
                 if objective == "perplexity":
@@ -80,8 +95,8 @@ def reference_loss(objective, evaluator, model, dense_model=None):
                     positions, tokens = batch.answer_positions[picked], batch.answer_tokens[picked]
                     losses.append(logprobs[positions, tokens].mean())  # ℓ of this choice, finished below
         if objective == "task_margin":
-            ell = torch.stack(losses[-batch.input_ids.shape[0]:])
-            del losses[-batch.input_ids.shape[0]:]
+            ell = torch.stack(losses[-batch.input_ids.shape[0] :])
+            del losses[-batch.input_ids.shape[0] :]
             for item in range(batch.num_samples):
                 mine = (batch.sequence_item == item).nonzero()[:, 0]
                 correct = int(batch.correct_sequence[item])
@@ -101,8 +116,9 @@ def test_score_equals_the_written_pruned_checkpoint(files, evaluators, objective
     pruned = AutoModelForCausalLM.from_pretrained(variant.path).eval()
     assert pruned.config.num_hidden_layers == 4
     dense = AutoModelForCausalLM.from_pretrained(files["model"]).eval() if objective == "kl" else None
-    assert evaluator.score(removed) == pytest.approx(reference_loss(objective, evaluator, pruned, dense),
-                                                     abs=1e-5)
+    assert evaluator.score(removed) == pytest.approx(
+        reference_loss(objective, evaluator, pruned, dense), abs=1e-5
+    )
 
 
 def random_sets(num_blocks, count, seed=0):
@@ -153,8 +169,9 @@ def test_memo_and_counters(files):
     assert evaluator.stats.evaluations == evaluations
     assert evaluator.stats.wall_seconds > 0 and evaluator.stats.setup_seconds > 0
 
-    naive = build_evaluator(files["model"], config_for(files, "perplexity"), progress=False, batch_size=4,
-                            naive=True)
+    naive = build_evaluator(
+        files["model"], config_for(files, "perplexity"), progress=False, batch_size=4, naive=True
+    )
     before = naive.stats.block_forwards
     naive.score({3})
     naive.score({3})
@@ -172,8 +189,11 @@ def test_memo_save_and_load(files, evaluators, tmp_path):
     assert fresh.score({0, 2}) == evaluator.score({0, 2})
     assert fresh.stats.evaluations == before and fresh.stats.memo_hits == 1
 
-    other = build_evaluator(files["model"], CalibrationConfig("perplexity", files["text"], samples=SAMPLES,
-                                                              seq_len=SEQ_LEN, seed=2), progress=False)
+    other = build_evaluator(
+        files["model"],
+        CalibrationConfig("perplexity", files["text"], samples=SAMPLES, seq_len=SEQ_LEN, seed=2),
+        progress=False,
+    )
     with pytest.raises(UserError, match="was made for config"):
         other.load_memo(path)
     with pytest.raises(UserError, match="does not exist"):
@@ -186,8 +206,9 @@ def test_memo_save_and_load(files, evaluators, tmp_path):
 @pytest.mark.slow
 def test_residual_gradients_match_finite_differences(files):
     """dL_s/dα_i by central differences on a float64 copy, for every sample and block."""
-    evaluator = build_evaluator(files["model"], config_for(files, "perplexity"), progress=False, batch_size=4,
-                                dtype="float64")
+    evaluator = build_evaluator(
+        files["model"], config_for(files, "perplexity"), progress=False, batch_size=4, dtype="float64"
+    )
     gradients = evaluator.residual_gradients()
     assert gradients.shape == (SAMPLES, 6)
     stack, objective = evaluator.stack, evaluator.objective
@@ -232,8 +253,14 @@ def test_block_influence_matches_hidden_states(files, evaluators):
         with torch.no_grad():
             states = model(batch.input_ids, output_hidden_states=True, use_cache=False).hidden_states
         # hidden_states[i] enters block i; the last entry is after the final norm, so block 5 is left out
-        cosines.append(torch.stack([torch.nn.functional.cosine_similarity(states[i], states[i + 1], dim=-1)
-                                    .flatten() for i in range(5)]))
+        cosines.append(
+            torch.stack(
+                [
+                    torch.nn.functional.cosine_similarity(states[i], states[i + 1], dim=-1).flatten()
+                    for i in range(5)
+                ]
+            )
+        )
     expected = 1 - torch.cat(cosines, dim=1).mean(dim=1)
     influence = evaluator.block_influence()
     assert influence.shape == (6,)
@@ -259,8 +286,9 @@ def test_bad_input(files, evaluators, tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"context": "w4", "choices": ["w5", "w6"], "label": 5}) + "\n")
     with pytest.raises(UserError, match="bad.jsonl:1: 'label' must be"):
-        build_evaluator(files["model"], CalibrationConfig("task_margin", f"mc:{bad}", samples=1),
-                        progress=False)
+        build_evaluator(
+            files["model"], CalibrationConfig("task_margin", f"mc:{bad}", samples=1), progress=False
+        )
     empty = tmp_path / "empty.txt"
     empty.write_text("   \n")
     with pytest.raises(UserError, match="has no text"):
@@ -268,8 +296,9 @@ def test_bad_input(files, evaluators, tmp_path):
     with pytest.raises(UserError, match="not a model directory"):
         build_evaluator(str(tmp_path), config_for(files, "perplexity"), progress=False)
     with pytest.raises(UserError, match="fewer than the 64 samples"):
-        build_evaluator(files["model"], CalibrationConfig("perplexity", files["text"], seq_len=SEQ_LEN),
-                        progress=False)
+        build_evaluator(
+            files["model"], CalibrationConfig("perplexity", files["text"], seq_len=SEQ_LEN), progress=False
+        )
 
 
 def test_bench_evaluator_command(files, capsys):
@@ -284,8 +313,27 @@ def test_bench_evaluator_command(files, capsys):
         (model / "data").mkdir()
         shutil.copy(files["mc"].removeprefix("mc:"), model / "data" / "qa_calibration.jsonl")
     with pytest.raises(SystemExit) as exit_info:
-        main(["bench-evaluator", "--model", str(model), "--samples", "4", "--seq-len", "32", "--random-sets",
-              "3", "--budget", "2", "--batch-size", "8", "--repeats", "2", "--no-pack", "--json"])
+        main(
+            [
+                "bench-evaluator",
+                "--model",
+                str(model),
+                "--samples",
+                "4",
+                "--seq-len",
+                "32",
+                "--random-sets",
+                "3",
+                "--budget",
+                "2",
+                "--batch-size",
+                "8",
+                "--repeats",
+                "2",
+                "--no-pack",
+                "--json",
+            ]
+        )
     assert exit_info.value.code == 0
     result = json.loads(capsys.readouterr().out)
     assert result["agree"] and result["sets"] == 6 + 3
@@ -304,18 +352,20 @@ def edge_questions(files):
     sharing their first answer token, a choice that is a prefix of another, a duplicate choice."""
     path = files["root"] / "edge-qa.jsonl"
     long_context = " ".join(f"w{i}" for i in range(10, 30))
-    rows = [{"context": long_context, "choices": ["w5", "w5 w6 w7", "w8"], "label": 1},
-            {"context": "w40 w41 w42 w43 w44 w45", "choices": ["w9 w10", "w9 w11", "w9 w10", "w9"],
-             "label": 0},
-            {"context": "w50 w51 w52 w53 w54 w55 w56 w57 w58", "choices": ["w60 w61", "w62"], "label": 1},
-            {"context": "w70", "choices": ["w71 w72 w73 w74", "w75"], "label": 0}]
+    rows = [
+        {"context": long_context, "choices": ["w5", "w5 w6 w7", "w8"], "label": 1},
+        {"context": "w40 w41 w42 w43 w44 w45", "choices": ["w9 w10", "w9 w11", "w9 w10", "w9"], "label": 0},
+        {"context": "w50 w51 w52 w53 w54 w55 w56 w57 w58", "choices": ["w60 w61", "w62"], "label": 1},
+        {"context": "w70", "choices": ["w71 w72 w73 w74", "w75"], "label": 0},
+    ]
     path.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return f"mc:{path}"
 
 
 @pytest.mark.parametrize("architecture", ["llama", "qwen3", "gemma3_text"])
-def test_packed_choices_equal_per_choice_and_the_pruned_checkpoint(files, edge_questions, tiny_model_dirs,
-                                                                   architecture, tmp_path):
+def test_packed_choices_equal_per_choice_and_the_pruned_checkpoint(
+    files, edge_questions, tiny_model_dirs, architecture, tmp_path
+):
     """Prompt sharing is exact: packed = one sequence per choice = the written pruned checkpoint.
 
     gemma3_text has sliding-window layers (window 8) shorter than most prompt + answer sequences here.
@@ -355,13 +405,13 @@ def test_packing_layout(files, edge_questions):
     lengths = batch.token_mask.sum(dim=1).tolist()
     for item in range(4):
         rows = (batch.sequence_item == item).nonzero()[:, 0].tolist()
-        sequences = [batch.input_ids[row, :lengths[row]].tolist() for row in rows]
+        sequences = [batch.input_ids[row, : lengths[row]].tolist() for row in rows]
         shared = 0
         while all(len(s) > shared and s[shared] == sequences[0][shared] for s in sequences):
             shared += 1
         expected = sequences[0][:shared] + [t for s in sequences for t in s[shared:]]
         weight = run.token_weight[item]
-        assert run.input_ids[item, :len(expected)].tolist() == expected
+        assert run.input_ids[item, : len(expected)].tolist() == expected
         assert weight[:shared].tolist() == [len(rows)] * shared and int((weight > 0).sum()) == len(expected)
         assert weight.sum() == sum(lengths[row] for row in rows)
     # the item whose choices all start with w9 shares that answer token too
@@ -374,10 +424,17 @@ def test_naive_and_text_objectives_are_not_packed(evaluators):
 
 
 def test_compare_with_naive_interleaves_repeats(files):
-    from pruning.evaluator import compare_with_naive
+    from pruning.calibration.scorer import compare_with_naive
 
-    result = compare_with_naive(files["model"], config_for(files, "task_margin"), budget=2, random_sets=2,
-                                batch_size=8, progress=False, repeats=2)
+    result = compare_with_naive(
+        files["model"],
+        config_for(files, "task_margin"),
+        budget=2,
+        random_sets=2,
+        batch_size=8,
+        progress=False,
+        repeats=2,
+    )
     assert result["agree"] and result["packed"] and result["repeats"] == 2
     assert len(result["fast_seconds_each"]) == len(result["naive_seconds_each"]) == 2
     assert result["packed_sequences"] == SAMPLES < result["sequences"]

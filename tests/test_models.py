@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from depthprune.errors import UserError
+from depthprune.testing.models import tiny_model
 from pruning.models import BlockStack, parse_block_list, validate_removed
-from tiny_models import tiny_model
 
 ARCHITECTURES = ["llama", "qwen2", "qwen3", "mistral", "gemma3_text"]
 
@@ -16,7 +16,8 @@ def shortened_copy(model, removed):
     """The reference: a deep copy whose block list and per-layer config lists drop ``removed``."""
     short = copy.deepcopy(model)
     short.model.layers = torch.nn.ModuleList(
-        [block for i, block in enumerate(short.model.layers) if i not in removed])
+        [block for i, block in enumerate(short.model.layers) if i not in removed]
+    )
     short.config.num_hidden_layers = len(short.model.layers)
     if getattr(short.config, "layer_types", None):
         short.config.layer_types = [t for i, t in enumerate(short.config.layer_types) if i not in removed]
@@ -48,8 +49,9 @@ def test_padding_mask_is_respected():
     input_ids = torch.randint(4, 256, (1, 10), generator=torch.Generator().manual_seed(3))
     padded = torch.cat([input_ids, torch.full((1, 4), 3)], dim=1)
     mask = torch.cat([torch.ones(1, 10), torch.zeros(1, 4)], dim=1).long()
-    torch.testing.assert_close(stack.forward(padded, {2}, mask)[:, :10], stack.forward(input_ids, {2}),
-                               rtol=0, atol=1e-5)
+    torch.testing.assert_close(
+        stack.forward(padded, {2}, mask)[:, :10], stack.forward(input_ids, {2}), rtol=0, atol=1e-5
+    )
 
 
 def test_unsupported_architecture_names_supported_ones():
@@ -59,9 +61,15 @@ def test_unsupported_architecture_names_supported_ones():
         BlockStack(GPT2LMHeadModel(GPT2Config(n_layer=2, n_embd=32, n_head=2)))
 
 
-@pytest.mark.parametrize("removed, message", [
-    ([1, 1], "duplicate"), ([6], "out of range"), ([-1], "out of range"), (list(range(6)), "at least one"),
-])
+@pytest.mark.parametrize(
+    "removed, message",
+    [
+        ([1, 1], "duplicate"),
+        ([6], "out of range"),
+        ([-1], "out of range"),
+        (list(range(6)), "at least one"),
+    ],
+)
 def test_bad_removal_sets_are_rejected(removed, message):
     with pytest.raises(UserError, match=message):
         validate_removed(removed, 6)
@@ -117,9 +125,10 @@ def test_packed_branches_equal_each_branch_run_alone(architecture, attention):
         start = len(prefix)
         for branch in branches:
             alone = stack.forward(torch.tensor([prefix + branch]), removed)[0]
-            torch.testing.assert_close(packed[row, :len(prefix)], alone[:len(prefix)], rtol=0, atol=1e-5)
-            torch.testing.assert_close(packed[row, start:start + len(branch)], alone[len(prefix):],
-                                       rtol=0, atol=1e-5)
+            torch.testing.assert_close(packed[row, : len(prefix)], alone[: len(prefix)], rtol=0, atol=1e-5)
+            torch.testing.assert_close(
+                packed[row, start : start + len(branch)], alone[len(prefix) :], rtol=0, atol=1e-5
+            )
             start += len(branch)
 
 

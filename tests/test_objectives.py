@@ -8,14 +8,14 @@ import pytest
 import torch
 
 from depthprune.errors import UserError
-from pruning.data import ChoiceItem, ChoiceSamples, TextSamples
+from pruning.calibration.data import ChoiceItem, ChoiceSamples, TextSamples
+from pruning.calibration.objectives import OBJECTIVES, CalibrationConfig, make_batches
 from pruning.models import BlockStack
-from pruning.objectives import OBJECTIVES, CalibrationConfig, make_batches
 
 
 @pytest.fixture(scope="module")
 def model_and_tokenizer():
-    from tiny_models import tiny_model, tiny_tokenizer
+    from depthprune.testing.models import tiny_model, tiny_tokenizer
 
     return tiny_model("llama", seed=1), tiny_tokenizer()
 
@@ -24,7 +24,8 @@ def without_blocks(model, removed):
     """A copy of ``model`` with the blocks deleted from its layer list (what a pruned checkpoint holds)."""
     pruned = copy.deepcopy(model)
     pruned.model.layers = torch.nn.ModuleList(
-        block for index, block in enumerate(pruned.model.layers) if index not in removed)
+        block for index, block in enumerate(pruned.model.layers) if index not in removed
+    )
     pruned.config.num_hidden_layers = len(pruned.model.layers)
     pruned.config.use_cache = False  # a KV cache would be sized by the old layer numbering
     return pruned
@@ -137,8 +138,11 @@ def test_task_margin_by_hand(model_and_tokenizer, removed):
     for batch in batches:
         stack, hidden = final_hidden(model, batch.input_ids, removed)
         positions = []
-        losses.append(OBJECTIVES["task_margin"].loss(batch, hidden, lambda h: positions.append(len(h))
-                                                     or stack.head(h), None))
+        losses.append(
+            OBJECTIVES["task_margin"].loss(
+                batch, hidden, lambda h: positions.append(len(h)) or stack.head(h), None
+            )
+        )
         # the LM head saw only the answer tokens
         assert sum(positions) == len(batch.answer_tokens) < batch.token_mask.sum()
     torch.testing.assert_close(torch.cat(losses), torch.stack(expected), atol=1e-5, rtol=1e-5)

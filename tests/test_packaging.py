@@ -18,8 +18,11 @@ def test_dockerfile_lints_clean(dockerfile):
 
 def test_ci_runs_the_readme_test_command():
     readme = (ROOT / "README.md").read_text()
-    ci_commands = [line.strip() for line in (ROOT / ".ci/run").read_text().splitlines()
-                   if line.strip() and not line.lstrip().startswith("#")]
+    ci_commands = [
+        line.strip()
+        for line in (ROOT / ".ci/run").read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
     assert "make test" in readme
     assert ci_commands[-1] == "make test"
 
@@ -28,8 +31,11 @@ def test_lock_pins_every_direct_dependency():
     import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    locked = {line.split("==")[0].lower().replace("_", "-")
-              for line in (ROOT / "requirements/cpu.lock").read_text().splitlines() if "==" in line}
+    locked = {
+        line.split("==")[0].lower().replace("_", "-")
+        for line in (ROOT / "requirements/cpu.lock").read_text().splitlines()
+        if "==" in line
+    }
     wanted = list(project["dependencies"])
     for extra in ("prune", "cpu", "dev", "postgres"):
         wanted += [d for d in project["optional-dependencies"][extra] if not d.startswith("depthprune")]

@@ -10,7 +10,7 @@ from test_search_contract import SyntheticObjective
 
 from depthprune.cli import main
 from depthprune.errors import UserError
-from pruning.objectives import CalibrationConfig
+from pruning.calibration.objectives import CalibrationConfig
 from pruning.prune import (
     PruneConfig,
     parse_option_assignments,
@@ -37,8 +37,9 @@ def files(tmp_path_factory, tiny_model_dirs):
     rows = []
     for _ in range(6):
         count = rng.choice([2, 3])
-        rows.append({"context": words(5), "choices": [words(2) for _ in range(count)],
-                     "label": rng.randrange(count)})
+        rows.append(
+            {"context": words(5), "choices": [words(2) for _ in range(count)], "label": rng.randrange(count)}
+        )
     questions.write_text("".join(json.dumps(row) + "\n" for row in rows))
     return {"model": str(tiny_model_dirs("llama")), "text": f"text:{text}", "mc": f"mc:{questions}"}
 
@@ -55,11 +56,25 @@ def cli(capsys, *argv):
 
 
 def base_args(files, out, *extra):
-    return ["--model", files["model"], "--objective", "perplexity", "--data", files["text"], "--samples", "4",
-            "--seq-len", "32", "--out", str(out), *extra]
+    return [
+        "--model",
+        files["model"],
+        "--objective",
+        "perplexity",
+        "--data",
+        files["text"],
+        "--samples",
+        "4",
+        "--seq-len",
+        "32",
+        "--out",
+        str(out),
+        *extra,
+    ]
 
 
 # ----------------------------------------------------------------------------------------- parsing
+
 
 def test_parse_searches():
     assert parse_searches("greedy") == ("greedy",)
@@ -73,12 +88,14 @@ def test_parse_searches():
 
 
 def test_parse_option_assignments():
-    options = parse_option_assignments(["width=3", "bayesian.trials=50", "bayesian.study_name=x"],
-                                       ("beam", "bayesian", "greedy"))
+    options = parse_option_assignments(
+        ["width=3", "bayesian.trials=50", "bayesian.study_name=x"], ("beam", "bayesian", "greedy")
+    )
     assert options == {"beam": {"width": 3}, "bayesian": {"trials": 50, "study_name": "x"}, "greedy": {}}
     # A bare key goes to every selected search that has it.
     assert parse_option_assignments(["prior=random"], ("one_shot", "genetic", "greedy"))["genetic"] == {
-        "prior": "random"}
+        "prior": "random"
+    }
     cases = (("width", "KEY=VALUE"), ("beam.width=3", "not selected"), ("nothing=1", "no selected"))
     for bad, message in cases:
         with pytest.raises(UserError, match=message):
@@ -87,14 +104,18 @@ def test_parse_option_assignments():
 
 # ------------------------------------------------------------------------------------- bad input
 
-@pytest.mark.parametrize(("extra", "message"), [
-    (["--drop", "2", "--search", "sleb"], "unknown search 'sleb'"),
-    (["--drop", "6", "--search", "greedy"], "cannot remove 6 of 6 blocks"),
-    (["--drop", "0", "--search", "greedy"], "--drop must be a positive integer"),
-    (["--drop", "2", "--search", "greedy", "--random-prior"], "--random-prior applies"),
-    (["--drop", "2", "--search", "beam", "-o", "width=0"], "width must be a positive integer"),
-    (["--drop", "2", "--search", "beam", "-o", "depth=2"], "no selected search has an option 'depth'"),
-])
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--drop", "2", "--search", "sleb"], "unknown search 'sleb'"),
+        (["--drop", "6", "--search", "greedy"], "cannot remove 6 of 6 blocks"),
+        (["--drop", "0", "--search", "greedy"], "--drop must be a positive integer"),
+        (["--drop", "2", "--search", "greedy", "--random-prior"], "--random-prior applies"),
+        (["--drop", "2", "--search", "beam", "-o", "width=0"], "width must be a positive integer"),
+        (["--drop", "2", "--search", "beam", "-o", "depth=2"], "no selected search has an option 'depth'"),
+    ],
+)
 def test_bad_input_is_one_line_before_heavy_work(files, tmp_path, capsys, extra, message):
     code, out, err = cli(capsys, *base_args(files, tmp_path / "out", *extra))
     assert code == 2 and not out
@@ -103,20 +124,44 @@ def test_bad_input_is_one_line_before_heavy_work(files, tmp_path, capsys, extra,
 
 
 def test_bad_data_and_model_fail_early(files, tmp_path, capsys):
-    code, _, err = cli(capsys, "--model", files["model"], "--objective", "task_margin", "--data",
-                       files["text"], "--drop", "2", "--out", str(tmp_path))
+    code, _, err = cli(
+        capsys,
+        "--model",
+        files["model"],
+        "--objective",
+        "task_margin",
+        "--data",
+        files["text"],
+        "--drop",
+        "2",
+        "--out",
+        str(tmp_path),
+    )
     assert code == 2 and err.startswith("error: ")
-    code, _, err = cli(capsys, "--model", str(tmp_path / "missing"), "--objective", "perplexity", "--data",
-                       files["text"], "--drop", "2", "--out", str(tmp_path))
+    code, _, err = cli(
+        capsys,
+        "--model",
+        str(tmp_path / "missing"),
+        "--objective",
+        "perplexity",
+        "--data",
+        files["text"],
+        "--drop",
+        "2",
+        "--out",
+        str(tmp_path),
+    )
     assert code == 2 and "missing" in err
 
 
 # --------------------------------------------------------------------------- shared evaluator logic
 
+
 def test_run_searches_shares_the_prior_and_counts_per_search():
     objective = SyntheticObjective(num_blocks=10, interaction=1.0)
-    runs = run_searches(objective, 3, ("one_shot", "genetic", "fast_block_select", "greedy"),
-                        options={}, progress=False)
+    runs = run_searches(
+        objective, 3, ("one_shot", "genetic", "fast_block_select", "greedy"), options={}, progress=False
+    )
     assert objective.prior_computations == 1
     assert [run.search for run in runs] == ["one_shot", "genetic", "fast_block_select", "greedy"]
     by_name = {run.search: run for run in runs}
@@ -127,15 +172,29 @@ def test_run_searches_shares_the_prior_and_counts_per_search():
 
 # --------------------------------------------------------------------------------- the real path
 
+
 @pytest.mark.slow
 def test_prune_all_on_a_tiny_model_writes_and_registers(files, tmp_path, capsys):
+    from pruning.calibration.scorer import build_evaluator
     from pruning.checkpoint import PrunedCheckpoint
-    from pruning.evaluator import build_evaluator
     from registry import open_registry
 
     out = tmp_path / "variants"
-    args = base_args(files, out, "--drop", "2", "--search", "all,exhaustive", "-o", "bayesian.trials=12",
-                     "-o", "evolution.generations=4", "--seed", "3", "--json")
+    args = base_args(
+        files,
+        out,
+        "--drop",
+        "2",
+        "--search",
+        "all,exhaustive",
+        "-o",
+        "bayesian.trials=12",
+        "-o",
+        "evolution.generations=4",
+        "--seed",
+        "3",
+        "--json",
+    )
     code, lines, err = cli(capsys, *args)
     assert code == 0, err
     reports = [json.loads(line) for line in lines]
@@ -145,12 +204,20 @@ def test_prune_all_on_a_tiny_model_writes_and_registers(files, tmp_path, capsys)
     assert exhaustive["calibration_loss"] == pytest.approx(best)  # nothing beats the exact optimum
     assert exhaustive["subset_evaluations"] == 15  # C(6, 2)
 
-    evaluator = build_evaluator(files["model"], CalibrationConfig("perplexity", files["text"], samples=4,
-                                                                  seq_len=32), progress=False)
+    evaluator = build_evaluator(
+        files["model"], CalibrationConfig("perplexity", files["text"], samples=4, seq_len=32), progress=False
+    )
     registry = open_registry()
     for report in reports:
-        assert set(report) >= {"id", "removed_blocks", "calibration_loss", "dense_loss", "search_seconds",
-                               "block_forwards", "subset_evaluations"}
+        assert set(report) >= {
+            "id",
+            "removed_blocks",
+            "calibration_loss",
+            "dense_loss",
+            "search_seconds",
+            "block_forwards",
+            "subset_evaluations",
+        }
         assert len(report["removed_blocks"]) == 2 and report["search_seconds"] >= 0
         expected = evaluator.score(frozenset(report["removed_blocks"]))
         assert report["calibration_loss"] == pytest.approx(expected)
@@ -178,8 +245,14 @@ def test_prune_all_on_a_tiny_model_writes_and_registers(files, tmp_path, capsys)
 @pytest.mark.slow
 def test_interrupted_run_saves_scores_and_resumes(files, tmp_path):
     calibration = CalibrationConfig("task_margin", files["mc"], samples=4, seq_len=32, seed=2)
-    config = PruneConfig(model=files["model"], calibration=calibration, drop=3, searches=("greedy", "beam"),
-                         out=tmp_path, progress=False)
+    config = PruneConfig(
+        model=files["model"],
+        calibration=calibration,
+        drop=3,
+        searches=("greedy", "beam"),
+        out=tmp_path,
+        progress=False,
+    )
 
     def interrupt(_outcome):
         raise KeyboardInterrupt

@@ -23,9 +23,14 @@ from sqlalchemy import func, select
 
 from depthprune.checksums import weights_sha256
 from depthprune.errors import UserError
+from depthprune.testing.postgres import (
+    TemporaryPostgres,
+    create_database_at,
+    drop_database_at,
+    find_postgres_bin,
+)
 from registry import DENSE, VariantInfo, open_registry
-from registry.models import AliasRow, EvaluationRow, ServingBenchmarkRow, VariantRow
-from registry.testing import TemporaryPostgres, create_database_at, drop_database_at, find_postgres_bin
+from registry.tables import AliasRow, EvaluationRow, ServingBenchmarkRow, VariantRow
 
 BASE = "org/Tiny-Llama"
 CALIBRATION = {"objective": "ppl", "data": "c4", "samples": 64, "seq_len": 2048, "seed": 0}
@@ -152,7 +157,7 @@ def test_tables_match_the_migrations(registry):
     from alembic.autogenerate import compare_metadata
     from alembic.runtime.migration import MigrationContext
 
-    from registry.models import Base
+    from registry.tables import Base
 
     with registry.engine.connect() as connection:
         differences = compare_metadata(MigrationContext.configure(connection), Base.metadata)

@@ -82,8 +82,9 @@ class ScreenedSyntheticObjective(SyntheticObjective):
         return self.loss(removed_blocks) + float(noise)
 
 
-def run(name: str, objective, budget: int, seed: int = 0, study_settings: bool = False,
-        **options) -> SearchResult:
+def run(
+    name: str, objective, budget: int, seed: int = 0, study_settings: bool = False, **options
+) -> SearchResult:
     """Run search ``name`` quietly; ``study_settings=False`` shortens the slow ones (FAST_OPTIONS)."""
     defaults = {} if study_settings else FAST_OPTIONS.get(name, {})
     return SEARCHES[name](objective, budget, seed=seed, progress=False, **{**defaults, **options})
@@ -224,8 +225,10 @@ def test_cbo_exact_enumeration_matches_brute_force_and_flags_fallback():
     for budget in (1, 2, 3, 5, 10):
         states = np.array(list(itertools.combinations(range(11), budget)))
         energies = state_energies(hessian, states)
-        expected = sorted((round(float(energy), 9), tuple(int(block) for block in state))
-                          for energy, state in zip(energies, states))[:6]
+        expected = sorted(
+            (round(float(energy), 9), tuple(int(block) for block in state))
+            for energy, state in zip(energies, states)
+        )[:6]
         found = [(round(e, 9), s) for e, s in enumerate_lowest(hessian, budget, 6)]
         assert found == expected
     objective = SyntheticObjective(num_blocks=20, interaction=1.0)

@@ -16,10 +16,10 @@ from collections import Counter
 import httpx
 import openai
 import pytest
-from fake_vllm_server import MAX_MODEL_LEN, create_fake_app, serve_in_thread
 from prometheus_client.parser import text_string_to_metric_families
 from scipy.stats import chisquare
 
+from depthprune.testing.fake_vllm import MAX_MODEL_LEN, create_fake_app, serve_in_thread
 from server import (
     BackendSpec,
     ExperimentSpec,

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import httpx
 import pytest
-from fake_vllm_server import create_fake_app, serve_in_thread
 
 from depthprune.cli import main
 from depthprune.errors import UserError
+from depthprune.testing.fake_vllm import create_fake_app, serve_in_thread
 from server.backends import free_port
 from server.cli import parse_variant_list, resolve_backends
 

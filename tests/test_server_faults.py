@@ -2,7 +2,7 @@
 to a fallback arm, a managed backend is restarted, and the other variants keep serving.
 
 Managed backends here are real processes started with vLLM's command line, running the fake server
-(``tests/fake_vllm_server.py``) instead of the engine, so process management is exercised in seconds.
+(:mod:`depthprune.testing.fake_vllm`) instead of the engine, so process management is exercised in seconds.
 Run: ``.venv/bin/python -m pytest tests/test_server_faults.py -q``
 """
 
@@ -12,23 +12,20 @@ import asyncio
 import os
 import signal
 import time
-from pathlib import Path
 
 import httpx
 import pytest
-from fake_vllm_server import create_fake_app, serve_in_thread
 
+from depthprune.testing.fake_vllm import create_fake_app, serve_in_thread
 from server import BackendPool, BackendSpec, BackendStartError, GatewaySettings, VllmOptions, create_app
 from server.backends import free_port
 
-TESTS_DIR = str(Path(__file__).parent)
 FAST_HEALTH = dict(health_interval_s=0.2, health_timeout_s=0.3)
 
 
 def fake_process_options(tmp_path, **overrides) -> VllmOptions:
     """Managed backends that run the fake server instead of vLLM (same command line)."""
-    env = {"PYTHONPATH": os.pathsep.join([TESTS_DIR, os.environ.get("PYTHONPATH", "")])}
-    options = dict(server_module="fake_vllm_server", env=env, start_timeout_s=60, log_dir=str(tmp_path))
+    options = dict(server_module="depthprune.testing.fake_vllm", start_timeout_s=60, log_dir=str(tmp_path))
     return VllmOptions(**{**options, **overrides})
 
 

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from pruning.study_stats import (
+from pruning.study.statistics import (
     full_overlap,
     headline_comparison,
     inter_method_variance,
@@ -104,9 +104,16 @@ def tiny_demo_like(tmp_path_factory, tiny_model_dirs):
                 handle.write(json.dumps({"text": words}) + "\n")
         with open(directory / "data" / f"qa_{split}.jsonl", "w") as handle:
             for number in range(10):
-                handle.write(json.dumps({"context": " ".join(f"w{rng.randrange(4, 256)}" for _ in range(5)),
-                                         "choices": [f"w{rng.randrange(4, 256)}" for _ in range(3)],
-                                         "label": number % 3}) + "\n")
+                handle.write(
+                    json.dumps(
+                        {
+                            "context": " ".join(f"w{rng.randrange(4, 256)}" for _ in range(5)),
+                            "choices": [f"w{rng.randrange(4, 256)}" for _ in range(3)],
+                            "label": number % 3,
+                        }
+                    )
+                    + "\n"
+                )
     return directory
 
 
@@ -114,20 +121,37 @@ def tiny_demo_like(tmp_path_factory, tiny_model_dirs):
 def test_tiny_study_end_to_end_and_resume(tiny_demo_like, tmp_path, capsys):
     import json
 
-    from pruning.study import StudyConfig, run_study
+    from pruning.study.grid import StudyConfig, run_study
     from registry import open_registry
 
-    config = StudyConfig(model=str(tiny_demo_like), drops=(2,), searches=("one_shot", "greedy"), samples=4,
-                         seq_len=32, engine="hf", eval_seq_len=32, out=tmp_path / "report",
-                         checkpoints=tmp_path / "variants", progress=False)
+    config = StudyConfig(
+        model=str(tiny_demo_like),
+        drops=(2,),
+        searches=("one_shot", "greedy"),
+        samples=4,
+        seq_len=32,
+        engine="torch",
+        eval_seq_len=32,
+        out=tmp_path / "report",
+        checkpoints=tmp_path / "variants",
+        progress=False,
+    )
     report = run_study(config)
-    for name in ("README.md", "report.html", "study.json", "cells.json", "figures/heatmap_m2.png",
-                 "figures/tradeoff.png", "figures/rank_correlation.png"):
+    for name in (
+        "README.md",
+        "report.html",
+        "study.json",
+        "cells.json",
+        "figures/heatmap_m2.png",
+        "figures/tradeoff.png",
+        "figures/rank_correlation.png",
+    ):
         assert (report / name).is_file(), name
     study = json.loads((report / "study.json").read_text())
     cells = study["cells"]
     assert {(c["objective"], c["search"]) for c in cells} == {
-        (o, s) for o in ("perplexity", "task_margin") for s in ("one_shot", "greedy")}
+        (o, s) for o in ("perplexity", "task_margin") for s in ("one_shot", "greedy")
+    }
     registry = open_registry()
     for cell in cells:
         assert len(cell["removed_blocks"]) == 2
@@ -138,8 +162,15 @@ def test_tiny_study_end_to_end_and_resume(tiny_demo_like, tmp_path, capsys):
     headline = study["headline"]["2"]
     assert headline["search_pairs"] == 2 and headline["objective_pairs"] == 2
     markdown = (report / "README.md").read_text()
-    for title in ("Perplexity", "Zero-shot accuracy", "Search cost vs accuracy", "Mask agreement",
-                  "Inter-method variance", "Spearman", "Headline"):
+    for title in (
+        "Perplexity",
+        "Zero-shot accuracy",
+        "Search cost vs accuracy",
+        "Mask agreement",
+        "Inter-method variance",
+        "Spearman",
+        "Headline",
+    ):
         assert title in markdown
 
     # resumable: a second run finds every cell and every evaluation and recomputes nothing
@@ -161,15 +192,23 @@ def test_tiny_study_end_to_end_and_resume(tiny_demo_like, tmp_path, capsys):
 
 def test_study_config_rejects_bad_grids(tiny_demo_like, tmp_path):
     from depthprune.errors import UserError
-    from pruning.study import StudyConfig, plan_study
+    from pruning.study.grid import StudyConfig, plan_study
 
     with pytest.raises(UserError, match="at least two"):
         StudyConfig(model=str(tiny_demo_like), drops=(2,), searches=("greedy",))
     with pytest.raises(UserError, match="unknown search"):
         StudyConfig(model=str(tiny_demo_like), drops=(2,), searches=("greedy", "magic"))
     with pytest.raises(UserError, match="cannot remove 6 of 6"):
-        plan_study(StudyConfig(model=str(tiny_demo_like), drops=(6,), searches=("greedy", "beam"),
-                               out=tmp_path))
+        plan_study(
+            StudyConfig(model=str(tiny_demo_like), drops=(6,), searches=("greedy", "beam"), out=tmp_path)
+        )
     with pytest.raises(UserError, match="needs multiple-choice data"):
-        plan_study(StudyConfig(model=str(tiny_demo_like), drops=(2,), searches=("greedy", "beam"),
-                               data=(f"demo:text@{tiny_demo_like}",), out=tmp_path))
+        plan_study(
+            StudyConfig(
+                model=str(tiny_demo_like),
+                drops=(2,),
+                searches=("greedy", "beam"),
+                data=(f"demo:text@{tiny_demo_like}",),
+                out=tmp_path,
+            )
+        )

@@ -1,7 +1,8 @@
 """The contract between the searches and whatever scores a removal set, plus what every search shares.
 
-A search sees only a :class:`SubsetObjective`: it never touches a model (style.md rule 3). The real
-implementation is :class:`pruning.evaluator.SubsetEvaluator`; tests use small synthetic objectives.
+A search sees only a :class:`SubsetObjective`: it never touches a model (model plumbing lives in
+:mod:`pruning.models`). The real implementation is :class:`pruning.calibration.scorer.SubsetEvaluator`; tests
+use small synthetic objectives.
 
 Every algorithm in this package is one function with one signature::
 
@@ -100,8 +101,9 @@ def parse_options(options_class: type, options: dict[str, Any], algorithm: str):
     unknown = sorted(set(options) - known)
     if unknown:
         allowed = ", ".join(sorted(known)) or "none"
-        raise UserError(f"unknown option(s) for search {algorithm!r}: {', '.join(unknown)} "
-                        f"(allowed: {allowed})")
+        raise UserError(
+            f"unknown option(s) for search {algorithm!r}: {', '.join(unknown)} (allowed: {allowed})"
+        )
     try:
         return options_class(**options)
     except (TypeError, ValueError) as error:
@@ -125,8 +127,9 @@ def prior_scores(objective: SubsetObjective, prior: str, seed: int) -> np.ndarra
     if prior == "single_block":
         scores = np.asarray(objective.single_block_scores(), dtype=np.float64)
         if scores.shape != (objective.num_blocks,):
-            raise ValueError(f"single_block_scores() returned shape {scores.shape}, expected "
-                             f"({objective.num_blocks},)")
+            raise ValueError(
+                f"single_block_scores() returned shape {scores.shape}, expected ({objective.num_blocks},)"
+            )
         return scores
     # A distinct stream from the search's own generator, so that prior="random" with seed s does not
     # merely replay the search's random choices.
@@ -165,8 +168,12 @@ def finish(objective: SubsetObjective, removed_blocks, history: list[dict], opti
     """The :class:`SearchResult` for ``removed_blocks``, scored by the objective (a memo hit if seen)."""
     key = as_key(removed_blocks)
     options_dict = dataclasses.asdict(options) if dataclasses.is_dataclass(options) else dict(options)
-    return SearchResult(removed_blocks=tuple(sorted(key)), loss=float(objective.score(key)),
-                        history=history, options=options_dict)
+    return SearchResult(
+        removed_blocks=tuple(sorted(key)),
+        loss=float(objective.score(key)),
+        history=history,
+        options=options_dict,
+    )
 
 
 class TrackedObjective:

@@ -104,8 +104,9 @@ def prior_answers(ranks: np.ndarray, budget: int, count: int) -> list[dict[str, 
     return answers
 
 
-def search(objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True,
-           **options) -> SearchResult:
+def search(
+    objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True, **options
+) -> SearchResult:
     """Minimise the calibration loss with Optuna's TPE over per-block yes/no answers, seeded by the prior.
 
     Args:
@@ -132,8 +133,13 @@ def search(objective: SubsetObjective, budget: int, *, seed: int = 0, progress: 
     # n_startup_trials counts every finished trial, enqueued ones included: add them so that
     # `random_trials` truly random trials follow the prior ones.
     sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=len(enqueued) + settings.random_trials)
-    study = optuna.create_study(storage=settings.storage, study_name=study_name, direction="minimize",
-                                sampler=sampler, load_if_exists=settings.storage is not None)
+    study = optuna.create_study(
+        storage=settings.storage,
+        study_name=study_name,
+        direction="minimize",
+        sampler=sampler,
+        load_if_exists=settings.storage is not None,
+    )
     if not study.trials:
         for answers in enqueued:
             study.enqueue_trial(answers)
@@ -142,8 +148,9 @@ def search(objective: SubsetObjective, budget: int, *, seed: int = 0, progress: 
         return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
 
     def objective_function(trial) -> float:
-        answers = np.array([trial.suggest_categorical(param_name(block), (0, 1))
-                            for block in range(num_blocks)])
+        answers = np.array(
+            [trial.suggest_categorical(param_name(block), (0, 1)) for block in range(num_blocks)]
+        )
         removed = decode(answers, ranks, budget)
         trial.set_user_attr("removed_blocks", sorted(removed))
         return objective.score(removed)
@@ -158,19 +165,23 @@ def search(objective: SubsetObjective, budget: int, *, seed: int = 0, progress: 
                 study.optimize(
                     objective_function,
                     n_trials=remaining,
-                    callbacks=[optuna.study.MaxTrialsCallback(settings.trials, states=(TrialState.COMPLETE,)),
-                               lambda _study, _trial: bar.update()],
+                    callbacks=[
+                        optuna.study.MaxTrialsCallback(settings.trials, states=(TrialState.COMPLETE,)),
+                        lambda _study, _trial: bar.update(),
+                    ],
                 )
 
-    completed = sorted(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)),
-                       key=lambda trial: trial.number)
+    completed = sorted(
+        study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=lambda trial: trial.number
+    )
     history = []
     best: tuple[float, list[int]] | None = None
     for trial in completed:
         current = (float(trial.value), trial.user_attrs["removed_blocks"])
         best = current if best is None or current < best else best
-        history.append({"trial": trial.number, "removed": current[1], "loss": current[0],
-                        "best_loss": best[0]})
+        history.append(
+            {"trial": trial.number, "removed": current[1], "loss": current[0], "best_loss": best[0]}
+        )
     result = finish(objective, best[1], history, settings)
     result.options["study_name"] = study_name
     if settings.storage is not None:

@@ -27,8 +27,9 @@ class Options:
             raise ValueError(f"width must be a positive integer, got {self.width!r}")
 
 
-def search(objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True,
-           **options) -> SearchResult:
+def search(
+    objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True, **options
+) -> SearchResult:
     """Grow removal sets one block at a time, keeping the ``width`` best at each step.
 
     Args:
@@ -47,12 +48,19 @@ def search(objective: SubsetObjective, budget: int, *, seed: int = 0, progress: 
     beam: list[frozenset[int]] = [frozenset()]
     history: list[dict] = []
     for step in tqdm(range(budget), desc="beam", disable=not progress, leave=False):
-        candidates = sorted({as_key([*state, block]) for state in beam for block in range(num_blocks)
-                             if block not in state}, key=sorted)
+        candidates = sorted(
+            {as_key([*state, block]) for state in beam for block in range(num_blocks) if block not in state},
+            key=sorted,
+        )
         losses = {candidate: objective.score(candidate) for candidate in candidates}
         # Sort by loss, ties by the sorted block list, so the beam is independent of set ordering.
         ranked = sorted(candidates, key=lambda candidate: (losses[candidate], sorted(candidate)))
-        beam = ranked[:settings.width]
-        history.append({"step": step, "evaluated": len(candidates),
-                        "beam": [{"removed": sorted(state), "loss": losses[state]} for state in beam]})
+        beam = ranked[: settings.width]
+        history.append(
+            {
+                "step": step,
+                "evaluated": len(candidates),
+                "beam": [{"removed": sorted(state), "loss": losses[state]} for state in beam],
+            }
+        )
     return finish(objective, beam[0], history, settings)

@@ -19,8 +19,9 @@ class Options:
     """Block Influence has no settings (it is deterministic and ignores the seed)."""
 
 
-def search(objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True,
-           **options) -> SearchResult:
+def search(
+    objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True, **options
+) -> SearchResult:
     """Remove the ``budget`` blocks with the lowest Block Influence.
 
     Args:
@@ -37,8 +38,9 @@ def search(objective: SubsetObjective, budget: int, *, seed: int = 0, progress: 
     check_budget(objective, budget)
     influence = np.asarray(objective.block_influence(), dtype=np.float64)
     if influence.shape != (objective.num_blocks,):
-        raise ValueError(f"block_influence() returned shape {influence.shape}, "
-                         f"expected ({objective.num_blocks},)")
+        raise ValueError(
+            f"block_influence() returned shape {influence.shape}, expected ({objective.num_blocks},)"
+        )
     removed = lowest(influence, budget)
     history = [{"step": 0, "block_influence": [float(value) for value in influence], "removed": removed}]
     return finish(objective, removed, history, settings)

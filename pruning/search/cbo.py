@@ -62,8 +62,9 @@ def energy_matrix(gradients: np.ndarray) -> np.ndarray:
     """H = AᵀA / m from the per-sample residual gradients A (m × N)."""
     gradients = np.asarray(gradients, dtype=np.float64)
     if gradients.ndim != 2 or gradients.shape[0] < 1:
-        raise ValueError(f"residual_gradients() must be a non-empty [m, N] array, "
-                         f"got shape {gradients.shape}")
+        raise ValueError(
+            f"residual_gradients() must be a non-empty [m, N] array, got shape {gradients.shape}"
+        )
     return gradients.T @ gradients / gradients.shape[0]
 
 
@@ -83,7 +84,7 @@ class _LowestStates:
 
     def offer(self, energies: np.ndarray, states: np.ndarray) -> None:
         if len(energies) > self.keep:
-            candidates = np.argpartition(energies, self.keep - 1)[:self.keep]
+            candidates = np.argpartition(energies, self.keep - 1)[: self.keep]
         else:
             candidates = np.arange(len(energies))
         for index in candidates:
@@ -132,8 +133,11 @@ def enumerate_lowest(hessian: np.ndarray, budget: int, keep: int, progress: bool
                 prefixes = np.concatenate([heads, np.full((len(batch), 1), last, dtype=np.int64)], axis=1)
                 prefix_energies = state_energies(hessian, prefixes)
                 coupling = hessian[prefixes].sum(axis=1)  # [P, N]: row p is H·x_prefix
-                energies = (prefix_energies[:, None] + 2.0 * coupling @ tail_onehot[valid_tails].T
-                            + tail_energies[valid_tails][None, :])
+                energies = (
+                    prefix_energies[:, None]
+                    + 2.0 * coupling @ tail_onehot[valid_tails].T
+                    + tail_energies[valid_tails][None, :]
+                )
                 flat = energies.ravel()
                 if flat.size > keep:
                     picks = np.argpartition(flat, keep - 1)[:keep]
@@ -146,8 +150,14 @@ def enumerate_lowest(hessian: np.ndarray, budget: int, keep: int, progress: bool
     return best.sorted()
 
 
-def local_search_lowest(hessian: np.ndarray, budget: int, keep: int, restarts: int,
-                        rng: np.random.Generator, progress: bool = False):
+def local_search_lowest(
+    hessian: np.ndarray,
+    budget: int,
+    keep: int,
+    restarts: int,
+    rng: np.random.Generator,
+    progress: bool = False,
+):
     """Heuristic fallback: steepest-descent swap search on xᵀHx from several starts.
 
     Returns:
@@ -165,8 +175,12 @@ def local_search_lowest(hessian: np.ndarray, budget: int, keep: int, restarts: i
             field = hessian @ x  # energy change of swapping i out and j in:
             # ΔE = 2(field_j − field_i) + H_jj + H_ii − 2H_ij
             removed, kept = np.nonzero(x)[0], np.nonzero(x == 0)[0]
-            delta = (2 * (field[kept][None, :] - field[removed][:, None]) + diagonal[kept][None, :]
-                     + diagonal[removed][:, None] - 2 * hessian[np.ix_(removed, kept)])
+            delta = (
+                2 * (field[kept][None, :] - field[removed][:, None])
+                + diagonal[kept][None, :]
+                + diagonal[removed][:, None]
+                - 2 * hessian[np.ix_(removed, kept)]
+            )
             out_index, in_index = np.unravel_index(np.argmin(delta), delta.shape)
             if delta[out_index, in_index] >= -1e-12:
                 break
@@ -176,8 +190,9 @@ def local_search_lowest(hessian: np.ndarray, budget: int, keep: int, restarts: i
     return sorted((energy, state) for state, energy in optima.items())[:keep]
 
 
-def search(objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True,
-           **options) -> SearchResult:
+def search(
+    objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True, **options
+) -> SearchResult:
     """Minimise the gradient surrogate xᵀHx exactly, then re-rank the lowest states by the true loss.
 
     Args:
@@ -195,18 +210,26 @@ def search(objective: SubsetObjective, budget: int, *, seed: int = 0, progress: 
     check_budget(objective, budget)
     hessian = energy_matrix(objective.residual_gradients())
     if hessian.shape != (objective.num_blocks, objective.num_blocks):
-        raise ValueError(f"residual_gradients() has {hessian.shape[0]} columns, "
-                         f"expected {objective.num_blocks}")
+        raise ValueError(
+            f"residual_gradients() has {hessian.shape[0]} columns, expected {objective.num_blocks}"
+        )
     exact = math.comb(objective.num_blocks, budget) <= settings.max_states
     if exact:
         states = enumerate_lowest(hessian, budget, settings.keep, progress)
     else:
-        states = local_search_lowest(hessian, budget, settings.keep, settings.restarts,
-                                     np.random.default_rng(seed), progress)
+        states = local_search_lowest(
+            hessian, budget, settings.keep, settings.restarts, np.random.default_rng(seed), progress
+        )
     history = []
     for rank, (energy, state) in enumerate(states):
-        history.append({"energy_rank": rank, "removed": list(state), "energy": energy,
-                        "loss": objective.score(as_key(state))})
+        history.append(
+            {
+                "energy_rank": rank,
+                "removed": list(state),
+                "energy": energy,
+                "loss": objective.score(as_key(state)),
+            }
+        )
     chosen = min(history, key=lambda entry: (entry["loss"], entry["energy_rank"]))
     result = finish(objective, chosen["removed"], history, settings)
     result.options.update(exact=exact, solver="enumeration" if exact else "local_search")

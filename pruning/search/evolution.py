@@ -83,8 +83,9 @@ def mutate(rng: np.random.Generator, parent: frozenset[int], num_blocks: int) ->
     return as_key((set(removed) - set(leaving.tolist())) | set(arriving.tolist()))
 
 
-def search(objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True,
-           **options) -> SearchResult:
+def search(
+    objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True, **options
+) -> SearchResult:
     """Run (1+λ) evolution with screen-then-score selection.
 
     Args:
@@ -121,26 +122,30 @@ def search(objective: SubsetObjective, budget: int, *, seed: int = 0, progress: 
             cheap = {candidate: float(rng.random()) for candidate in unique}
         elif screen == "mixed":
             half = settings.survivors // 2
-            additive = {candidate: float(sum(increments[block] for block in candidate))
-                        for candidate in unique}
+            additive = {
+                candidate: float(sum(increments[block] for block in candidate)) for candidate in unique
+            }
             chosen = sorted(unique, key=lambda candidate: (additive[candidate], sorted(candidate)))[:half]
             others = [candidate for candidate in unique if candidate not in chosen]
-            drawn = rng.permutation(len(others))[:settings.survivors - half]
+            drawn = rng.permutation(len(others))[: settings.survivors - half]
             return chosen + [others[index] for index in drawn]
         else:
             cheap = {candidate: float(sum(increments[block] for block in candidate)) for candidate in unique}
         ranked = sorted(unique, key=lambda candidate: (cheap[candidate], sorted(candidate)))
-        return ranked[:settings.survivors]
+        return ranked[: settings.survivors]
 
     def best_of(candidates: list[frozenset[int]]) -> tuple[float, frozenset[int]]:
-        return min(((objective.score(candidate), candidate) for candidate in candidates),
-                   key=lambda item: (item[0], sorted(item[1])))
+        return min(
+            ((objective.score(candidate), candidate) for candidate in candidates),
+            key=lambda item: (item[0], sorted(item[1])),
+        )
 
     starts = [as_key(rng.choice(num_blocks, size=budget, replace=False)) for _ in range(settings.initial)]
     parent_loss, parent = best_of(screened(starts))
     history = [{"generation": 0, "removed": sorted(parent), "loss": parent_loss}]
-    for generation in tqdm(range(1, settings.generations + 1), desc="evolution", disable=not progress,
-                           leave=False):
+    for generation in tqdm(
+        range(1, settings.generations + 1), desc="evolution", disable=not progress, leave=False
+    ):
         children = [mutate(rng, parent, num_blocks) for _ in range(settings.offspring)]
         survivors = [child for child in screened(children) if child != parent]
         if survivors:

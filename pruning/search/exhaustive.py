@@ -28,8 +28,9 @@ class Options:
             raise ValueError(f"max_subsets must be a positive integer, got {self.max_subsets!r}")
 
 
-def search(objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True,
-           **options) -> SearchResult:
+def search(
+    objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True, **options
+) -> SearchResult:
     """Score all C(N, M) removal sets and return the best (ties: lexicographically first).
 
     Args:
@@ -46,13 +47,17 @@ def search(objective: SubsetObjective, budget: int, *, seed: int = 0, progress: 
     check_budget(objective, budget)
     count = math.comb(objective.num_blocks, budget)
     if count > settings.max_subsets:
-        raise UserError(f"exhaustive search would score C({objective.num_blocks}, {budget}) = {count:,} "
-                        f"subsets, more than max_subsets={settings.max_subsets:,}; use another search")
+        raise UserError(
+            f"exhaustive search would score C({objective.num_blocks}, {budget}) = {count:,} "
+            f"subsets, more than max_subsets={settings.max_subsets:,}; use another search"
+        )
     losses = {}
     subsets = itertools.combinations(range(objective.num_blocks), budget)
     for subset in tqdm(subsets, total=count, desc="exhaustive", disable=not progress, leave=False):
         losses[subset] = objective.score(as_key(subset))
     ranked = sorted(losses, key=lambda subset: (losses[subset], subset))
-    history = [{"rank": rank, "removed": list(subset), "loss": losses[subset]}
-               for rank, subset in enumerate(ranked[:10])]
+    history = [
+        {"rank": rank, "removed": list(subset), "loss": losses[subset]}
+        for rank, subset in enumerate(ranked[:10])
+    ]
     return finish(objective, ranked[0], history, settings)

@@ -84,9 +84,14 @@ def candidate_segments(pool: set[int], budget: int) -> list[tuple[int, ...]]:
 def estimated_cost(removed: frozenset[int], increments: np.ndarray, segment_costs: dict) -> float:
     """Additive prior cost of ``removed``, corrected by the true scores of disjoint segments inside it."""
     cost = float(sum(increments[block] for block in removed))
-    synergies = sorted(((float(sum(increments[b] for b in segment)) - true_cost, segment)
-                        for segment, true_cost in segment_costs.items() if set(segment) <= removed),
-                       reverse=True)
+    synergies = sorted(
+        (
+            (float(sum(increments[b] for b in segment)) - true_cost, segment)
+            for segment, true_cost in segment_costs.items()
+            if set(segment) <= removed
+        ),
+        reverse=True,
+    )
     used: set[int] = set()
     for synergy, segment in synergies:
         if used.isdisjoint(segment):
@@ -95,8 +100,9 @@ def estimated_cost(removed: frozenset[int], increments: np.ndarray, segment_cost
     return cost
 
 
-def search(objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True,
-           **options) -> SearchResult:
+def search(
+    objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True, **options
+) -> SearchResult:
     """Fast-Block-Select: segment-aware swaps from the one-shot set, returning the best set seen.
 
     Args:
@@ -123,17 +129,19 @@ def search(objective: SubsetObjective, budget: int, *, seed: int = 0, progress: 
     order = [int(block) for block in np.argsort(scores, kind="stable")]
     alternatives = budget if settings.alternatives is None else settings.alternatives
     current = as_key(lowest(scores, budget))
-    pool = set(order[:min(budget + alternatives, num_blocks)])
+    pool = set(order[: min(budget + alternatives, num_blocks)])
 
     segments = candidate_segments(pool, budget)
     segments.sort(key=lambda segment: (float(sum(increments[b] for b in segment)), segment))
-    segment_costs = {segment: objective.score(as_key(segment)) - dense
-                     for segment in segments[:settings.segments]}
+    segment_costs = {
+        segment: objective.score(as_key(segment)) - dense for segment in segments[: settings.segments]
+    }
 
     history = [{"round": 0, "removed": sorted(current), "loss": objective.score(current), "move": "one-shot"}]
     seen = {current}
-    for round_number in tqdm(range(1, settings.max_rounds + 1), desc="fast_block_select",
-                             disable=not progress, leave=False):
+    for round_number in tqdm(
+        range(1, settings.max_rounds + 1), desc="fast_block_select", disable=not progress, leave=False
+    ):
         base_cost = estimated_cost(current, increments, segment_costs)
         swaps = []
         for segment in segment_costs:
@@ -141,7 +149,7 @@ def search(objective: SubsetObjective, budget: int, *, seed: int = 0, progress: 
             if not incoming:
                 continue
             others = sorted(current - set(segment), key=lambda block: (-increments[block], block))
-            outgoing = set(others[:len(incoming)])
+            outgoing = set(others[: len(incoming)])
             proposal = as_key((current - outgoing) | incoming)
             gain = base_cost - estimated_cost(proposal, increments, segment_costs)
             if gain > 1e-12:
@@ -177,6 +185,7 @@ def search(objective: SubsetObjective, budget: int, *, seed: int = 0, progress: 
         current = accepted
     best = min(history, key=lambda entry: (entry["loss"], entry["round"]))
     result = finish(objective, best["removed"], history, settings)
-    result.options["segment_scores"] = {"-".join(map(str, segment)): cost
-                                        for segment, cost in segment_costs.items()}
+    result.options["segment_scores"] = {
+        "-".join(map(str, segment)): cost for segment, cost in segment_costs.items()
+    }
     return result

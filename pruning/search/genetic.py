@@ -100,8 +100,9 @@ def _mutate(rng: np.random.Generator, child: frozenset[int], weights: np.ndarray
     return as_key(removed)
 
 
-def search(objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True,
-           **options) -> SearchResult:
+def search(
+    objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True, **options
+) -> SearchResult:
     """Evolve a population of size-M removal sets, seeded and mutated under the prior.
 
     Args:
@@ -140,8 +141,14 @@ def search(objective: SubsetObjective, budget: int, *, seed: int = 0, progress: 
         order = sorted(range(len(population)), key=lambda index: (losses[index], sorted(population[index])))
         leader = (losses[order[0]], sorted(population[order[0]]))
         best = leader if best is None or leader < best else best
-        history.append({"generation": generation, "best_loss": best[0], "best_removed": best[1],
-                        "mean_loss": float(np.mean(losses))})
+        history.append(
+            {
+                "generation": generation,
+                "best_loss": best[0],
+                "best_removed": best[1],
+                "mean_loss": float(np.mean(losses)),
+            }
+        )
         if generation == settings.generations:
             break
         next_population = [population[index] for index in order[:elites]]

@@ -21,8 +21,9 @@ class Options:
     """Greedy elimination has no settings (deterministic; the seed is ignored)."""
 
 
-def search(objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True,
-           **options) -> SearchResult:
+def search(
+    objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True, **options
+) -> SearchResult:
     """Remove blocks one at a time, each time the one that hurts the calibration loss least.
 
     Args:
@@ -51,6 +52,12 @@ def search(objective: SubsetObjective, budget: int, *, seed: int = 0, progress: 
                 bar.update()
             chosen = min(candidates, key=lambda block: (candidates[block], block))
             removed.append(chosen)
-            history.append({"step": step, "chosen": chosen, "loss": candidates[chosen],
-                            "candidates": {str(block): loss for block, loss in candidates.items()}})
+            history.append(
+                {
+                    "step": step,
+                    "chosen": chosen,
+                    "loss": candidates[chosen],
+                    "candidates": {str(block): loss for block, loss in candidates.items()},
+                }
+            )
     return finish(objective, removed, history, settings)

@@ -32,8 +32,9 @@ class Options:
         check_prior_kind(self.prior)
 
 
-def search(objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True,
-           **options) -> SearchResult:
+def search(
+    objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True, **options
+) -> SearchResult:
     """Remove the ``budget`` blocks with the lowest prior score.
 
     Args:

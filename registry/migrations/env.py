@@ -11,7 +11,7 @@ from __future__ import annotations
 from alembic import context
 from sqlalchemy import create_engine
 
-from registry.models import Base
+from registry.tables import Base
 
 config = context.config
 target_metadata = Base.metadata

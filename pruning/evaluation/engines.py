@@ -19,7 +19,9 @@ from dataclasses import dataclass
 
 from depthprune.errors import UserError
 
-ENGINES = ("auto", "vllm", "hf")
+ENGINES = ("auto", "vllm", "torch")
+# Earlier name of the torch engine, still accepted on the command line.
+ENGINE_ALIASES = {"hf": "torch"}
 
 
 @dataclass(frozen=True)
@@ -66,7 +68,7 @@ class TorchEngine:
         max_length: longest sequence scored; defaults to the model's ``max_position_embeddings``.
     """
 
-    name = "hf"
+    name = "torch"
 
     def __init__(
         self,
@@ -275,16 +277,17 @@ def vllm_installed() -> bool:
 
 
 def resolve_engine(engine: str) -> str:
-    """``auto`` -> ``vllm`` when vLLM is installed, else ``hf``; checks the name."""
+    """``auto`` -> ``vllm`` when vLLM is installed, else ``torch``; checks the name."""
+    engine = ENGINE_ALIASES.get(engine, engine)
     if engine not in ENGINES:
         raise UserError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
     if engine == "vllm" and not vllm_installed():
         raise UserError(
             "engine 'vllm' requested but vLLM is not installed (install depthprune[cpu] or [gpu]), "
-            "or use --engine hf"
+            "or use --engine torch"
         )
     if engine == "auto":
-        return "vllm" if vllm_installed() else "hf"
+        return "vllm" if vllm_installed() else "torch"
     return engine
 
 
@@ -293,7 +296,7 @@ def open_engine(model: str, engine: str = "auto", *, dtype: str = "float32", max
 
     Args:
         model: checkpoint directory or hub id.
-        engine: ``auto``, ``vllm`` or ``hf``.
+        engine: ``auto``, ``vllm`` or ``torch``.
         dtype: weights dtype.
         max_length: longest sequence scored (the engine's context).
 

@@ -1,6 +1,6 @@
 """The embedded demo model: a small Llama trained from scratch here, because no weights can be downloaded.
 
-:func:`ensure_demo_model` generates a corpus (:mod:`pruning.demo_corpus`), trains a byte-level BPE
+:func:`ensure_demo_model` generates a corpus (:mod:`depthprune.demo.corpus`), trains a byte-level BPE
 tokenizer on it, trains a ``LlamaForCausalLM`` deterministically (fixed seed, fixed data order), measures
 it against a unigram baseline and chance, and writes an ordinary Hugging Face checkpoint plus the held-out
 data the other commands use::
@@ -27,26 +27,22 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import hashlib
 import json
 import math
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 
+from depthprune.demo.paths import DATA_FILES, data_file, default_demo_dir
+from depthprune.demo.recipe import FORMAT_VERSION, DemoRecipe
 from depthprune.errors import UserError
-from depthprune.settings import home_dir
 
-# Bump when the corpus generator, tokenizer or training loop changes what a recipe produces.
-FORMAT_VERSION = 2
 # Steps between re-reading the load average to choose the thread count.
 THREAD_CHECK_STEPS = 20
 
 SPECIAL_TOKENS = {"unk_token": "<unk>", "bos_token": "<s>", "eos_token": "</s>", "pad_token": "<pad>"}
-
-DATA_FILES = ("train", "text_calibration", "text_test", "qa_calibration", "qa_test")
 
 # Shows a chat as the QA format the model was trained on, so /v1/chat/completions gives sensible answers.
 CHAT_TEMPLATE = (
@@ -56,103 +52,6 @@ CHAT_TEMPLATE = (
     "{% else %}{{ message['content'] }}\n{% endif %}"
     "{% endfor %}"
 )
-
-
-@dataclass(frozen=True)
-class DemoRecipe:
-    """Everything that determines the demo model; its hash names the cache entry."""
-
-    seed: int = 0
-    """Seed of the world, the corpus, the initial weights and the data order."""
-    num_residents: int = 40
-    """Named residents in the generated world (their facts are what the fact questions ask)."""
-    train_text_documents: int = 5000
-    """Flowing-text documents (one to three paragraphs each) in the training corpus."""
-    train_qa_documents: int = 10000
-    """``Question: ...\\nAnswer: ...`` lines in the training corpus."""
-    held_out_text: int = 200
-    """Lines in each of ``text_calibration`` and ``text_test``."""
-    held_out_qa: int = 400
-    """Items in each of ``qa_calibration`` and ``qa_test``."""
-    vocab_size: int = 1024
-    """Upper bound of the BPE vocabulary (the trainer stops earlier when the corpus has no more merges)."""
-    num_layers: int = 16
-    """Decoder blocks."""
-    hidden_size: int = 256
-    """Width of the residual stream."""
-    intermediate_size: int = 512
-    """Width of the MLP."""
-    num_heads: int = 8
-    """Attention heads; ``hidden_size / num_heads`` is the head dimension (vLLM's CPU engine needs >= 32)."""
-    num_kv_heads: int = 4
-    """Key/value heads (grouped-query attention as in Llama 3)."""
-    max_position_embeddings: int = 512
-    """Longest sequence the model accepts."""
-    seq_len: int = 128
-    """Tokens per training sequence (documents are packed)."""
-    batch_size: int = 8
-    """Sequences per optimizer step (small batches and more steps learn more from a small token budget)."""
-    steps: int = 560
-    """Optimizer steps; tokens trained on = steps * batch_size * seq_len."""
-    learning_rate: float = 2e-3
-    """Peak AdamW learning rate (linear warm-up, cosine decay to a tenth)."""
-    warmup_steps: int = 30
-    """Steps of linear warm-up."""
-    weight_decay: float = 0.1
-    """AdamW weight decay on matrices (not on norms)."""
-    bf16_autocast: bool = False
-    """Train under bfloat16 autocast. Off by default: on CPUs without AVX-512 BF16/AMX (such as this project's
-    AVX2 machines) a bfloat16 matmul is about 50 times slower than float32. Weights are stored in float32."""
-
-    def __post_init__(self):
-        positive = ("num_residents", "train_text_documents", "train_qa_documents", "held_out_text",
-                    "held_out_qa", "num_layers", "hidden_size", "intermediate_size", "num_heads",
-                    "num_kv_heads", "seq_len", "batch_size", "steps")
-        for name in positive:
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be positive")
-        if self.hidden_size % self.num_heads:
-            raise ValueError("hidden_size must be a multiple of num_heads")
-        if self.hidden_size // self.num_heads < 32:
-            raise ValueError("head dimension (hidden_size / num_heads) must be at least 32 "
-                             "(vLLM's CPU engine needs it)")
-        if self.num_heads % self.num_kv_heads:
-            raise ValueError("num_heads must be a multiple of num_kv_heads")
-        if self.seq_len > self.max_position_embeddings:
-            raise ValueError("seq_len must not exceed max_position_embeddings")
-        if self.vocab_size < 300:
-            raise ValueError("vocab_size must be at least 300 (256 byte symbols, merges, special tokens)")
-        if not 0 < self.learning_rate < 1:
-            raise ValueError("learning_rate must be in (0, 1)")
-        if not 0 <= self.warmup_steps < self.steps:
-            raise ValueError("warmup_steps must be in [0, steps)")
-
-    @classmethod
-    def tiny(cls) -> DemoRecipe:
-        """A recipe that trains in seconds: 8 blocks of width 64 (two heads of 32), for tests."""
-        return cls(num_residents=12, train_text_documents=500, train_qa_documents=500, held_out_text=24,
-                   held_out_qa=48, vocab_size=512, num_layers=8, hidden_size=64, intermediate_size=128,
-                   num_heads=2, num_kv_heads=1, max_position_embeddings=256, seq_len=64, batch_size=8,
-                   steps=60, learning_rate=4e-3, warmup_steps=6)
-
-    @property
-    def train_tokens(self) -> int:
-        """Tokens the model is trained on."""
-        return self.steps * self.batch_size * self.seq_len
-
-    def hash(self) -> str:
-        """Short content hash of the recipe and the format version: the cache key."""
-        payload = json.dumps({"recipe": asdict(self), "format_version": FORMAT_VERSION}, sort_keys=True)
-        return hashlib.sha256(payload.encode()).hexdigest()[:12]
-
-
-RECIPES = {"default": DemoRecipe, "tiny": DemoRecipe.tiny}
-
-
-def default_demo_dir(recipe: DemoRecipe | None = None) -> Path:
-    """Where ``ensure_demo_model(recipe)`` keeps the model without ``out`` (the default recipe if None)."""
-    recipe = recipe or DemoRecipe()
-    return home_dir() / "models" / f"demo-{recipe.hash()}"
 
 
 def is_demo_model(directory: Path, recipe: DemoRecipe) -> bool:
@@ -171,8 +70,9 @@ def read_quality(directory: Path) -> dict:
     return json.loads((Path(directory) / "quality.json").read_text())
 
 
-def ensure_demo_model(recipe: DemoRecipe | None = None, out: Path | None = None, progress: bool = True,
-                      force: bool = False) -> Path:
+def ensure_demo_model(
+    recipe: DemoRecipe | None = None, out: Path | None = None, progress: bool = True, force: bool = False
+) -> Path:
     """Build the demo model, or reuse the cached one built from the same recipe.
 
     Args:
@@ -262,11 +162,17 @@ def build_demo_model(recipe: DemoRecipe, directory: Path, progress: bool = True)
     import torch
     import transformers
 
-    from pruning.demo_corpus import generate_corpus
+    from depthprune.demo.corpus import generate_corpus
 
     directory.mkdir(parents=True, exist_ok=True)
-    corpus = generate_corpus(recipe.seed, recipe.num_residents, recipe.train_text_documents,
-                             recipe.train_qa_documents, recipe.held_out_text, recipe.held_out_qa)
+    corpus = generate_corpus(
+        recipe.seed,
+        recipe.num_residents,
+        recipe.train_text_documents,
+        recipe.train_qa_documents,
+        recipe.held_out_text,
+        recipe.held_out_qa,
+    )
     _write_data(directory / "data", corpus)
     tokenizer = train_tokenizer(corpus.train, recipe)
     tokenizer.save_pretrained(directory)
@@ -294,7 +200,7 @@ def build_demo_model(recipe: DemoRecipe, directory: Path, progress: bool = True)
         "recipe_hash": recipe.hash(),
         "format_version": FORMAT_VERSION,
         "recipe": asdict(recipe),
-        "data": {name: f"data/{name}.jsonl" for name in DATA_FILES},
+        "data": {name: str(data_file(Path("."), name)) for name in DATA_FILES},
         "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
     }
     (directory / "recipe.json").write_text(json.dumps(meta, indent=2) + "\n")
@@ -324,7 +230,7 @@ def _write_data(data_dir: Path, corpus) -> None:
         "qa_test": corpus.qa_test,
     }
     for name, lines in rows.items():
-        with (data_dir / f"{name}.jsonl").open("w") as handle:
+        with data_file(data_dir.parent, name).open("w") as handle:
             for row in lines:
                 handle.write(json.dumps(row) + "\n")
 
@@ -341,14 +247,20 @@ def train_tokenizer(documents: list[str], recipe: DemoRecipe):
     backend = Tokenizer(models.BPE(unk_token=SPECIAL_TOKENS["unk_token"]))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=recipe.vocab_size, special_tokens=specials, show_progress=False,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    trainer = trainers.BpeTrainer(
+        vocab_size=recipe.vocab_size,
+        special_tokens=specials,
+        show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
     backend.train_from_iterator(documents, trainer)
     bos = SPECIAL_TOKENS["bos_token"]
     backend.post_processor = processors.TemplateProcessing(
-        single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, backend.token_to_id(bos))])
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend,
-                                        model_max_length=recipe.max_position_embeddings, **SPECIAL_TOKENS)
+        single=f"{bos} $A", pair=f"{bos} $A {bos} $B", special_tokens=[(bos, backend.token_to_id(bos))]
+    )
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend, model_max_length=recipe.max_position_embeddings, **SPECIAL_TOKENS
+    )
     tokenizer.chat_template = CHAT_TEMPLATE
     return tokenizer
 
@@ -403,13 +315,18 @@ def train_model(recipe: DemoRecipe, tokenizer, stream, progress: bool = True):
     torch.manual_seed(recipe.seed)
     model = LlamaForCausalLM(model_config(recipe, tokenizer)).float()
     model.generation_config = GenerationConfig(
-        bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id, max_length=recipe.max_position_embeddings)
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        max_length=recipe.max_position_embeddings,
+    )
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2 and "embed" not in n]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2 or "embed" in n]
-    optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": recipe.weight_decay},
-                                   {"params": no_decay, "weight_decay": 0.0}],
-                                  lr=recipe.learning_rate, betas=(0.9, 0.95))
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": recipe.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
+        lr=recipe.learning_rate,
+        betas=(0.9, 0.95),
+    )
 
     def learning_rate(step: int) -> float:
         if step < recipe.warmup_steps:
@@ -427,8 +344,9 @@ def train_model(recipe: DemoRecipe, tokenizer, stream, progress: bool = True):
     losses: list[float] = []
     load_before = os.getloadavg()
     started = time.perf_counter()
-    bar = tqdm(range(recipe.steps), desc="training demo model", unit="step", disable=not progress,
-               leave=False)
+    bar = tqdm(
+        range(recipe.steps), desc="training demo model", unit="step", disable=not progress, leave=False
+    )
     threads_used = set()
     for step in bar:
         if step % THREAD_CHECK_STEPS == 0:
@@ -507,8 +425,10 @@ def perplexities(model, tokenizer, texts: list[str], unigram, max_length: int, b
     count = 0
     with torch.no_grad():
         for start in range(0, len(texts), batch_size):
-            encoded = [tokenizer(text, truncation=True, max_length=max_length)["input_ids"]
-                       for text in texts[start:start + batch_size]]
+            encoded = [
+                tokenizer(text, truncation=True, max_length=max_length)["input_ids"]
+                for text in texts[start : start + batch_size]
+            ]
             ids, mask = _pad(encoded, tokenizer.pad_token_id)
             logits = model(input_ids=ids, attention_mask=mask).logits.float()
             log_probs = torch.log_softmax(logits[:, :-1], dim=-1)
@@ -550,9 +470,9 @@ def answer_log_probs(model, tokenizer, requests: list[tuple[str, str]], batch_si
     scores = []
     with torch.no_grad():
         for start in range(0, len(sequences), batch_size):
-            ids, mask = _pad(sequences[start:start + batch_size], tokenizer.pad_token_id)
+            ids, mask = _pad(sequences[start : start + batch_size], tokenizer.pad_token_id)
             log_probs = torch.log_softmax(model(input_ids=ids, attention_mask=mask).logits.float(), dim=-1)
-            for row, (begin, end) in enumerate(spans[start:start + batch_size]):
+            for row, (begin, end) in enumerate(spans[start : start + batch_size]):
                 positions = torch.arange(begin, end)
                 scores.append(log_probs[row, positions - 1, ids[row, positions]].mean().item())
     return scores

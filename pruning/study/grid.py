@@ -8,9 +8,9 @@
    from the registry when an earlier run already produced it — a cell done is never recomputed — and runs
    the missing ones through :func:`pruning.prune.prune`, one call (one shared evaluator) per calibration
    configuration, budget, seed and prior;
-3. every variant (and the dense model) is evaluated with :mod:`pruning.evaluate` unless the registry already
+3. every variant (and the dense model) is evaluated with :mod:`pruning.evaluation` unless the registry already
    holds those numbers;
-4. :func:`pruning.study_report.write_report` writes the tables and figures.
+4. :func:`pruning.study.report.write_report` writes the tables and figures.
 
 Options beyond the study itself: several ``--seeds``; ``--random-prior-control`` re-runs the prior-guided
 searches with a seeded random prior; ``--cross-controls`` runs every objective on every data source of its
@@ -41,7 +41,7 @@ class StudyConfig:
     drops: tuple[int, ...]
     """Budgets M (blocks removed)."""
     objectives: tuple[str, ...] = ("perplexity", "task_margin")
-    """Calibration objectives (keys of ``pruning.objectives.OBJECTIVES``)."""
+    """Calibration objectives (keys of ``pruning.calibration.objectives.OBJECTIVES``)."""
     searches: tuple[str, ...] = ()
     """Search names; empty = the study's seven (``pruning.search.STUDY_SEARCHES``)."""
     data: tuple[str, ...] = ()
@@ -60,9 +60,9 @@ class StudyConfig:
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per search name, search options (as ``prune --option``)."""
     suites: tuple[str, ...] = ("all",)
-    """Evaluation suites (see :mod:`pruning.evaluate`)."""
+    """Evaluation suites (see :mod:`pruning.evaluation.suites`)."""
     engine: str = "auto"
-    """Evaluation engine: ``auto``, ``vllm`` or ``hf``."""
+    """Evaluation engine: ``auto``, ``vllm`` or ``torch``."""
     eval_limit: int | None = None
     """Evaluation limit per task (quick runs only)."""
     eval_seq_len: int = 2048
@@ -81,7 +81,7 @@ class StudyConfig:
     """Show progress bars."""
 
     def __post_init__(self):
-        from pruning.objectives import get_objective
+        from pruning.calibration.objectives import get_objective
         from pruning.search import SEARCHES, STUDY_SEARCHES
 
         self.drops = tuple(sorted(set(self.drops)))
@@ -110,7 +110,7 @@ class Cell:
     """One point of the grid."""
 
     calibration: Any
-    """The :class:`pruning.objectives.CalibrationConfig`."""
+    """The :class:`pruning.calibration.objectives.CalibrationConfig`."""
     drop: int
     """M."""
     search: str
@@ -176,10 +176,10 @@ def plan_study(config: StudyConfig) -> StudyPlan:
     Raises:
         UserError: an impossible budget, data of the wrong kind, an unknown search option.
     """
-    from pruning.data import parse_spec
-    from pruning.evaluate import find_demo_dir
+    from depthprune.demo.paths import find_demo_dir
+    from pruning.calibration.data import parse_spec
+    from pruning.calibration.objectives import CalibrationConfig, get_objective
     from pruning.models import load_config
-    from pruning.objectives import CalibrationConfig, get_objective
     from pruning.prune import PruneConfig, canonical_model, plan_prune
     from pruning.search import PRIOR_GUIDED
 
@@ -424,7 +424,13 @@ def _metrics_from_registry(registry, variant, settings, context: int) -> dict[st
 
 def evaluate_all(plan: StudyPlan, done: dict[str, CellResult], registry, save) -> dict[str, float]:
     """Evaluate the dense model and every distinct variant not yet evaluated; return the dense metrics."""
-    from pruning.evaluate import EvalSettings, evaluate_model, expand_suites, prepare_data, record_results
+    from pruning.evaluation.suites import (
+        EvalSettings,
+        evaluate_model,
+        expand_suites,
+        prepare_data,
+        record_results,
+    )
     from pruning.models import load_config
 
     config = plan.config
@@ -466,7 +472,7 @@ def evaluate_all(plan: StudyPlan, done: dict[str, CellResult], registry, save) -
 
 
 def _expected_metric_count(suites: list[str]) -> int:
-    from pruning.evaluate import PERPLEXITY_TASKS, ZERO_SHOT_TASKS
+    from pruning.evaluation.suites import PERPLEXITY_TASKS, ZERO_SHOT_TASKS
 
     count = 0
     if "perplexity" in suites:
@@ -484,7 +490,7 @@ def run_study(config: StudyConfig) -> Path:
     Returns:
         The report directory.
     """
-    from pruning.study_report import write_report
+    from pruning.study.report import write_report
     from registry import open_registry
 
     plan = plan_study(config)

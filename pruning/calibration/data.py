@@ -34,6 +34,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from depthprune.demo.paths import data_file, default_demo_dir
 from depthprune.errors import UserError
 
 TEXT = "text"
@@ -56,9 +57,7 @@ C4_FILES = {
     "calibration": ("train", "en/c4-train.00000-of-01024.json.gz"),
     "test": ("validation", "en/c4-validation.00000-of-00008.json.gz"),
 }
-COMMONSENSE_170K_URL = (
-    "https://raw.githubusercontent.com/AGI-Edgerunners/LLM-Adapters/main/ft-training_set/commonsense_170k.json"
-)
+COMMONSENSE_170K_URL = "https://raw.githubusercontent.com/AGI-Edgerunners/LLM-Adapters/main/ft-training_set/commonsense_170k.json"
 
 
 @dataclass(frozen=True)
@@ -127,7 +126,7 @@ def parse_spec(spec: str) -> DataSpec:
     spec = spec.strip()
     for prefix, source in (("text:", "text"), ("mc:", "mc")):
         if spec.startswith(prefix):
-            path = spec[len(prefix):]
+            path = spec[len(prefix) :]
             if not path:
                 raise UserError(f"data spec {spec!r} needs a file path, e.g. {prefix}calibration.jsonl")
             return DataSpec(spec, source, DATA_SOURCES[f"{prefix}PATH"][0], path)
@@ -191,12 +190,16 @@ def choice_item_from_row(row: dict, where: str) -> ChoiceItem:
     context, choices, label = row.get("context"), row.get("choices"), row.get("label")
     if not isinstance(context, str):
         raise UserError(f"{where}: expected a string field 'context'")
-    if (not isinstance(choices, list) or len(choices) < 2
-            or not all(isinstance(choice, str) and choice.strip() for choice in choices)):
+    if (
+        not isinstance(choices, list)
+        or len(choices) < 2
+        or not all(isinstance(choice, str) and choice.strip() for choice in choices)
+    ):
         raise UserError(f"{where}: 'choices' must be a list of at least two non-empty strings")
     if not isinstance(label, int) or isinstance(label, bool) or not 0 <= label < len(choices):
-        raise UserError(f"{where}: 'label' must be an integer index into the {len(choices)} choices, "
-                        f"got {label!r}")
+        raise UserError(
+            f"{where}: 'label' must be an integer index into the {len(choices)} choices, got {label!r}"
+        )
     return ChoiceItem(context, tuple(choices), label)
 
 
@@ -255,8 +258,10 @@ def parse_commonsense_row(row: dict, where: str = "commonsense170k") -> ChoiceIt
 
 def _offline_error(spec: DataSpec, error: Exception, alternative: str) -> UserError:
     first_line = (str(error).strip().splitlines() or [type(error).__name__])[0]
-    return UserError(f"cannot load {spec.source!r} ({DATA_SOURCES[spec.source][1]}): {first_line[:200]}. "
-                     f"Offline? Use a local spec instead: {alternative}")
+    return UserError(
+        f"cannot load {spec.source!r} ({DATA_SOURCES[spec.source][1]}): {first_line[:200]}. "
+        f"Offline? Use a local spec instead: {alternative}"
+    )
 
 
 def _hub_rows(spec: DataSpec, alternative: str, *args, **kwargs):
@@ -276,8 +281,9 @@ def _hub_text(spec: DataSpec, split: str) -> list[str]:
         rows = _hub_rows(spec, local, "allenai/c4", data_files={hub_split: data_file}, split=hub_split)
         return [row["text"] for row in rows]
     if spec.source == "wikitext2":
-        rows = _hub_rows(spec, local, "wikitext", "wikitext-2-raw-v1",
-                         split="train" if split == "calibration" else "test")
+        rows = _hub_rows(
+            spec, local, "wikitext", "wikitext-2-raw-v1", split="train" if split == "calibration" else "test"
+        )
         # WikiText lines are paragraphs and headings; join them into one document as the literature does.
         return ["".join(row["text"] for row in rows)]
     if spec.source == "lambada":
@@ -297,8 +303,13 @@ def _hub_commonsense(spec: DataSpec) -> list[ChoiceItem]:
         rows = json.loads(path.read_text(encoding="utf-8"))
         where = str(path)
     else:
-        rows = _hub_rows(spec, "demo:qa, mc:PATH or commonsense170k@/path/to/commonsense_170k.json",
-                         "json", data_files=COMMONSENSE_170K_URL, split="train")
+        rows = _hub_rows(
+            spec,
+            "demo:qa, mc:PATH or commonsense170k@/path/to/commonsense_170k.json",
+            "json",
+            data_files=COMMONSENSE_170K_URL,
+            split="train",
+        )
         where = "commonsense_170k.json"
     items = [parse_commonsense_row(dict(row), f"{where} row {index}") for index, row in enumerate(rows)]
     if not items:
@@ -313,17 +324,17 @@ def demo_dir(spec: DataSpec) -> Path:
     """The demo model directory a ``demo:*`` spec points at (the default recipe's when no ``@DIR``)."""
     if spec.path:
         return Path(spec.path).expanduser()
-    from pruning.demo_model import default_demo_dir  # lazily: the demo model pulls in training code
-
-    return Path(default_demo_dir())
+    return default_demo_dir()
 
 
 def _demo_file(spec: DataSpec, split: str) -> Path:
     stem = "text" if spec.source == "demo:text" else "qa"
-    path = demo_dir(spec) / "data" / f"{stem}_{split}.jsonl"
+    path = data_file(demo_dir(spec), f"{stem}_{split}")
     if not path.is_file():
-        raise UserError(f"{str(path)!r} does not exist: build the demo model first (`depthprune demo-model`) "
-                        f"or name its directory as {spec.source}@DIR")
+        raise UserError(
+            f"{str(path)!r} does not exist: build the demo model first (`depthprune demo-model`) "
+            f"or name its directory as {spec.source}@DIR"
+        )
     return path
 
 
@@ -378,11 +389,12 @@ def tokenize_stream(documents: list[str], tokenizer) -> list[int]:
 def text_windows(documents: list[str], tokenizer, seq_len: int) -> list[list[int]]:
     """Every non-overlapping ``seq_len`` window of the documents' token stream, in order (for perplexity)."""
     stream = tokenize_stream(documents, tokenizer)
-    return [stream[start:start + seq_len] for start in range(0, len(stream) - seq_len + 1, seq_len)]
+    return [stream[start : start + seq_len] for start in range(0, len(stream) - seq_len + 1, seq_len)]
 
 
-def sample_text(spec: str, tokenizer, samples: int, seq_len: int, seed: int,
-                split: str = "calibration") -> TextSamples:
+def sample_text(
+    spec: str, tokenizer, samples: int, seq_len: int, seed: int, split: str = "calibration"
+) -> TextSamples:
     """``samples`` random windows of ``seq_len`` tokens, deterministic in ``seed`` (see the module docstring).
 
     Raises:
@@ -405,8 +417,10 @@ def sample_text(spec: str, tokenizer, samples: int, seq_len: int, seed: int,
     if len(windows) < samples and len(chosen) < len(documents):  # the estimate was off: use everything
         windows = text_windows([documents[index] for index in order], tokenizer, seq_len)
     if len(windows) < samples:
-        raise UserError(f"data {spec!r} has only {len(windows)} windows of {seq_len} tokens, fewer than the "
-                        f"{samples} samples asked for: lower the samples or the sequence length")
+        raise UserError(
+            f"data {spec!r} has only {len(windows)} windows of {seq_len} tokens, fewer than the "
+            f"{samples} samples asked for: lower the samples or the sequence length"
+        )
     picked = sorted(rng.sample(range(len(windows)), samples))
     return TextSamples([windows[index] for index in picked], spec)
 
@@ -419,14 +433,17 @@ def sample_choices(spec: str, samples: int, seed: int, split: str = "calibration
     """
     items = load_choice_items(spec, split)
     if len(items) < samples:
-        raise UserError(f"data {spec!r} has only {len(items)} items, fewer than the {samples} samples "
-                        f"asked for: lower the samples")
+        raise UserError(
+            f"data {spec!r} has only {len(items)} items, fewer than the {samples} samples "
+            f"asked for: lower the samples"
+        )
     picked = sorted(random.Random(seed).sample(range(len(items)), samples))
     return ChoiceSamples([items[index] for index in picked], spec)
 
 
-def load_samples(spec: str, tokenizer, samples: int, seq_len: int, seed: int,
-                 split: str = "calibration") -> TextSamples | ChoiceSamples:
+def load_samples(
+    spec: str, tokenizer, samples: int, seq_len: int, seed: int, split: str = "calibration"
+) -> TextSamples | ChoiceSamples:
     """Resolve a spec to calibration samples of its kind (text windows or multiple-choice items)."""
     if parse_spec(spec).kind == TEXT:
         return sample_text(spec, tokenizer, samples, seq_len, seed, split)

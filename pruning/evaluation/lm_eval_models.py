@@ -5,9 +5,9 @@ lm-eval 0.4.13's built-in ``vllm`` model looks up the distribution named ``vllm`
 requests into token ids the way lm-eval's own HF model does (trailing context whitespace moves into the
 continuation; the continuation's tokens are those of ``context + continuation`` after the context's tokens;
 an empty context is replaced by the BOS token, or EOS where there is no BOS) and hand them to a
-:mod:`pruning.eval_engines` engine.
+:mod:`pruning.evaluation.engines` engine.
 
-Registered with lm-eval as ``depthprune-vllm`` and ``depthprune-hf`` once this module is imported, e.g.
+Registered with lm-eval as ``depthprune-vllm`` and ``depthprune-torch`` once this module is imported, e.g.
 ``lm_eval.simple_evaluate(model=TransformersLM("path/to/variant"), tasks=["arc_easy"])``.
 """
 
@@ -19,13 +19,13 @@ from lm_eval.api.model import LM
 from lm_eval.api.registry import register_model
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
-from pruning.eval_engines import ScoreRequest, TorchEngine, VllmEngine
+from pruning.evaluation.engines import ScoreRequest, TorchEngine, VllmEngine
 
 DEFAULT_MAX_GEN_TOKS = 256
 
 
 class EngineLM(LM):
-    """An lm-eval model over any :mod:`pruning.eval_engines` engine.
+    """An lm-eval model over any :mod:`pruning.evaluation.engines` engine.
 
     Args:
         engine: an open :class:`TorchEngine` or :class:`VllmEngine`.
@@ -133,7 +133,7 @@ class EngineLM(LM):
         self.engine.close()
 
 
-@register_model("depthprune-hf")
+@register_model("depthprune-torch", "depthprune-hf")
 class TransformersLM(EngineLM):
     """lm-eval model on a transformers forward in plain torch (for machines without vLLM).
 

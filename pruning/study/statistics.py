@@ -1,7 +1,7 @@
 """The study's statistics as small pure functions: mask overlap, spread across methods, rank agreement.
 
 Everything here works on plain Python values (removal sets, lists of floats) so that it can be checked by
-hand: ``tests/test_study.py`` does exactly that. :mod:`pruning.study_report` turns the numbers into tables.
+hand: ``tests/test_study.py`` does exactly that. :mod:`pruning.study.report` turns the numbers into tables.
 
 Conventions (also stated in the report):
 
@@ -102,8 +102,9 @@ def perplexity_accuracy_spearman(perplexities: Sequence[float], accuracies: Sequ
     """
     if len(perplexities) != len(accuracies):
         raise ValueError("perplexities and accuracies must have the same length")
-    pairs = [(p, a) for p, a in zip(perplexities, accuracies, strict=True)
-             if not (math.isnan(p) or math.isnan(a))]
+    pairs = [
+        (p, a) for p, a in zip(perplexities, accuracies, strict=True) if not (math.isnan(p) or math.isnan(a))
+    ]
     if len(pairs) < 3 or len({p for p, _ in pairs}) < 2 or len({a for _, a in pairs}) < 2:
         return math.nan
     from scipy.stats import spearmanr
@@ -159,5 +160,6 @@ def headline_comparison(masks: Mapping[tuple, Iterable[int]]) -> HeadlineCompari
     def mean(values: list[float]) -> float:
         return sum(values) / len(values) if values else math.nan
 
-    return HeadlineComparison(mean(across_searches), mean(across_objectives),
-                              len(across_searches), len(across_objectives))
+    return HeadlineComparison(
+        mean(across_searches), mean(across_objectives), len(across_searches), len(across_objectives)
+    )

@@ -3,7 +3,8 @@
 Suites (``--suite``, comma-separated or one of):
 
 * ``perplexity`` — WikiText-2 (test), C4 (validation shard ``en/c4-validation.00000-of-00008``) and
-  LAMBADA (``EleutherAI/lambada_openai`` test), loaded by :mod:`pruning.data`. Protocol (SLEB / SparseGPT):
+  LAMBADA (``EleutherAI/lambada_openai`` test), loaded by :mod:`pruning.calibration.data`.
+  Protocol (SLEB / SparseGPT):
   the split's documents are tokenized without special tokens and concatenated with EOS between documents;
   the stream is cut into non-overlapping windows of ``seq_len`` tokens (default 2048, capped at the engine's
   context); every window is scored on its own (stride = ``seq_len``, no overlap, no BOS added); perplexity
@@ -12,7 +13,7 @@ Suites (``--suite``, comma-separated or one of):
   The number of windows and tokens scored is stored with each result.
 * ``zero-shot`` — HellaSwag, WinoGrande, ARC-Easy, ARC-Challenge, PIQA, BoolQ through lm-eval 0.4.13
   (``lm_eval.simple_evaluate``, 0-shot, lm-eval's own task definitions) with the project's
-  :mod:`pruning.lm_eval_adapter` models; ``acc`` and, where the task defines it, ``acc_norm``.
+  :mod:`pruning.evaluation.lm_eval_models` models; ``acc`` and, where the task defines it, ``acc_norm``.
 * ``demo`` — the demo model's local stand-ins: ``demo_text`` perplexity on ``data/text_test.jsonl`` (same
   protocol) and ``demo_qa`` accuracy, an lm-eval multiple-choice task defined by this project
   (``pruning/tasks/demo_qa.yaml``) over ``data/qa_test.jsonl``.
@@ -32,10 +33,11 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from depthprune.demo.paths import data_file, find_demo_dir
 from depthprune.errors import UserError
 
 PERPLEXITY_TASKS = {"wikitext2": "wikitext2", "c4": "c4", "lambada": "lambada"}
-"""Perplexity task name -> :mod:`pruning.data` spec (test split)."""
+"""Perplexity task name -> :mod:`pruning.calibration.data` spec (test split)."""
 ZERO_SHOT_TASKS = ("hellaswag", "winogrande", "arc_easy", "arc_challenge", "piqa", "boolq")
 """lm-eval task names of the study's zero-shot suite."""
 ACCURACY_METRICS = ("acc", "acc_norm")
@@ -71,7 +73,7 @@ class EvalSettings:
         for suite in self.suites:
             if suite not in SUITES:
                 raise UserError(f"unknown suite {suite!r}; use one of {', '.join(SUITES)}")
-        from pruning.eval_engines import resolve_engine
+        from pruning.evaluation.engines import resolve_engine
 
         resolve_engine(self.engine)
         if self.dtype not in ("float32", "bfloat16", "float16"):
@@ -117,21 +119,6 @@ class EvalTarget:
 # ------------------------------------------------------------------------------------------------ suites
 
 
-def find_demo_dir(model_path: str) -> Path | None:
-    """The demo model directory of a checkpoint: itself when it holds the demo data, else its base model's."""
-    directory = Path(model_path)
-    if (directory / "data" / "text_test.jsonl").is_file():
-        return directory
-    pruning_file = directory / "pruning.json"
-    if pruning_file.is_file():
-        import json
-
-        base = json.loads(pruning_file.read_text()).get("base_model")
-        if base and (Path(base) / "data" / "text_test.jsonl").is_file():
-            return Path(base)
-    return None
-
-
 def expand_suites(suites: Sequence[str], is_demo: bool) -> list[str]:
     """Concrete suites in order; ``all`` is ``demo`` for a demo model, else ``perplexity`` + ``zero-shot``."""
     expanded: list[str] = []
@@ -164,7 +151,7 @@ def demo_qa_task_config(demo_dir: Path) -> dict:
     import yaml
 
     config = yaml.safe_load(DEMO_QA_TASK_FILE.read_text())
-    path = Path(demo_dir) / "data" / "qa_test.jsonl"
+    path = data_file(demo_dir, "qa_test")
     if not path.is_file():
         raise UserError(f"{str(path)!r} does not exist: is {str(demo_dir)!r} a demo model directory?")
     config["dataset_kwargs"] = {"data_files": {"test": str(path.resolve())}}
@@ -173,7 +160,7 @@ def demo_qa_task_config(demo_dir: Path) -> dict:
 
 def prepare_data(suites: Sequence[str], demo_dir: Path | None) -> PreparedData:
     """Load every document and lm-eval task the suites need; UserError naming the demo suite if missing."""
-    from pruning import data
+    from pruning.calibration import data
 
     prepared = PreparedData()
     if "demo" in suites and demo_dir is None:
@@ -217,7 +204,7 @@ def perplexity_windows(
 
     With a cap, documents are tokenized in order only until the cap is covered (C4's shard is large).
     """
-    from pruning.data import text_windows, tokenize_stream
+    from pruning.calibration.data import text_windows, tokenize_stream
 
     if max_windows is None:
         return text_windows(documents, tokenizer, seq_len)
@@ -232,7 +219,7 @@ def perplexity_windows(
 
 def perplexity(engine, windows: list[list[int]], progress: bool = False) -> tuple[float, int]:
     """``exp(mean NLL)`` over every window's tokens after its first, and the number of tokens predicted."""
-    from pruning.eval_engines import ScoreRequest
+    from pruning.evaluation.engines import ScoreRequest
 
     if not windows:
         raise UserError("no perplexity window: the text is shorter than one window; lower --seq-len")
@@ -334,8 +321,8 @@ def evaluate_model(
     Returns:
         Every metric measured, in suite order.
     """
-    from pruning.eval_engines import open_engine
-    from pruning.lm_eval_adapter import EngineLM
+    from pruning.evaluation.engines import open_engine
+    from pruning.evaluation.lm_eval_models import EngineLM
 
     engine = open_engine(model_path, settings.engine, dtype=settings.dtype)
     try:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from depthprune.errors import UserError
-from pruning.data import MULTIPLE_CHOICE, TEXT, ChoiceSamples, TextSamples, parse_spec
+from pruning.calibration.data import MULTIPLE_CHOICE, TEXT, ChoiceSamples, TextSamples, parse_spec
 
 if TYPE_CHECKING:
     import torch
@@ -68,8 +68,9 @@ class CalibrationBatch:
     """Multiple choice: ``[num_samples]`` sequence holding each item's correct choice."""
 
     def to(self, device) -> CalibrationBatch:
-        moved = {name: value.to(device) if hasattr(value, "to") else value
-                 for name, value in self.__dict__.items()}
+        moved = {
+            name: value.to(device) if hasattr(value, "to") else value for name, value in self.__dict__.items()
+        }
         return CalibrationBatch(**moved)
 
 
@@ -86,11 +87,12 @@ def _float(tensor: torch.Tensor) -> torch.Tensor:
 
 def _chunked(hidden: torch.Tensor):
     for start in range(0, hidden.shape[0], HEAD_CHUNK_POSITIONS):
-        yield start, hidden[start:start + HEAD_CHUNK_POSITIONS]
+        yield start, hidden[start : start + HEAD_CHUNK_POSITIONS]
 
 
-def perplexity(batch: CalibrationBatch, hidden: torch.Tensor, head: Head,
-               reference: Reference | None = None) -> torch.Tensor:
+def perplexity(
+    batch: CalibrationBatch, hidden: torch.Tensor, head: Head, reference: Reference | None = None
+) -> torch.Tensor:
     """Mean next-token negative log-likelihood per text window ``[num_samples]``."""
     import torch
     import torch.nn.functional as F
@@ -101,13 +103,14 @@ def perplexity(batch: CalibrationBatch, hidden: torch.Tensor, head: Head,
         total = _float(hidden.new_zeros(()))
         for start, chunk in _chunked(hidden[row, :-1]):
             logits = _float(head(chunk))
-            total = total + F.cross_entropy(logits, targets[start:start + chunk.shape[0]], reduction="sum")
+            total = total + F.cross_entropy(logits, targets[start : start + chunk.shape[0]], reduction="sum")
         losses.append(total / targets.shape[0])
     return torch.stack(losses)
 
 
-def kl(batch: CalibrationBatch, hidden: torch.Tensor, head: Head,
-       reference: Reference | None = None) -> torch.Tensor:
+def kl(
+    batch: CalibrationBatch, hidden: torch.Tensor, head: Head, reference: Reference | None = None
+) -> torch.Tensor:
     """Mean KL(dense ‖ pruned) of the next-token distribution per text window ``[num_samples]``."""
     import torch
     import torch.nn.functional as F
@@ -120,14 +123,15 @@ def kl(batch: CalibrationBatch, hidden: torch.Tensor, head: Head,
         total = _float(hidden.new_zeros(()))
         for start, chunk in _chunked(hidden[row]):
             logprobs = torch.log_softmax(_float(head(chunk)), dim=-1)
-            dense = dense_logprobs[start:start + chunk.shape[0]].to(logprobs.device, logprobs.dtype)
+            dense = dense_logprobs[start : start + chunk.shape[0]].to(logprobs.device, logprobs.dtype)
             total = total + F.kl_div(logprobs, dense, log_target=True, reduction="sum")
         losses.append(total / hidden.shape[1])
     return torch.stack(losses)
 
 
-def task_margin(batch: CalibrationBatch, hidden: torch.Tensor, head: Head,
-                reference: Reference | None = None) -> torch.Tensor:
+def task_margin(
+    batch: CalibrationBatch, hidden: torch.Tensor, head: Head, reference: Reference | None = None
+) -> torch.Tensor:
     """Negated PuDDing margin per multiple-choice item ``[num_samples]``.
 
     The LM head sees the answer positions only.
@@ -138,7 +142,7 @@ def task_margin(batch: CalibrationBatch, hidden: torch.Tensor, head: Head,
     token_logprobs = []
     for start, chunk in _chunked(answer_hidden):
         logprobs = torch.log_softmax(_float(head(chunk)), dim=-1)
-        tokens = batch.answer_tokens[start:start + chunk.shape[0]]
+        tokens = batch.answer_tokens[start : start + chunk.shape[0]]
         token_logprobs.append(logprobs.gather(1, tokens[:, None])[:, 0])
     token_logprobs = torch.cat(token_logprobs)
     sequences = hidden.shape[0]
@@ -173,19 +177,31 @@ class Objective:
         """Raise a :class:`UserError` when the data spec is of the wrong kind for this objective."""
         kind = parse_spec(spec).kind
         if kind != self.data_kind:
-            wanted = "text (e.g. demo:text, c4, text:PATH)" if self.data_kind == TEXT else \
-                "multiple-choice questions (e.g. demo:qa, commonsense170k, mc:PATH)"
-            raise UserError(f"objective {self.name!r} needs {wanted}, but data {spec!r} is "
-                            f"{kind.replace('_', '-')}")
+            wanted = (
+                "text (e.g. demo:text, c4, text:PATH)"
+                if self.data_kind == TEXT
+                else "multiple-choice questions (e.g. demo:qa, commonsense170k, mc:PATH)"
+            )
+            raise UserError(
+                f"objective {self.name!r} needs {wanted}, but data {spec!r} is {kind.replace('_', '-')}"
+            )
 
 
 OBJECTIVES: dict[str, Objective] = {
-    "perplexity": Objective("perplexity", TEXT, perplexity,
-                            description="mean next-token NLL on text"),
-    "task_margin": Objective("task_margin", MULTIPLE_CHOICE, task_margin,
-                             description="negated PuDDing likelihood margin of the correct answer"),
-    "kl": Objective("kl", TEXT, kl, needs_reference=True,
-                    description="KL(dense || pruned) of the next-token distribution on text"),
+    "perplexity": Objective("perplexity", TEXT, perplexity, description="mean next-token NLL on text"),
+    "task_margin": Objective(
+        "task_margin",
+        MULTIPLE_CHOICE,
+        task_margin,
+        description="negated PuDDing likelihood margin of the correct answer",
+    ),
+    "kl": Objective(
+        "kl",
+        TEXT,
+        kl,
+        needs_reference=True,
+        description="KL(dense || pruned) of the next-token distribution on text",
+    ),
 }
 
 
@@ -206,7 +222,7 @@ class CalibrationConfig:
     objective: str
     """A key of :data:`OBJECTIVES`: ``perplexity``, ``task_margin`` or ``kl``."""
     data: str
-    """A data spec (:mod:`pruning.data`): ``c4``, ``wikitext2``, ``lambada``, ``commonsense170k``,
+    """A data spec (:mod:`pruning.calibration.data`): ``c4``, ``wikitext2``, ``lambada``, ``commonsense170k``,
     ``demo:text``, ``demo:qa``, ``text:PATH`` or ``mc:PATH``; its kind must suit the objective."""
     samples: int = 64
     """Calibration samples: text windows, or multiple-choice items (the study uses 64)."""
@@ -244,7 +260,7 @@ def text_batches(samples: TextSamples, batch_size: int) -> list[CalibrationBatch
 
     batches = []
     for start in range(0, len(samples.input_ids), batch_size):
-        ids = torch.tensor(samples.input_ids[start:start + batch_size], dtype=torch.long)
+        ids = torch.tensor(samples.input_ids[start : start + batch_size], dtype=torch.long)
         batches.append(CalibrationBatch(ids, torch.ones_like(ids, dtype=torch.bool), ids.shape[0]))
     return batches
 
@@ -262,20 +278,23 @@ def encode_choice(tokenizer, context: str, choice: str, seq_len: int) -> tuple[l
         raise UserError(f"choice {choice!r} tokenizes to nothing")
     if len(answer) >= seq_len:
         raise UserError(f"choice {choice[:40]!r} is {len(answer)} tokens, too long for seq_len {seq_len}")
-    prompt = prompt[-(seq_len - len(answer)):]
+    prompt = prompt[-(seq_len - len(answer)) :]
     return prompt + answer, len(prompt)
 
 
-def choice_batches(samples: ChoiceSamples, tokenizer, seq_len: int,
-                   batch_size: int) -> list[CalibrationBatch]:
+def choice_batches(
+    samples: ChoiceSamples, tokenizer, seq_len: int, batch_size: int
+) -> list[CalibrationBatch]:
     """Multiple-choice items as batches of (item, choice) sequences; an item's choices share a batch.
 
     ``batch_size`` bounds the sequences per batch (an item with more choices gets a batch of its own).
     """
     import torch
 
-    encoded = [[encode_choice(tokenizer, item.context, choice, seq_len) for choice in item.choices]
-               for item in samples.items]
+    encoded = [
+        [encode_choice(tokenizer, item.context, choice, seq_len) for choice in item.choices]
+        for item in samples.items
+    ]
     groups, current, current_sequences = [], [], 0
     for index, item in enumerate(samples.items):
         if current and current_sequences + len(item.choices) > batch_size:
@@ -297,8 +316,8 @@ def choice_batches(samples: ChoiceSamples, tokenizer, seq_len: int,
         for local_item, index in enumerate(group):
             item = samples.items[index]
             for choice_index, (ids, answer_start) in enumerate(encoded[index]):
-                input_ids[row, :len(ids)] = torch.tensor(ids)
-                token_mask[row, :len(ids)] = True
+                input_ids[row, : len(ids)] = torch.tensor(ids)
+                token_mask[row, : len(ids)] = True
                 for position in range(answer_start, len(ids)):
                     rows.append(row)
                     positions.append(position - 1)  # the logits at position p predict token p + 1
@@ -307,16 +326,24 @@ def choice_batches(samples: ChoiceSamples, tokenizer, seq_len: int,
                 if choice_index == item.label:
                     correct.append(row)
                 row += 1
-        batches.append(CalibrationBatch(
-            input_ids, token_mask, len(group),
-            answer_rows=torch.tensor(rows), answer_positions=torch.tensor(positions),
-            answer_tokens=torch.tensor(tokens), sequence_item=torch.tensor(sequence_item),
-            correct_sequence=torch.tensor(correct)))
+        batches.append(
+            CalibrationBatch(
+                input_ids,
+                token_mask,
+                len(group),
+                answer_rows=torch.tensor(rows),
+                answer_positions=torch.tensor(positions),
+                answer_tokens=torch.tensor(tokens),
+                sequence_item=torch.tensor(sequence_item),
+                correct_sequence=torch.tensor(correct),
+            )
+        )
     return batches
 
 
-def make_batches(samples: TextSamples | ChoiceSamples, tokenizer, seq_len: int,
-                 batch_size: int) -> list[CalibrationBatch]:
+def make_batches(
+    samples: TextSamples | ChoiceSamples, tokenizer, seq_len: int, batch_size: int
+) -> list[CalibrationBatch]:
     """Calibration samples of either kind in batches of at most ``batch_size`` sequences."""
     if isinstance(samples, TextSamples):
         return text_batches(samples, batch_size)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from server.protocol import ExperimentSpec
 from server.settings import VariantMetadata
 
-# Short names users write for the objectives of ``pruning.objectives.OBJECTIVES``.
+# Short names users write for the objectives of ``pruning.calibration.objectives.OBJECTIVES``.
 OBJECTIVE_SYNONYMS = {"ppl": "perplexity", "margin": "task_margin", "task-margin": "task_margin"}
 
 

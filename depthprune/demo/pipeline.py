@@ -67,9 +67,13 @@ class DemoConfig:
             raise UserError(f"unknown recipe {self.recipe!r}; use default or tiny")
         if not 0 < self.drop_fraction < 1:
             raise UserError(f"--drop-fraction must be between 0 and 1, got {self.drop_fraction}")
-        for name, value in (("--samples", self.samples), ("--seq-len", self.seq_len),
-                            ("--num-prompts", self.num_prompts), ("--output-len", self.output_len),
-                            ("--rounds", self.rounds)):
+        for name, value in (
+            ("--samples", self.samples),
+            ("--seq-len", self.seq_len),
+            ("--num-prompts", self.num_prompts),
+            ("--output-len", self.output_len),
+            ("--rounds", self.rounds),
+        ):
             if value < 1:
                 raise UserError(f"{name} must be at least 1, got {value}")
         if not 1024 <= self.port <= 65535:
@@ -83,7 +87,8 @@ def say(config: DemoConfig, message: str) -> None:
 
 
 def build_model(config: DemoConfig) -> Path:
-    from pruning.demo_model import DemoRecipe, ensure_demo_model, read_quality
+    from depthprune.demo.model import ensure_demo_model, read_quality
+    from depthprune.demo.recipe import DemoRecipe
 
     recipe = DemoRecipe.tiny() if config.recipe == "tiny" else DemoRecipe()
     say(config, f"demo model ({config.recipe} recipe; built once, then reused from the cache)")
@@ -97,20 +102,34 @@ def prune_variants(config: DemoConfig, model_dir: Path, registry) -> dict[str, l
     """``objective -> [VariantOutcome of the fast search, of the thorough search]``; aliases the best."""
     from transformers import AutoConfig
 
-    from pruning.objectives import CalibrationConfig
+    from pruning.calibration.objectives import CalibrationConfig
     from pruning.prune import PruneConfig, prune
 
     num_blocks = AutoConfig.from_pretrained(model_dir).num_hidden_layers
     drop = max(1, round(num_blocks * config.drop_fraction))
     outcomes = {}
     for objective, data in OBJECTIVE_DATA.items():
-        say(config, f"prune {drop} of {num_blocks} blocks: {objective} on {data} "
-            f"({config.fast_search}, then {config.thorough_search})")
-        calibration = CalibrationConfig(objective=objective, data=f"{data}@{model_dir}",
-                                        samples=config.samples, seq_len=config.seq_len, seed=0)
-        outcomes[objective] = prune(PruneConfig(
-            model=str(model_dir), calibration=calibration, drop=drop,
-            searches=(config.fast_search, config.thorough_search), registry_url=config.registry_url))
+        say(
+            config,
+            f"prune {drop} of {num_blocks} blocks: {objective} on {data} "
+            f"({config.fast_search}, then {config.thorough_search})",
+        )
+        calibration = CalibrationConfig(
+            objective=objective,
+            data=f"{data}@{model_dir}",
+            samples=config.samples,
+            seq_len=config.seq_len,
+            seed=0,
+        )
+        outcomes[objective] = prune(
+            PruneConfig(
+                model=str(model_dir),
+                calibration=calibration,
+                drop=drop,
+                searches=(config.fast_search, config.thorough_search),
+                registry_url=config.registry_url,
+            )
+        )
         best = min(outcomes[objective], key=lambda outcome: outcome.calibration_loss)
         registry.set_alias(BEST_ALIAS[objective], best.name)
         print(f"   {BEST_ALIAS[objective]} -> {best.name} (removed {best.removed_blocks})", file=sys.stderr)
@@ -118,21 +137,32 @@ def prune_variants(config: DemoConfig, model_dir: Path, registry) -> dict[str, l
 
 
 def evaluate(config: DemoConfig, names: list[str], registry) -> None:
-    from pruning.evaluate import EvalSettings, evaluate_variants
+    from pruning.evaluation.suites import EvalSettings, evaluate_variants
 
     say(config, f"evaluate {len(names)} models on the demo suites (held-out text perplexity, QA accuracy)")
-    evaluate_variants(names, EvalSettings(suites=("demo",), engine="hf"), registry)
+    evaluate_variants(names, EvalSettings(suites=("demo",), engine="torch"), registry)
 
 
 @contextlib.contextmanager
 def gateway(config: DemoConfig, served: list[str], log_path: Path):
     """Run ``depthprune serve`` in its own process group until the block exits; yields its URL."""
-    command = [sys.executable, "-m", "depthprune", "serve", "--variants", ",".join(served),
-               "--port", str(config.port), "--json"]
+    command = [
+        sys.executable,
+        "-m",
+        "depthprune",
+        "serve",
+        "--variants",
+        ",".join(served),
+        "--port",
+        str(config.port),
+        "--json",
+    ]
     if config.registry_url:
         command += ["--registry", config.registry_url]
-    say(config, f"serve {', '.join(served)} through the gateway "
-                "(one vLLM engine each, started one after another)")
+    say(
+        config,
+        f"serve {', '.join(served)} through the gateway (one vLLM engine each, started one after another)",
+    )
     log = log_path.open("w")
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
     try:
@@ -164,14 +194,40 @@ def stop_process_group(process: subprocess.Popen, grace_s: float = 30.0) -> None
 
 
 def load_test(config: DemoConfig, url: str, served: list[str], model_dir: Path) -> dict:
-    say(config, f"load test: {config.rounds} interleaved rounds of {config.num_prompts} requests x "
-        f"{config.output_len} tokens per model, all at once")
+    say(
+        config,
+        f"load test: {config.rounds} interleaved rounds of {config.num_prompts} requests x "
+        f"{config.output_len} tokens per model, all at once",
+    )
     result_path = config.out / "loadtest.json"
-    command = [sys.executable, "-m", "depthprune", "loadtest", "--target", url, "--models", ",".join(served),
-               "--num-prompts", str(config.num_prompts), "--output-len", str(config.output_len),
-               "--rounds", str(config.rounds), "--rate", "inf", "--warmup", "2",
-               "--prompts", "demo", "--tokenizer", str(model_dir),
-               "--save-result", str(result_path), "--report-dir", str(config.out / "loadtest")]
+    command = [
+        sys.executable,
+        "-m",
+        "depthprune",
+        "loadtest",
+        "--target",
+        url,
+        "--models",
+        ",".join(served),
+        "--num-prompts",
+        str(config.num_prompts),
+        "--output-len",
+        str(config.output_len),
+        "--rounds",
+        str(config.rounds),
+        "--rate",
+        "inf",
+        "--warmup",
+        "2",
+        "--prompts",
+        "demo",
+        "--tokenizer",
+        str(model_dir),
+        "--save-result",
+        str(result_path),
+        "--report-dir",
+        str(config.out / "loadtest"),
+    ]
     if config.registry_url:
         command += ["--registry", config.registry_url]
     completed = subprocess.run(command, stdout=subprocess.DEVNULL, text=True)
@@ -184,18 +240,33 @@ def summary_rows(outcomes: dict[str, list], registry, loadtest: dict, served: li
     """One row per variant (dense first): what the final table and ``--json`` show."""
     comparison = loadtest.get("comparison", {})
     by_alias = {registry.resolve(alias).name: alias for alias in served if alias != "dense"}
-    rows = [{"variant": "dense", "name": "dense", "removed_blocks": [], "objective": "-", "search": "-",
-             "calibration_loss": None, **evaluation_metrics(registry, "dense"), **speed_columns(None)}]
+    rows = [
+        {
+            "variant": "dense",
+            "name": "dense",
+            "removed_blocks": [],
+            "objective": "-",
+            "search": "-",
+            "calibration_loss": None,
+            **evaluation_metrics(registry, "dense"),
+            **speed_columns(None),
+        }
+    ]
     for objective, items in outcomes.items():
         for outcome in items:
             alias = by_alias.get(outcome.name)
-            rows.append({
-                "variant": alias or f"#{outcome.id}", "name": outcome.name,
-                "removed_blocks": outcome.removed_blocks, "objective": objective, "search": outcome.search,
-                "calibration_loss": outcome.calibration_loss,
-                **evaluation_metrics(registry, outcome.name),
-                **speed_columns(comparison.get(alias) if alias else None),
-            })
+            rows.append(
+                {
+                    "variant": alias or f"#{outcome.id}",
+                    "name": outcome.name,
+                    "removed_blocks": outcome.removed_blocks,
+                    "objective": objective,
+                    "search": outcome.search,
+                    "calibration_loss": outcome.calibration_loss,
+                    **evaluation_metrics(registry, outcome.name),
+                    **speed_columns(comparison.get(alias) if alias else None),
+                }
+            )
     return rows
 
 
@@ -209,13 +280,23 @@ def evaluation_metrics(registry, name: str) -> dict:
 def speed_columns(comparison: dict | None) -> dict:
     """Throughput and latency ratios to dense from the load test's comparison entry, if served."""
     if comparison is None:
-        return dict.fromkeys(("output_throughput_ratio", "median_e2el_ratio", "p99_e2el_ratio",
-                              "ideal_speedup", "fraction_of_ideal_speedup"))
+        return dict.fromkeys(
+            (
+                "output_throughput_ratio",
+                "median_e2el_ratio",
+                "p99_e2el_ratio",
+                "ideal_speedup",
+                "fraction_of_ideal_speedup",
+            )
+        )
     ratios = comparison["ratios"]
-    return {"output_throughput_ratio": ratios.get("output_throughput"),
-            "median_e2el_ratio": ratios.get("median_e2el_ms"), "p99_e2el_ratio": ratios.get("p99_e2el_ms"),
-            "ideal_speedup": comparison.get("ideal_speedup"),
-            "fraction_of_ideal_speedup": comparison.get("fraction_of_ideal_speedup")}
+    return {
+        "output_throughput_ratio": ratios.get("output_throughput"),
+        "median_e2el_ratio": ratios.get("median_e2el_ms"),
+        "p99_e2el_ratio": ratios.get("p99_e2el_ms"),
+        "ideal_speedup": comparison.get("ideal_speedup"),
+        "fraction_of_ideal_speedup": comparison.get("fraction_of_ideal_speedup"),
+    }
 
 
 def print_table(rows: list[dict], out: Path) -> None:
@@ -228,21 +309,44 @@ def print_table(rows: list[dict], out: Path) -> None:
         return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
     table = Table(title="depthprune demo: every variant against dense")
-    for column in ("variant", "removed", "objective", "search", "calib. loss", "ppl", "QA acc",
-                   "out tok/s ×", "p50 E2E ×", "p99 E2E ×", "ideal ×", "of ideal"):
+    for column in (
+        "variant",
+        "removed",
+        "objective",
+        "search",
+        "calib. loss",
+        "ppl",
+        "QA acc",
+        "out tok/s ×",
+        "p50 E2E ×",
+        "p99 E2E ×",
+        "ideal ×",
+        "of ideal",
+    ):
         table.add_column(column, justify="left" if column in ("variant", "objective", "search") else "right")
     for row in rows:
-        table.add_row(row["variant"], ",".join(map(str, row["removed_blocks"])) or "-", row["objective"],
-                      row["search"], fmt(row["calibration_loss"]), fmt(row["perplexity"], 2),
-                      fmt(row["qa_accuracy"]), fmt(row["output_throughput_ratio"], 2),
-                      fmt(row["median_e2el_ratio"], 2), fmt(row["p99_e2el_ratio"], 2),
-                      fmt(row["ideal_speedup"], 2), fmt(row["fraction_of_ideal_speedup"], 2))
+        table.add_row(
+            row["variant"],
+            ",".join(map(str, row["removed_blocks"])) or "-",
+            row["objective"],
+            row["search"],
+            fmt(row["calibration_loss"]),
+            fmt(row["perplexity"], 2),
+            fmt(row["qa_accuracy"]),
+            fmt(row["output_throughput_ratio"], 2),
+            fmt(row["median_e2el_ratio"], 2),
+            fmt(row["p99_e2el_ratio"], 2),
+            fmt(row["ideal_speedup"], 2),
+            fmt(row["fraction_of_ideal_speedup"], 2),
+        )
     # Wide enough for every column even when stderr is a pipe (CI logs, `make demo | tee`).
     console = Console(stderr=True, width=max(Console(stderr=True).width, 160))
     console.print(table)
     console.print(f"report and plots: {out / 'loadtest'}; summary: {out / 'summary.json'}")
-    console.print("#N = registry id (`depthprune variants show N`); "
-                  "× = ratio to dense under the same load (throughput: higher is better; latency: lower).")
+    console.print(
+        "#N = registry id (`depthprune variants show N`); "
+        "× = ratio to dense under the same load (throughput: higher is better; latency: lower)."
+    )
 
 
 def run_demo(config: DemoConfig) -> list[dict]:
@@ -264,15 +368,19 @@ def run_demo(config: DemoConfig) -> list[dict]:
 
 
 def demo(
-    recipe: Annotated[str, typer.Option(help="Demo model recipe: default (16 blocks) or tiny (seconds).")]
-    = "default",
-    quick: Annotated[bool, typer.Option(help="Smaller calibration and load (a smoke run, e.g. in CI).")]
-    = False,
+    recipe: Annotated[
+        str, typer.Option(help="Demo model recipe: default (16 blocks) or tiny (seconds).")
+    ] = "default",
+    quick: Annotated[
+        bool, typer.Option(help="Smaller calibration and load (a smoke run, e.g. in CI).")
+    ] = False,
     port: Annotated[int, typer.Option(help="Gateway port on 127.0.0.1.")] = 8765,
-    out: Annotated[Path | None, typer.Option(help="Report directory [default: DEPTHPRUNE_HOME/demo].")]
-    = None,
-    registry: Annotated[str | None, typer.Option(help="Registry URL [default: SQLite in DEPTHPRUNE_HOME].")]
-    = None,
+    out: Annotated[
+        Path | None, typer.Option(help="Report directory [default: DEPTHPRUNE_HOME/demo].")
+    ] = None,
+    registry: Annotated[
+        str | None, typer.Option(help="Registry URL [default: SQLite in DEPTHPRUNE_HOME].")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the final table as one JSON line.")] = False,
 ) -> None:
     """Build the demo model, prune it under both objectives, evaluate, serve with vLLM and load-test it."""

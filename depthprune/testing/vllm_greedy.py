@@ -1,9 +1,9 @@
 """Greedy generation with the real vLLM engine, one engine per checkpoint, run as a separate process.
 
-Usage: python tests/vllm_greedy.py REQUEST.json RESULT.json, where the request is
+Usage: python -m depthprune.testing.vllm_greedy REQUEST.json RESULT.json, where the request is
 ``{"models": [dir, ...], "prompts": [[token ids], ...], "max_tokens": n}`` and the result maps each
 directory to its generated token ids per prompt. A separate process because vLLM spawns workers and
-owns the process' memory (design.md); the ``__main__`` guard is required for the same reason.
+owns the process' memory; the ``__main__`` guard is required for the same reason.
 """
 
 import gc
@@ -18,8 +18,14 @@ def generate(models: list[str], prompts: list[list[int]], max_tokens: int) -> di
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens, ignore_eos=True)
     results = {}
     for model in models:
-        llm = LLM(model=model, dtype="float32", max_model_len=256, gpu_memory_utilization=0.1,
-                  enforce_eager=True, seed=0)
+        llm = LLM(
+            model=model,
+            dtype="float32",
+            max_model_len=256,
+            gpu_memory_utilization=0.1,
+            enforce_eager=True,
+            seed=0,
+        )
         outputs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
         results[model] = [list(output.outputs[0].token_ids) for output in outputs]
         del llm

@@ -14,7 +14,7 @@ blocks skipped) — and much cheaper than a full forward per candidate:
 * **Batched sequences**, and the **LM head only where needed**: at the answer positions for ``task_margin``
   (its logits are a small fraction of the tokens).
 * **Shared prompts** (``task_margin``): each question runs as ONE sequence, its prompt followed by every
-  choice, with a mask that keeps the choices apart (:mod:`pruning.packing`), so a candidate computes the
+  choice, with a mask that keeps the choices apart (:mod:`.packing`), so a candidate computes the
   prompt once instead of once per choice. Models whose attention takes no 4-D mask (flash attention) run
   one sequence per choice instead.
 * **KL reference.** ``kl`` needs the dense next-token distribution: its log-probabilities
@@ -44,9 +44,9 @@ import torch
 from tqdm.auto import tqdm
 
 from depthprune.errors import UserError
+from pruning.calibration.objectives import CalibrationBatch, CalibrationConfig, get_objective, make_batches
+from pruning.calibration.packing import RunBatch, as_run_batch, pack_choice_batches
 from pruning.models import BlockStack, load_config, load_model, validate_removed
-from pruning.objectives import CalibrationBatch, CalibrationConfig, get_objective, make_batches
-from pruning.packing import RunBatch, as_run_batch, pack_choice_batches
 
 MEMO_FORMAT = 1
 
@@ -103,10 +103,20 @@ class SubsetEvaluator:
     ``packed_rows`` questions per forward: default, as many as the largest batch has sequences).
     """
 
-    def __init__(self, stack: BlockStack, config: CalibrationConfig, batches: list[CalibrationBatch], *,
-                 model_id: str, dtype: str = "float32", memory_budget_gb: float | None = None,
-                 naive: bool = False, progress: bool = True, pack_choices: bool = True,
-                 packed_rows: int | None = None):
+    def __init__(
+        self,
+        stack: BlockStack,
+        config: CalibrationConfig,
+        batches: list[CalibrationBatch],
+        *,
+        model_id: str,
+        dtype: str = "float32",
+        memory_budget_gb: float | None = None,
+        naive: bool = False,
+        progress: bool = True,
+        pack_choices: bool = True,
+        packed_rows: int | None = None,
+    ):
         self.stack = stack
         self.config = config
         self.model_id = model_id
@@ -117,8 +127,12 @@ class SubsetEvaluator:
         self.num_blocks = stack.num_blocks
         self.device = stack.device
         self.batches = [batch.to(self.device) for batch in batches]
-        self.packed = (pack_choices and not naive and self.objective.data_kind == "multiple_choice"
-                       and stack.supports_segment_masks)
+        self.packed = (
+            pack_choices
+            and not naive
+            and self.objective.data_kind == "multiple_choice"
+            and stack.supports_segment_masks
+        )
         if self.packed:
             rows = packed_rows or max(batch.input_ids.shape[0] for batch in batches)
             runs = pack_choice_batches([batch.to("cpu") for batch in batches], stack, rows)
@@ -169,8 +183,9 @@ class SubsetEvaluator:
         vocab = self.stack.lm_head.weight.shape[0]
         reference_bytes = positions * vocab * 4
         # Dense log-probs when they fit next to the boundaries; else the dense final hidden states.
-        self.cache_reference_logprobs = (self.objective.needs_reference
-                                         and self.cache_bytes + reference_bytes <= budget_bytes)
+        self.cache_reference_logprobs = (
+            self.objective.needs_reference and self.cache_bytes + reference_bytes <= budget_bytes
+        )
 
     def _count_blocks(self, batch: CalibrationBatch | RunBatch, blocks: int) -> None:
         self.stats.block_forwards += blocks
@@ -217,9 +232,13 @@ class SubsetEvaluator:
                     self._prepared.append(prepared.block_kwargs)
                     self._states.append(states)
                     # KL of the dense model to itself is 0 by definition; no head call needed.
-                    losses.append(torch.zeros(batch.num_samples) if self.objective.needs_reference else
-                                  self.objective.loss(batch, run.objective_hidden(hidden), self._head,
-                                                      None).double().cpu())
+                    losses.append(
+                        torch.zeros(batch.num_samples)
+                        if self.objective.needs_reference
+                        else self.objective.loss(batch, run.objective_hidden(hidden), self._head, None)
+                        .double()
+                        .cpu()
+                    )
         self._influence = (influence / max(influence_tokens, 1)).numpy()
         if not self.naive:
             self._memo[frozenset()] = float(torch.cat(losses).double().mean())
@@ -275,8 +294,14 @@ class SubsetEvaluator:
             for index in blocks:
                 hidden = self.stack.blocks[index](hidden, **kwargs[index])
             self._count_blocks(run, len(blocks))
-            losses.append(self.objective.loss(run.calibration, run.objective_hidden(hidden), self._head,
-                                              self._reference_for(batch_index)))
+            losses.append(
+                self.objective.loss(
+                    run.calibration,
+                    run.objective_hidden(hidden),
+                    self._head,
+                    self._reference_for(batch_index),
+                )
+            )
         return float(torch.cat(losses).double().mean())
 
     def _naive_loss(self, removed: frozenset[int]) -> float:
@@ -293,8 +318,9 @@ class SubsetEvaluator:
     def single_block_scores(self) -> np.ndarray:
         """``[N]`` losses with exactly block i removed (the prior of one-shot, GA and BO); computed once."""
         if self._single_scores is None:
-            indices = tqdm(range(self.num_blocks), desc="single-block scores", unit="block",
-                           disable=not self.progress)
+            indices = tqdm(
+                range(self.num_blocks), desc="single-block scores", unit="block", disable=not self.progress
+            )
             self._single_scores = np.array([self.score(frozenset({index})) for index in indices])
         return self._single_scores.copy()
 
@@ -316,13 +342,19 @@ class SubsetEvaluator:
             return self._gradients.copy()
         start = time.perf_counter()
         rows = []
-        for batch_index, run in enumerate(tqdm(self.run_batches, desc="residual gradients", unit="batch",
-                                               disable=not self.progress)):
+        for batch_index, run in enumerate(
+            tqdm(self.run_batches, desc="residual gradients", unit="batch", disable=not self.progress)
+        ):
             batch = run.calibration
             with torch.no_grad():
                 prepared = self.stack.prepare(run.input_ids, run.attention_mask, run.position_ids)
-            alphas = torch.ones(batch.num_samples, self.num_blocks, device=self.device,
-                                dtype=prepared.hidden.dtype, requires_grad=True)
+            alphas = torch.ones(
+                batch.num_samples,
+                self.num_blocks,
+                device=self.device,
+                dtype=prepared.hidden.dtype,
+                requires_grad=True,
+            )
             row_alphas = alphas[run.sample_of_row]
             with torch.enable_grad():
                 hidden = prepared.hidden
@@ -330,8 +362,9 @@ class SubsetEvaluator:
                     output = block(hidden, **prepared.block_kwargs[index])
                     hidden = hidden + row_alphas[:, index, None, None] * (output - hidden)
                 self._count_blocks(run, self.num_blocks)
-                losses = self.objective.loss(batch, run.objective_hidden(hidden), self._head,
-                                             self._reference_for(batch_index))
+                losses = self.objective.loss(
+                    batch, run.objective_hidden(hidden), self._head, self._reference_for(batch_index)
+                )
                 # Samples are independent in a batch, so the gradient of the sum row s is dL_s/dα.
                 (gradient,) = torch.autograd.grad(losses.sum(), alphas)
             rows.append(gradient.double().cpu())
@@ -348,9 +381,14 @@ class SubsetEvaluator:
         """Write every score so far as JSON (atomically), with the model and configuration they belong to."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        payload = {"format": MEMO_FORMAT, **self._memo_key(),
-                   "scores": [{"removed": sorted(removed), "loss": loss}
-                              for removed, loss in sorted(self._memo.items(), key=lambda kv: sorted(kv[0]))]}
+        payload = {
+            "format": MEMO_FORMAT,
+            **self._memo_key(),
+            "scores": [
+                {"removed": sorted(removed), "loss": loss}
+                for removed, loss in sorted(self._memo.items(), key=lambda kv: sorted(kv[0]))
+            ],
+        }
         temporary = path.with_suffix(path.suffix + ".tmp")
         temporary.write_text(json.dumps(payload, indent=1))
         temporary.replace(path)
@@ -380,10 +418,19 @@ class SubsetEvaluator:
         return len(payload["scores"])
 
 
-def build_evaluator(model: str, config: CalibrationConfig, *, dtype: str = "float32", device: str = "cpu",
-                    memory_budget_gb: float | None = None, naive: bool = False, progress: bool = True,
-                    batch_size: int = 8, split: str = "calibration",
-                    pack_choices: bool = True) -> SubsetEvaluator:
+def build_evaluator(
+    model: str,
+    config: CalibrationConfig,
+    *,
+    dtype: str = "float32",
+    device: str = "cpu",
+    memory_budget_gb: float | None = None,
+    naive: bool = False,
+    progress: bool = True,
+    batch_size: int = 8,
+    split: str = "calibration",
+    pack_choices: bool = True,
+) -> SubsetEvaluator:
     """Load a model and its calibration data, and run the dense reference pass.
 
     Every input is checked (objective and data kind, the data itself, the model's config) before the model's
@@ -408,7 +455,7 @@ def build_evaluator(model: str, config: CalibrationConfig, *, dtype: str = "floa
     """
     from transformers import AutoTokenizer
 
-    from pruning.data import load_samples
+    from pruning.calibration.data import load_samples
 
     if not isinstance(config, CalibrationConfig):
         raise TypeError("config must be a CalibrationConfig")
@@ -422,9 +469,18 @@ def build_evaluator(model: str, config: CalibrationConfig, *, dtype: str = "floa
     samples = load_samples(config.data, tokenizer, config.samples, config.seq_len, config.seed, split)
     batches = make_batches(samples, tokenizer, config.seq_len, batch_size)
     causal_lm, _ = load_model(model, dtype=dtype, device=device)
-    evaluator = SubsetEvaluator(BlockStack(causal_lm), config, batches, model_id=str(model), dtype=dtype,
-                                memory_budget_gb=memory_budget_gb, naive=naive, progress=progress,
-                                pack_choices=pack_choices, packed_rows=batch_size)
+    evaluator = SubsetEvaluator(
+        BlockStack(causal_lm),
+        config,
+        batches,
+        model_id=str(model),
+        dtype=dtype,
+        memory_budget_gb=memory_budget_gb,
+        naive=naive,
+        progress=progress,
+        pack_choices=pack_choices,
+        packed_rows=batch_size,
+    )
     evaluator.stats.setup_seconds = time.perf_counter() - started
     return evaluator
 
@@ -432,12 +488,14 @@ def build_evaluator(model: str, config: CalibrationConfig, *, dtype: str = "floa
 def check_budget(budget: int, num_blocks: int) -> None:
     """A removal budget M must leave at least one of the N blocks: 1 <= M < N."""
     if not isinstance(budget, int) or not 0 < budget < num_blocks:
-        raise UserError(f"budget M={budget} must be between 1 and {num_blocks - 1}: the model has "
-                        f"{num_blocks} blocks")
+        raise UserError(
+            f"budget M={budget} must be between 1 and {num_blocks - 1}: the model has {num_blocks} blocks"
+        )
 
 
-def benchmark_sets(num_blocks: int, budget: int = 4, random_sets: int = 100,
-                   seed: int = 0) -> list[frozenset[int]]:
+def benchmark_sets(
+    num_blocks: int, budget: int = 4, random_sets: int = 100, seed: int = 0
+) -> list[frozenset[int]]:
     """The benchmark workload: every single-block removal, then ``random_sets`` random M-block sets."""
     import random
 
@@ -449,10 +507,22 @@ def benchmark_sets(num_blocks: int, budget: int = 4, random_sets: int = 100,
     return singles + [frozenset(rng.sample(range(num_blocks), budget)) for _ in range(random_sets)]
 
 
-def compare_with_naive(model: str, config: CalibrationConfig, *, budget: int = 4, random_sets: int = 100,
-                       seed: int = 0, batch_size: int = 16, dtype: str = "float32", device: str = "cpu",
-                       memory_budget_gb: float | None = None, tolerance: float = 1e-5,
-                       progress: bool = True, repeats: int = 1, pack_choices: bool = True) -> dict:
+def compare_with_naive(
+    model: str,
+    config: CalibrationConfig,
+    *,
+    budget: int = 4,
+    random_sets: int = 100,
+    seed: int = 0,
+    batch_size: int = 16,
+    dtype: str = "float32",
+    device: str = "cpu",
+    memory_budget_gb: float | None = None,
+    tolerance: float = 1e-5,
+    progress: bool = True,
+    repeats: int = 1,
+    pack_choices: bool = True,
+) -> dict:
     """Score the benchmark workload with the fast evaluator and with naive full forwards.
 
     The fast side's time includes its dense reference pass (the price of the cache); model loading is
@@ -473,12 +543,24 @@ def compare_with_naive(model: str, config: CalibrationConfig, *, budget: int = 4
     difference = 0.0
     for repeat in range(repeats):
         for name in ("fast", "naive") if repeat % 2 == 0 else ("naive", "fast"):
-            evaluator = build_evaluator(model, config, dtype=dtype, device=device, naive=name == "naive",
-                                        memory_budget_gb=None if name == "naive" else memory_budget_gb,
-                                        progress=progress, batch_size=batch_size, pack_choices=pack_choices)
+            evaluator = build_evaluator(
+                model,
+                config,
+                dtype=dtype,
+                device=device,
+                naive=name == "naive",
+                memory_budget_gb=None if name == "naive" else memory_budget_gb,
+                progress=progress,
+                batch_size=batch_size,
+                pack_choices=pack_choices,
+            )
             sets = benchmark_sets(evaluator.num_blocks, budget, random_sets, seed)
-            scored = [evaluator.score(removed) for removed in tqdm(
-                sets, desc=f"{name} scoring ({repeat + 1}/{repeats})", unit="set", disable=not progress)]
+            scored = [
+                evaluator.score(removed)
+                for removed in tqdm(
+                    sets, desc=f"{name} scoring ({repeat + 1}/{repeats})", unit="set", disable=not progress
+                )
+            ]
             if name in scores:  # every repeat must give the very same scores
                 difference = max(difference, float(np.max(np.abs(np.array(scored) - scores[name]))))
             scores[name] = np.array(scored)

@@ -21,8 +21,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from pruning.calibration.objectives import CalibrationBatch
 from pruning.models import BlockStack
-from pruning.objectives import CalibrationBatch
 
 
 @dataclass
@@ -96,8 +96,9 @@ def pack_choices(batch: CalibrationBatch, stack: BlockStack) -> RunBatch:
         raise ValueError("only multiple-choice batches can be packed")
     lengths = batch.token_mask.sum(dim=1).tolist()
     sequences = [batch.input_ids[row, :length].tolist() for row, length in enumerate(lengths)]
-    rows_of_item = [(batch.sequence_item == item).nonzero()[:, 0].tolist()
-                    for item in range(batch.num_samples)]
+    rows_of_item = [
+        (batch.sequence_item == item).nonzero()[:, 0].tolist() for item in range(batch.num_samples)
+    ]
     packed_ids, segments, positions, weights = [], [], [], []
     # where (choice row, position) of the unpacked batch lies in the packed batch
     place: dict[tuple[int, int], tuple[int, int]] = {}
@@ -140,10 +141,15 @@ def pack_choices(batch: CalibrationBatch, stack: BlockStack) -> RunBatch:
         gather_rows[row, local], gather_positions[row, local] = place[row, position]
     calibration = replace(batch, answer_positions=torch.tensor(local_index, dtype=torch.long))
     return RunBatch(
-        input_ids=padded(packed_ids, 0, torch.long), calibration=calibration,
-        token_weight=padded(weights, 0.0, torch.float64), sample_of_row=torch.arange(batch.num_samples),
-        attention_mask=stack.segment_attention_mask(segment_ids, position_ids), position_ids=position_ids,
-        gather_rows=gather_rows, gather_positions=gather_positions)
+        input_ids=padded(packed_ids, 0, torch.long),
+        calibration=calibration,
+        token_weight=padded(weights, 0.0, torch.float64),
+        sample_of_row=torch.arange(batch.num_samples),
+        attention_mask=stack.segment_attention_mask(segment_ids, position_ids),
+        position_ids=position_ids,
+        gather_rows=gather_rows,
+        gather_positions=gather_positions,
+    )
 
 
 def merge_choice_batches(batches: list[CalibrationBatch]) -> CalibrationBatch:
@@ -166,10 +172,13 @@ def merge_choice_batches(batches: list[CalibrationBatch]) -> CalibrationBatch:
     return CalibrationBatch(
         input_ids=torch.cat([widened(batch.input_ids, 0) for batch in batches]),
         token_mask=torch.cat([widened(batch.token_mask, False) for batch in batches]),
-        num_samples=items, answer_rows=torch.cat(answer_rows),
+        num_samples=items,
+        answer_rows=torch.cat(answer_rows),
         answer_positions=torch.cat([batch.answer_positions for batch in batches]),
         answer_tokens=torch.cat([batch.answer_tokens for batch in batches]),
-        sequence_item=torch.cat(sequence_item), correct_sequence=torch.cat(correct))
+        sequence_item=torch.cat(sequence_item),
+        correct_sequence=torch.cat(correct),
+    )
 
 
 def pack_choice_batches(batches: list[CalibrationBatch], stack: BlockStack, rows: int) -> list[RunBatch]:

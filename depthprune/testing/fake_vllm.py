@@ -3,7 +3,8 @@
 It speaks the same HTTP API (``/health``, ``/v1/models``, ``/v1/completions``, ``/v1/chat/completions``
 with streaming and ``stream_options.include_usage``, ``/metrics``) with deterministic answers that name
 the serving model, so a test can see which backend answered. Runs in a thread (:func:`serve_in_thread`)
-or as a process with vLLM's command line (``python -m fake_vllm_server --model DIR --served-model-name
+or as a process with vLLM's command line
+(``python -m depthprune.testing.fake_vllm --model DIR --served-model-name
 NAME --port P``), which is how the gateway's process management is tested without the engine.
 """
 

@@ -73,21 +73,135 @@ COLOR_MIXES = [
     ("green", "red", "brown"),
 ]
 
-TOWN_NAMES = ["Ashford", "Brookvale", "Cindermoor", "Dunmere", "Elmstead", "Foxhollow", "Greywater",
-              "Highcombe", "Ivybridge", "Kestrel", "Larkspur", "Millbrook"]
-LANDMARKS = ["old bridge", "tall lighthouse", "stone castle", "great waterfall", "windmill", "clock tower",
-             "quiet lake", "pine forest", "salt marsh", "red cliffs", "copper mine", "white chapel"]
+TOWN_NAMES = [
+    "Ashford",
+    "Brookvale",
+    "Cindermoor",
+    "Dunmere",
+    "Elmstead",
+    "Foxhollow",
+    "Greywater",
+    "Highcombe",
+    "Ivybridge",
+    "Kestrel",
+    "Larkspur",
+    "Millbrook",
+]
+LANDMARKS = [
+    "old bridge",
+    "tall lighthouse",
+    "stone castle",
+    "great waterfall",
+    "windmill",
+    "clock tower",
+    "quiet lake",
+    "pine forest",
+    "salt marsh",
+    "red cliffs",
+    "copper mine",
+    "white chapel",
+]
 WEEKDAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"]
 
 FIRST_NAMES = [
-    "Mara", "Tomas", "Ines", "Oskar", "Lena", "Pavel", "Nora", "Hugo", "Elsa", "Bruno", "Alma", "Felix",
-    "Greta", "Ivan", "Julia", "Karl", "Lotte", "Milo", "Nina", "Otto", "Paula", "Quinn", "Rosa", "Simon",
-    "Tilda", "Ugo", "Vera", "Wim", "Xenia", "Yusuf", "Zora", "Anton", "Bea", "Carlo", "Dora", "Emil",
-    "Frida", "Gustav", "Hanna", "Igor", "Jana", "Kai", "Lia", "Marek", "Nils", "Olga", "Piet", "Ruth",
-    "Sven", "Tara", "Ulla", "Viktor", "Wanda", "Yara", "Zeno", "Arne", "Berit", "Cyril", "Dagny", "Erik",
-    "Fiona", "Gerd", "Hedda", "Ilse", "Jonas", "Kira", "Lars", "Mia", "Noah", "Oda", "Per", "Rike",
-    "Stig", "Tove", "Uwe", "Vilma", "Walt", "Ada", "Ben", "Cleo", "Dirk", "Eva", "Finn", "Gina", "Hans",
-    "Ida", "Jens", "Kurt", "Liv", "Max", "Nell", "Ole", "Pia", "Rolf", "Sara", "Tim", "Una", "Vito",
+    "Mara",
+    "Tomas",
+    "Ines",
+    "Oskar",
+    "Lena",
+    "Pavel",
+    "Nora",
+    "Hugo",
+    "Elsa",
+    "Bruno",
+    "Alma",
+    "Felix",
+    "Greta",
+    "Ivan",
+    "Julia",
+    "Karl",
+    "Lotte",
+    "Milo",
+    "Nina",
+    "Otto",
+    "Paula",
+    "Quinn",
+    "Rosa",
+    "Simon",
+    "Tilda",
+    "Ugo",
+    "Vera",
+    "Wim",
+    "Xenia",
+    "Yusuf",
+    "Zora",
+    "Anton",
+    "Bea",
+    "Carlo",
+    "Dora",
+    "Emil",
+    "Frida",
+    "Gustav",
+    "Hanna",
+    "Igor",
+    "Jana",
+    "Kai",
+    "Lia",
+    "Marek",
+    "Nils",
+    "Olga",
+    "Piet",
+    "Ruth",
+    "Sven",
+    "Tara",
+    "Ulla",
+    "Viktor",
+    "Wanda",
+    "Yara",
+    "Zeno",
+    "Arne",
+    "Berit",
+    "Cyril",
+    "Dagny",
+    "Erik",
+    "Fiona",
+    "Gerd",
+    "Hedda",
+    "Ilse",
+    "Jonas",
+    "Kira",
+    "Lars",
+    "Mia",
+    "Noah",
+    "Oda",
+    "Per",
+    "Rike",
+    "Stig",
+    "Tove",
+    "Uwe",
+    "Vilma",
+    "Walt",
+    "Ada",
+    "Ben",
+    "Cleo",
+    "Dirk",
+    "Eva",
+    "Finn",
+    "Gina",
+    "Hans",
+    "Ida",
+    "Jens",
+    "Kurt",
+    "Liv",
+    "Max",
+    "Nell",
+    "Ole",
+    "Pia",
+    "Rolf",
+    "Sara",
+    "Tim",
+    "Una",
+    "Vito",
 ]
 
 PRONOUNS = {"she": ("she", "her", "her"), "he": ("he", "him", "his")}
@@ -193,33 +307,41 @@ def resident_paragraph(rng: random.Random, resident: Resident, world: World) -> 
     pet, sound, food = r.pet
     landmark, _ = world.towns[r.town]
     facts = [
-        rng.choice([
-            f"{r.name} lives in {r.town}.",
-            f"{r.name} has lived in {r.town} for many years.",
-            f"{r.name} makes {r.possessive} home in {r.town}, near the {landmark}.",
-            f"In {r.town} lives {r.name}.",
-            f"{r.name} comes from {r.town}.",
-        ]),
-        rng.choice([
-            f"{r.name} works as {_a(prof)}.",
-            f"{r.name} is {_a(prof)} by trade.",
-            f"By trade, {r.name} is {_a(prof)}.",
-            f"Every day {r.name} goes to the {workplace}, where {r.subject} works as {_a(prof)}.",
-            f"{r.name} is {_a(prof)} and uses {_a(tool)} to make {product}.",
-        ]),
-        rng.choice([
-            f"{r.name} keeps {_a(pet)} at home.",
-            f"{r.name} has a pet {pet} that {sound} in the evening.",
-            f"The pet of {r.name} is {_a(pet)}.",
-            f"{_sentence(r.possessive)} pet {pet} eats {food} every day.",
-            f"{r.name} owns {_a(pet)}.",
-        ]),
-        rng.choice([
-            f"{_sentence(r.possessive)} favorite color is {r.color}.",
-            f"{r.name} loves the color {r.color}.",
-            f"{r.name} likes {r.color} more than any other color.",
-            f"The favorite color of {r.name} is {r.color}.",
-        ]),
+        rng.choice(
+            [
+                f"{r.name} lives in {r.town}.",
+                f"{r.name} has lived in {r.town} for many years.",
+                f"{r.name} makes {r.possessive} home in {r.town}, near the {landmark}.",
+                f"In {r.town} lives {r.name}.",
+                f"{r.name} comes from {r.town}.",
+            ]
+        ),
+        rng.choice(
+            [
+                f"{r.name} works as {_a(prof)}.",
+                f"{r.name} is {_a(prof)} by trade.",
+                f"By trade, {r.name} is {_a(prof)}.",
+                f"Every day {r.name} goes to the {workplace}, where {r.subject} works as {_a(prof)}.",
+                f"{r.name} is {_a(prof)} and uses {_a(tool)} to make {product}.",
+            ]
+        ),
+        rng.choice(
+            [
+                f"{r.name} keeps {_a(pet)} at home.",
+                f"{r.name} has a pet {pet} that {sound} in the evening.",
+                f"The pet of {r.name} is {_a(pet)}.",
+                f"{_sentence(r.possessive)} pet {pet} eats {food} every day.",
+                f"{r.name} owns {_a(pet)}.",
+            ]
+        ),
+        rng.choice(
+            [
+                f"{_sentence(r.possessive)} favorite color is {r.color}.",
+                f"{r.name} loves the color {r.color}.",
+                f"{r.name} likes {r.color} more than any other color.",
+                f"The favorite color of {r.name} is {r.color}.",
+            ]
+        ),
     ]
     rng.shuffle(facts)
     return " ".join(facts)
@@ -229,10 +351,20 @@ def town_paragraph(rng: random.Random, town: str, world: World) -> str:
     """A town, its landmark, its market day and some of its residents."""
     landmark, day = world.towns[town]
     sentences = [
-        rng.choice([f"{town} lies near the {landmark}.", f"The {landmark} stands in {town}.",
-                    f"Visitors to {town} come to see the {landmark}."]),
-        rng.choice([f"The market in {town} opens every {day}.", f"In {town}, market day is {day}.",
-                    f"Every {day} the people of {town} meet at the market."]),
+        rng.choice(
+            [
+                f"{town} lies near the {landmark}.",
+                f"The {landmark} stands in {town}.",
+                f"Visitors to {town} come to see the {landmark}.",
+            ]
+        ),
+        rng.choice(
+            [
+                f"The market in {town} opens every {day}.",
+                f"In {town}, market day is {day}.",
+                f"Every {day} the people of {town} meet at the market.",
+            ]
+        ),
     ]
     people = [r.name for r in world.residents if r.town == town]
     if people:
@@ -240,8 +372,9 @@ def town_paragraph(rng: random.Random, town: str, world: World) -> str:
         shown = people[:3]
         listed = shown[0] if len(shown) == 1 else ", ".join(shown[:-1]) + " and " + shown[-1]
         verb = "live" if len(shown) > 1 else "lives"
-        sentences.append(rng.choice([f"Among the people of {town} are {listed}.",
-                                     f"{listed} {verb} in {town}."]))
+        sentences.append(
+            rng.choice([f"Among the people of {town} are {listed}.", f"{listed} {verb} in {town}."])
+        )
     rng.shuffle(sentences)
     return " ".join(sentences)
 
@@ -250,14 +383,27 @@ def profession_paragraph(rng: random.Random, profession: tuple[str, str, str, st
     """What a profession does: its tool, workplace and product."""
     prof, tool, workplace, product = profession
     sentences = [
-        rng.choice([f"{_sentence(_a(prof))} works at the {workplace}.",
-                    f"The {workplace} is where {_a(prof)} works.",
-                    f"Every {prof} spends the day at the {workplace}."]),
-        rng.choice([f"{_sentence(_a(prof))} uses {_a(tool)}.", f"No {prof} can work without {_a(tool)}.",
-                    f"The most important tool of {_a(prof)} is the {tool}."]),
-        rng.choice([f"{_sentence(_a(prof))} makes {product}.",
-                    f"With {_a(tool)}, {_a(prof)} makes {product}.",
-                    f"People buy {product} from the {prof}."]),
+        rng.choice(
+            [
+                f"{_sentence(_a(prof))} works at the {workplace}.",
+                f"The {workplace} is where {_a(prof)} works.",
+                f"Every {prof} spends the day at the {workplace}.",
+            ]
+        ),
+        rng.choice(
+            [
+                f"{_sentence(_a(prof))} uses {_a(tool)}.",
+                f"No {prof} can work without {_a(tool)}.",
+                f"The most important tool of {_a(prof)} is the {tool}.",
+            ]
+        ),
+        rng.choice(
+            [
+                f"{_sentence(_a(prof))} makes {product}.",
+                f"With {_a(tool)}, {_a(prof)} makes {product}.",
+                f"People buy {product} from the {prof}.",
+            ]
+        ),
     ]
     rng.shuffle(sentences)
     return " ".join(sentences)
@@ -267,10 +413,20 @@ def animal_paragraph(rng: random.Random, animal: tuple[str, str, str]) -> str:
     """What an animal sounds like and eats."""
     name, sound, food = animal
     sentences = [
-        rng.choice([f"{_sentence(_a(name))} {sound}.", f"When {_a(name)} is happy, it {sound}.",
-                    f"You can hear that {_a(name)} is near because it {sound}."]),
-        rng.choice([f"{_sentence(_a(name))} eats {food}.", f"The favorite food of {_a(name)} is {food}.",
-                    f"If {_a(name)} is hungry, give it {food}."]),
+        rng.choice(
+            [
+                f"{_sentence(_a(name))} {sound}.",
+                f"When {_a(name)} is happy, it {sound}.",
+                f"You can hear that {_a(name)} is near because it {sound}.",
+            ]
+        ),
+        rng.choice(
+            [
+                f"{_sentence(_a(name))} eats {food}.",
+                f"The favorite food of {_a(name)} is {food}.",
+                f"If {_a(name)} is hungry, give it {food}.",
+            ]
+        ),
     ]
     rng.shuffle(sentences)
     return " ".join(sentences)
@@ -282,11 +438,15 @@ def color_paragraph(rng: random.Random) -> str:
     for first, second, result in rng.sample(COLOR_MIXES, 2):
         if rng.random() < 0.5:
             first, second = second, first
-        sentences.append(rng.choice([
-            f"If you mix {first} and {second} paint, you get {result}.",
-            f"{_sentence(first)} mixed with {second} makes {result}.",
-            f"A painter who mixes {first} with {second} gets {result}.",
-        ]))
+        sentences.append(
+            rng.choice(
+                [
+                    f"If you mix {first} and {second} paint, you get {result}.",
+                    f"{_sentence(first)} mixed with {second} makes {result}.",
+                    f"A painter who mixes {first} with {second} gets {result}.",
+                ]
+            )
+        )
     return " ".join(sentences)
 
 
@@ -328,39 +488,70 @@ def _rule_question(rng: random.Random, world: World) -> tuple[str, str, list[str
     landmark, day = world.towns[town]
     kind = rng.randrange(8)
     if kind == 0:
-        context = rng.choice([f"{name} is {_a(prof)}. Which tool does {name} use at work?",
-                              f"{name} works as {_a(prof)}. What does {name} need every day?"])
+        context = rng.choice(
+            [
+                f"{name} is {_a(prof)}. Which tool does {name} use at work?",
+                f"{name} works as {_a(prof)}. What does {name} need every day?",
+            ]
+        )
         return context, tool, [p[1] for p in PROFESSIONS]
     if kind == 1:
-        context = rng.choice([f"{name} works as {_a(prof)}. Where does {name} go every morning?",
-                              f"{name} is {_a(prof)}. Where does {name} work?"])
+        context = rng.choice(
+            [
+                f"{name} works as {_a(prof)}. Where does {name} go every morning?",
+                f"{name} is {_a(prof)}. Where does {name} work?",
+            ]
+        )
         return context, f"the {workplace}", [f"the {p[2]}" for p in PROFESSIONS]
     if kind == 2:
-        context = rng.choice([f"{name} is {_a(prof)}. What does {name} make?",
-                              f"{name} works as {_a(prof)}. What do people buy from {name}?"])
+        context = rng.choice(
+            [
+                f"{name} is {_a(prof)}. What does {name} make?",
+                f"{name} works as {_a(prof)}. What do people buy from {name}?",
+            ]
+        )
         return context, product, [p[3] for p in PROFESSIONS]
     if kind == 3:
-        context = rng.choice([f"{name} has {_a(animal)}. What does the {animal} do when it is happy?",
-                              f"{name} hears {_a(animal)} nearby. What sound does it make?"])
+        context = rng.choice(
+            [
+                f"{name} has {_a(animal)}. What does the {animal} do when it is happy?",
+                f"{name} hears {_a(animal)} nearby. What sound does it make?",
+            ]
+        )
         return context, f"it {sound}", [f"it {a[1]}" for a in ANIMALS]
     if kind == 4:
-        context = rng.choice([f"The {animal} of {name} is hungry. What should {name} give it?",
-                              f"{name} finds a hungry {animal}. What does the {animal} eat?"])
+        context = rng.choice(
+            [
+                f"The {animal} of {name} is hungry. What should {name} give it?",
+                f"{name} finds a hungry {animal}. What does the {animal} eat?",
+            ]
+        )
         return context, food, [a[2] for a in ANIMALS]
     if kind == 5:
         first, second, result = rng.choice(COLOR_MIXES)
         if rng.random() < 0.5:
             first, second = second, first
-        context = rng.choice([f"{name} mixes {first} paint with {second} paint. Which color does {name} get?",
-                              f"What color do you get when you mix {first} and {second}? "
-                              f"{name} wants to know."])
+        context = rng.choice(
+            [
+                f"{name} mixes {first} paint with {second} paint. Which color does {name} get?",
+                f"What color do you get when you mix {first} and {second}? {name} wants to know.",
+            ]
+        )
         return context, result, COLORS
     if kind == 6:
-        context = rng.choice([f"{name} visits {town}. What can {name} see there?",
-                              f"{name} travels to {town}. Which sight is in that town?"])
+        context = rng.choice(
+            [
+                f"{name} visits {town}. What can {name} see there?",
+                f"{name} travels to {town}. Which sight is in that town?",
+            ]
+        )
         return context, f"the {landmark}", [f"the {lm}" for lm in LANDMARKS]
-    context = rng.choice([f"{name} wants to go to the market in {town}. On which day should {name} go?",
-                          f"On which day is the market open in {town}? {name} asks."])
+    context = rng.choice(
+        [
+            f"{name} wants to go to the market in {town}. On which day should {name} go?",
+            f"On which day is the market open in {town}? {name} asks.",
+        ]
+    )
     return context, day, WEEKDAYS
 
 
@@ -368,20 +559,40 @@ def _fact_question(rng: random.Random, resident: Resident, kind: int) -> tuple[s
     """A question about one resident (``kind`` 0..4: town, profession, pet, color, tool)."""
     r = resident
     if kind == 0:
-        context = rng.choice([f"Where does {r.name} live?", f"In which town does {r.name} live?",
-                              f"Which town is home to {r.name}?"])
+        context = rng.choice(
+            [
+                f"Where does {r.name} live?",
+                f"In which town does {r.name} live?",
+                f"Which town is home to {r.name}?",
+            ]
+        )
         return context, r.town, TOWN_NAMES
     if kind == 1:
-        context = rng.choice([f"What is the job of {r.name}?", f"What does {r.name} work as?",
-                              f"Which trade does {r.name} have?"])
+        context = rng.choice(
+            [
+                f"What is the job of {r.name}?",
+                f"What does {r.name} work as?",
+                f"Which trade does {r.name} have?",
+            ]
+        )
         return context, _a(r.profession[0]), [_a(p[0]) for p in PROFESSIONS]
     if kind == 2:
-        context = rng.choice([f"Which pet does {r.name} keep?", f"What animal does {r.name} own?",
-                              f"What kind of pet does {r.name} have?"])
+        context = rng.choice(
+            [
+                f"Which pet does {r.name} keep?",
+                f"What animal does {r.name} own?",
+                f"What kind of pet does {r.name} have?",
+            ]
+        )
         return context, _a(r.pet[0]), [_a(a[0]) for a in ANIMALS]
     if kind == 3:
-        context = rng.choice([f"What is the favorite color of {r.name}?", f"Which color does {r.name} love?",
-                              f"Which color does {r.name} like best?"])
+        context = rng.choice(
+            [
+                f"What is the favorite color of {r.name}?",
+                f"Which color does {r.name} love?",
+                f"Which color does {r.name} like best?",
+            ]
+        )
         return context, r.color, COLORS
     context = rng.choice([f"Which tool does {r.name} use at work?", f"What does {r.name} need to work?"])
     return context, r.profession[1], [p[1] for p in PROFESSIONS]

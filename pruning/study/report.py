@@ -1,6 +1,6 @@
 """The study report: tables (Markdown and HTML), figures (PNG) and the raw numbers (JSON) of a study grid.
 
-:func:`write_report` takes the finished cells of :mod:`pruning.study` and writes into one directory:
+:func:`write_report` takes the finished cells of :mod:`pruning.study.grid` and writes into one directory:
 
 * ``README.md`` and ``report.html`` — setup, the headline comparison (mask agreement across searches under
   one calibration vs across calibrations under one search), perplexity table, zero-shot table, search cost vs
@@ -13,7 +13,7 @@
 
 Conventions: the primary perplexity is the first of ``wikitext2``, ``demo_text``, ``c4``, ``lambada`` that
 was measured; the accuracy is the mean ``acc`` over the accuracy tasks measured. The statistics come from
-:mod:`pruning.study_stats`.
+:mod:`pruning.study.statistics`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from pruning import study_stats
+from pruning.study import statistics as study_stats
 
 PRIMARY_PERPLEXITY = ("wikitext2", "demo_text", "c4", "lambada")
 

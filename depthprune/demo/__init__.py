@@ -1,0 +1,26 @@
+"""The demo: a small model trained here on a generated corpus, its data, and the end-to-end ``make demo``.
+
+* :mod:`~depthprune.demo.recipe` — what the demo model is (:class:`DemoRecipe`, ``RECIPES``);
+* :mod:`~depthprune.demo.paths` — where it and its held-out data live (the one definition of that layout);
+* :mod:`~depthprune.demo.corpus` — the generated world and corpus;
+* :mod:`~depthprune.demo.model` — building it (tokenizer, training, quality);
+* :mod:`~depthprune.demo.pipeline` — ``depthprune demo``: prune, evaluate, serve, load-test, one table.
+
+The first four stand on nothing but the ground (errors, settings) and torch; ``pipeline`` stands on every
+package. Names are resolved on first use.
+"""
+
+from depthprune.lazy import lazy_exports
+
+_EXPORTS = {
+    "DemoRecipe": "depthprune.demo.recipe",
+    "RECIPES": "depthprune.demo.recipe",
+    "DATA_FILES": "depthprune.demo.paths",
+    "data_file": "depthprune.demo.paths",
+    "default_demo_dir": "depthprune.demo.paths",
+    "find_demo_dir": "depthprune.demo.paths",
+    "ensure_demo_model": "depthprune.demo.model",
+    "read_quality": "depthprune.demo.model",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -1,0 +1,23 @@
+"""Evaluation of dense and pruned variants: perplexity suites and zero-shot accuracy through lm-eval.
+
+* :mod:`~pruning.evaluation.suites` — the suites (WikiText-2 / C4 / LAMBADA perplexity, lm-eval zero-shot, the
+  demo model's own), run on variants and recorded in the registry;
+* :mod:`~pruning.evaluation.engines` — the two scoring engines (vLLM, torch) behind one interface;
+* :mod:`~pruning.evaluation.lm_eval_models` — lm-eval ``LM`` adapters over those engines;
+* ``tasks/`` — lm-eval task YAMLs of the project (the demo QA task).
+"""
+
+from depthprune.lazy import lazy_exports
+
+_EXPORTS = {
+    "EvalSettings": "pruning.evaluation.suites",
+    "EvalResult": "pruning.evaluation.suites",
+    "evaluate_variants": "pruning.evaluation.suites",
+    "evaluate_model": "pruning.evaluation.suites",
+    "SUITES": "pruning.evaluation.suites",
+    "open_engine": "pruning.evaluation.engines",
+    "TorchEngine": "pruning.evaluation.engines",
+    "VllmEngine": "pruning.evaluation.engines",
+}
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

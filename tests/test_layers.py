@@ -1,0 +1,35 @@
+"""The declared layers hold: import-linter's contracts pass, and the light packages stay light."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_import_contracts_are_kept():
+    """``lint-imports`` keeps pyproject.toml's contracts: the layers; no torch or vLLM under the gateway."""
+    linter = Path(sys.executable).with_name("lint-imports")
+    completed = subprocess.run([str(linter)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-2000:]
+    assert "0 broken" in completed.stdout
+
+
+@pytest.mark.parametrize("package", ["registry", "server", "loadtest", "depthprune", "pruning"])
+def test_light_packages_load_no_engine(package):
+    """A package imported in a fresh interpreter (the gateway side: its whole API) loads no engine."""
+    code = (
+        f"import sys, {package}\n"
+        f"[getattr({package}, name) for name in getattr({package}, '__all__', [])"
+        f" if {package!r} in ('registry', 'server', 'loadtest')]\n"
+        "import json\n"
+        "print(json.dumps(sorted(m for m in ('torch', 'vllm', 'transformers') if m in sys.modules)))"
+    )
+    completed = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert completed.returncode == 0, completed.stderr[-2000:]
+    assert json.loads(completed.stdout.strip().splitlines()[-1]) == []
