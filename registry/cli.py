@@ -21,6 +21,7 @@ from typing import Annotated, Any
 import typer
 
 from depthprune.errors import UserError
+from depthprune.options import JsonOption, RegistryOption
 
 app = typer.Typer(
     help="List, inspect, compare, alias, export and remove the pruned variants in the registry.",
@@ -28,17 +29,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
-RegistryOption = Annotated[
-    str | None,
-    typer.Option(
-        "--registry",
-        metavar="URL",
-        help="Registry database URL (sqlite:///FILE or postgresql+psycopg://USER@HOST/DB); "
-        "default: $DEPTHPRUNE_REGISTRY_URL, else the SQLite file under $DEPTHPRUNE_HOME.",
-    ),
-]
-JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
 
 
 def _open(url: str | None):
