@@ -13,6 +13,11 @@ Specs (``DATA_SOURCES`` lists them with their kind):
   the correct one is the word after ``the correct answer is``. ``commonsense170k@FILE`` reads a local copy.
 * ``demo:text`` / ``demo:qa`` — the held-out splits of the demo model (``data/text_*.jsonl`` and
   ``data/qa_*.jsonl``); ``demo:text@DIR`` names the demo model directory explicitly.
+* ``pydoc`` / ``pydoc-cloze`` — real English that installs with Python, offline: the documentation topics
+  every CPython ships (``pydoc_data.topics``) as text documents, and LAMBADA-style cloze items built from
+  them (passage, its true final word, three distractors from the same split). They alone have a ``heal``
+  split besides ``calibration`` and ``test``; topics are split by a stable hash of their name, so the splits
+  never overlap. Provenance, deduplication and counts: :mod:`pruning.calibration.offline_sources`.
 * ``text:PATH`` — a local ``.txt`` file (documents separated by blank lines) or ``.jsonl`` with a ``text``
   field.
 * ``mc:PATH`` — a local JSONL of ``{"context": ..., "choices": [...], "label": i}``.
@@ -21,6 +26,9 @@ Text samples are cut SLEB/SparseGPT-style: documents are shuffled with the seed,
 (the EOS token between documents), the stream is cut into non-overlapping windows of ``seq_len`` tokens, and
 ``samples`` of them are drawn at random with the seed. The same seed gives the same windows.
 Multiple-choice items are drawn at random (without replacement) with the seed.
+
+Splits: ``calibration`` and ``test`` for every source (a local file gives the whole file for either),
+``heal`` for ``HEAL_SOURCES`` only.
 
 Offline (no network, as on the machines this repository is tested on), a hub source that cannot be fetched
 raises a :class:`UserError` naming the local spec to use instead.
@@ -46,12 +54,16 @@ DATA_SOURCES: dict[str, tuple[str, str]] = {
     "wikitext2": (TEXT, "WikiText-2 raw (wikitext-2-raw-v1)"),
     "lambada": (TEXT, "LAMBADA passages"),
     "commonsense170k": (MULTIPLE_CHOICE, "LLM-Adapters Commonsense-170k (commonsense_170k.json)"),
+    "pydoc": (TEXT, "Python's documentation topics (pydoc_data, ships with CPython; offline)"),
+    "pydoc-cloze": (MULTIPLE_CHOICE, "cloze items from Python's documentation topics (offline)"),
     "demo:text": (TEXT, "the demo model's held-out text (data/text_*.jsonl)"),
     "demo:qa": (MULTIPLE_CHOICE, "the demo model's held-out questions (data/qa_*.jsonl)"),
     "text:PATH": (TEXT, "a local .txt (blank-line separated) or .jsonl with a 'text' field"),
     "mc:PATH": (MULTIPLE_CHOICE, "a local .jsonl of {context, choices, label}"),
 }
-SPLITS = ("calibration", "test")
+SPLITS = ("calibration", "heal", "test")
+HEAL_SOURCES = ("pydoc", "pydoc-cloze", "text", "mc")
+"""Sources with a ``heal`` split (training text for healing); the local files give the whole file."""
 
 C4_FILES = {
     "calibration": ("train", "en/c4-train.00000-of-01024.json.gz"),
@@ -275,7 +287,7 @@ def _hub_rows(spec: DataSpec, alternative: str, *args, **kwargs):
 
 
 def _hub_text(spec: DataSpec, split: str) -> list[str]:
-    local = "demo:text or text:PATH"
+    local = "demo:text or text:PATH; or pydoc (Python's documentation, ships with Python)"
     if spec.source == "c4":
         hub_split, data_file = C4_FILES[split]
         rows = _hub_rows(spec, local, "allenai/c4", data_files={hub_split: data_file}, split=hub_split)
@@ -305,7 +317,8 @@ def _hub_commonsense(spec: DataSpec) -> list[ChoiceItem]:
     else:
         rows = _hub_rows(
             spec,
-            "demo:qa, mc:PATH or commonsense170k@/path/to/commonsense_170k.json",
+            "demo:qa, mc:PATH or commonsense170k@/path/to/commonsense_170k.json; "
+            "or pydoc-cloze (cloze items from Python's documentation)",
             "json",
             data_files=COMMONSENSE_170K_URL,
             split="train",
@@ -341,17 +354,26 @@ def _demo_file(spec: DataSpec, split: str) -> Path:
 # ------------------------------------------------------------------------------------------------ loading
 
 
-def _check_split(split: str) -> None:
+def _check_split(parsed: DataSpec, split: str) -> None:
     if split not in SPLITS:
         raise UserError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
+    if split == "heal" and parsed.source not in HEAL_SOURCES:
+        raise UserError(
+            f"data {parsed.spec!r} has no 'heal' split; "
+            f"sources with one: pydoc, pydoc-cloze, text:PATH, mc:PATH"
+        )
 
 
 def load_documents(spec: str, split: str = "calibration") -> list[str]:
     """All documents of a text source's split."""
-    _check_split(split)
     parsed = parse_spec(spec)
+    _check_split(parsed, split)
     if parsed.kind != TEXT:
         raise UserError(f"data {spec!r} is multiple-choice, not text")
+    if parsed.source == "pydoc":
+        from pruning.calibration.offline_sources import pydoc_documents
+
+        return [document.text for document in pydoc_documents(split)]
     if parsed.source == "text":
         return read_text_file(parsed.path)
     if parsed.source == "demo:text":
@@ -364,10 +386,14 @@ def load_documents(spec: str, split: str = "calibration") -> list[str]:
 
 def load_choice_items(spec: str, split: str = "calibration") -> list[ChoiceItem]:
     """All items of a multiple-choice source's split (Commonsense-170k has only its training file)."""
-    _check_split(split)
     parsed = parse_spec(spec)
+    _check_split(parsed, split)
     if parsed.kind != MULTIPLE_CHOICE:
         raise UserError(f"data {spec!r} is text, not multiple-choice")
+    if parsed.source == "pydoc-cloze":
+        from pruning.calibration.offline_sources import cloze_items
+
+        return cloze_items(split)
     if parsed.source == "mc":
         return read_choice_file(parsed.path)
     if parsed.source == "demo:qa":

@@ -17,13 +17,20 @@ Suites (``--suite``, comma-separated or one of):
 * ``demo`` — the demo model's local stand-ins: ``demo_text`` perplexity on ``data/text_test.jsonl`` (same
   protocol) and ``demo_qa`` accuracy, an lm-eval multiple-choice task defined by this project
   (``pruning/tasks/demo_qa.yaml``) over ``data/qa_test.jsonl``.
+* ``offline`` — real data for any model with no network: ``pydoc`` perplexity on the test split of Python's
+  documentation topics (same protocol, every window) and ``pydoc_cloze`` accuracy, an lm-eval multiple-choice
+  task (``pruning/evaluation/tasks/pydoc_cloze.yaml``) over the test split's LAMBADA-style cloze items, the
+  passage as the prompt. Both come from :mod:`pruning.calibration.offline_sources`; their topics are in
+  neither the calibration nor the heal split.
 * ``all`` — ``demo`` for a demo model (one whose directory, or whose base model's, has the demo data),
-  ``perplexity`` + ``zero-shot`` otherwise.
+  ``perplexity`` + ``zero-shot`` otherwise. ``offline`` is never implied: ``all`` keeps meaning the
+  literature's suites, whose numbers compare with published ones; name ``offline`` to add it
+  (``--suite all,offline``) or to use it alone on a machine without network.
 
 Data and task definitions are loaded before any model, so an offline machine fails in seconds with a
-message that names the demo suite.
+message that names the offline and demo suites.
 
-Command: ``depthprune eval VARIANT... --suite perplexity|zero-shot|demo|all``.
+Command: ``depthprune eval VARIANT... --suite perplexity|zero-shot|demo|offline|all``.
 """
 
 from __future__ import annotations
@@ -41,10 +48,17 @@ PERPLEXITY_TASKS = {"wikitext2": "wikitext2", "c4": "c4", "lambada": "lambada"}
 ZERO_SHOT_TASKS = ("hellaswag", "winogrande", "arc_easy", "arc_challenge", "piqa", "boolq")
 """lm-eval task names of the study's zero-shot suite."""
 ACCURACY_METRICS = ("acc", "acc_norm")
-SUITES = ("perplexity", "zero-shot", "demo", "all")
+SUITES = ("perplexity", "zero-shot", "demo", "offline", "all")
+SUITE_PERPLEXITY_TASKS = {
+    "perplexity": tuple(PERPLEXITY_TASKS),
+    "demo": ("demo_text",),
+    "offline": ("pydoc",),
+}
+"""Suite -> its perplexity tasks (keys of :attr:`PreparedData.documents`)."""
 C4_WINDOWS = 256
 """Windows of C4 scored (SparseGPT/SLEB take the first 256 × seq_len tokens of the validation shard)."""
 DEMO_QA_TASK_FILE = Path(__file__).parent / "tasks" / "demo_qa.yaml"
+PYDOC_CLOZE_TASK_FILE = Path(__file__).parent / "tasks" / "pydoc_cloze.yaml"
 
 
 @dataclass
@@ -52,7 +66,7 @@ class EvalSettings:
     """How to evaluate: the same for every variant of one ``eval`` call (stored with each result)."""
 
     suites: tuple[str, ...] = ("all",)
-    """Suites to run: ``perplexity``, ``zero-shot``, ``demo`` or ``all``."""
+    """Suites to run: ``perplexity``, ``zero-shot``, ``demo``, ``offline`` or ``all``."""
     engine: str = "auto"
     """``auto`` (vLLM when installed, else transformers), ``vllm`` or ``hf``."""
     dtype: str = "float32"
@@ -91,7 +105,7 @@ class EvalResult:
     """One number: a metric of one task of one suite."""
 
     suite: str
-    """``perplexity``, ``zero-shot`` or ``demo``."""
+    """``perplexity``, ``zero-shot``, ``demo`` or ``offline``."""
     task: str
     """Task name (``wikitext2``, ``arc_easy``, ``demo_qa``, ...)."""
     metric: str
@@ -131,7 +145,10 @@ def expand_suites(suites: Sequence[str], is_demo: bool) -> list[str]:
 
 def _offline_hint(what: str, error: Exception) -> UserError:
     first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
-    return UserError(f"cannot load {what}: {first}. Offline? The demo model has local suites: --suite demo")
+    return UserError(
+        f"cannot load {what}: {first}. Offline? Python's documentation works for any model: --suite offline; "
+        f"the demo model has its own: --suite demo"
+    )
 
 
 @dataclass
@@ -158,6 +175,39 @@ def demo_qa_task_config(demo_dir: Path) -> dict:
     return config
 
 
+def pydoc_cloze_task_config() -> dict:
+    """The project's ``pydoc_cloze`` lm-eval task over the test split's cloze items.
+
+    The items are written once to ``DEPTHPRUNE_HOME/data/pydoc-cloze-test-<sha256 prefix>.jsonl`` (named by
+    their content, so a Python whose documentation differs gets its own file and lm-eval's dataset cache
+    never serves stale items).
+    """
+    import hashlib
+    import json
+    import os
+
+    import yaml
+
+    from depthprune.settings import home_dir
+    from pruning.calibration.offline_sources import cloze_items
+
+    rows = [
+        json.dumps({"context": item.context, "choices": list(item.choices), "label": item.label})
+        for item in cloze_items("test")
+    ]
+    content = "".join(row + "\n" for row in rows)
+    digest = hashlib.sha256(content.encode()).hexdigest()[:16]
+    path = home_dir() / "data" / f"pydoc-cloze-test-{digest}.jsonl"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
+        partial.write_text(content, encoding="utf-8")
+        partial.replace(path)  # atomic: a concurrent eval never reads a half-written file
+    config = yaml.safe_load(PYDOC_CLOZE_TASK_FILE.read_text())
+    config["dataset_kwargs"] = {"data_files": {"test": str(path)}}
+    return config
+
+
 def prepare_data(suites: Sequence[str], demo_dir: Path | None) -> PreparedData:
     """Load every document and lm-eval task the suites need; UserError naming the demo suite if missing."""
     from pruning.calibration import data
@@ -173,17 +223,21 @@ def prepare_data(suites: Sequence[str], demo_dir: Path | None) -> PreparedData:
                 raise _offline_hint(f"perplexity data {task!r}", error) from None
     if "demo" in suites:
         prepared.documents["demo_text"] = data.load_documents(f"demo:text@{demo_dir}", "test")
-    needs_lm_eval = "zero-shot" in suites or "demo" in suites
+    if "offline" in suites:
+        prepared.documents["pydoc"] = data.load_documents("pydoc", "test")
+    needs_lm_eval = any(suite in suites for suite in ("zero-shot", "demo", "offline"))
     if needs_lm_eval:
         from lm_eval.tasks import TaskManager
 
         if "zero-shot" in suites:
             manager = TaskManager()
             prepared.lm_eval_tasks["zero-shot"] = list(ZERO_SHOT_TASKS)
-        else:  # the demo task alone: skip indexing lm-eval's ~15k task files
+        else:  # the project's own tasks alone: skip indexing lm-eval's ~15k task files
             manager = TaskManager(include_defaults=False)
         if "demo" in suites:
             prepared.lm_eval_tasks["demo"] = [demo_qa_task_config(demo_dir)]
+        if "offline" in suites:
+            prepared.lm_eval_tasks["offline"] = [pydoc_cloze_task_config()]
         prepared.task_manager = manager
         for suite, specs in prepared.lm_eval_tasks.items():
             try:
@@ -314,7 +368,7 @@ def evaluate_model(
 
     Args:
         model_path: checkpoint directory or hub id.
-        suites: concrete suite names (``perplexity``, ``zero-shot``, ``demo``).
+        suites: concrete suite names (``perplexity``, ``zero-shot``, ``demo``, ``offline``).
         prepared: data loaded by :func:`prepare_data` for those suites.
         settings: engine, dtype, sequence length, limit.
 
@@ -328,10 +382,8 @@ def evaluate_model(
     try:
         results: list[EvalResult] = []
         for suite in suites:
-            if suite == "perplexity":
-                results += run_perplexity(engine, suite, prepared, list(PERPLEXITY_TASKS), settings)
-            elif suite == "demo":
-                results += run_perplexity(engine, suite, prepared, ["demo_text"], settings)
+            if suite in SUITE_PERPLEXITY_TASKS:
+                results += run_perplexity(engine, suite, prepared, SUITE_PERPLEXITY_TASKS[suite], settings)
             if suite in prepared.lm_eval_tasks:
                 results += run_lm_eval(
                     EngineLM(engine, progress=settings.progress), suite, prepared, settings
