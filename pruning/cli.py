@@ -1,8 +1,10 @@
 """Command-line functions of the pruning side: ``checkpoint``, ``prune``, ``bench-evaluator``, ``eval`` and
 ``study``.
 
-Each function's typed signature is its command line (typer). Heavy modules (torch, transformers) are
-imported inside the functions so that ``depthprune --help`` stays fast.
+Each function's typed signature is its command line (typer). Options every command shares (registry, dtype,
+device, seed, ``--json``) come from :mod:`depthprune.options`; options several commands of this module share
+are the aliases below. Heavy modules (torch, transformers) are imported inside the functions so that
+``depthprune --help`` stays fast.
 """
 
 from __future__ import annotations
@@ -13,9 +15,77 @@ from typing import Annotated
 
 import typer
 
+from depthprune.options import DeviceOption, DtypeOption, JsonOption, RegistryOption, SeedOption
+
+ModelOption = Annotated[str, typer.Option(help="Hub id or local directory of the dense model.")]
+"""The dense model a command starts from."""
+
+ObjectiveOption = Annotated[str, typer.Option(help="Calibration objective: perplexity, task_margin or kl.")]
+"""One calibration objective."""
+
+CalibrationSamplesOption = Annotated[
+    int, typer.Option(help="Calibration samples (text windows or questions).")
+]
+"""Calibration samples of one configuration."""
+
+CheckpointsOption = Annotated[
+    Path | None,
+    typer.Option(help="Parent directory of the pruned checkpoints (default: DEPTHPRUNE_HOME/variants)."),
+]
+"""Where pruned checkpoints are written (``prune --out``, ``study --checkpoints``)."""
+
+MemoryBudgetOption = Annotated[
+    float | None,
+    typer.Option(
+        help="Memory the evaluator's cache of block-boundary hidden states may use "
+        "(default: a share of what is free)."
+    ),
+]
+"""Memory of the subset scorer's boundary cache."""
+
+EvalSuiteOption = Annotated[
+    str,
+    typer.Option(
+        help="perplexity (WikiText-2, C4, LAMBADA), zero-shot (HellaSwag, WinoGrande, ARC-E/C, PIQA, "
+        "BoolQ), demo (the demo model's local text perplexity and QA accuracy), or all (demo suites on a "
+        "demo model, else perplexity + zero-shot); comma-separated for several."
+    ),
+]
+"""Evaluation suites (``eval --suite``, ``study --suite``)."""
+
+EvalLimitOption = Annotated[
+    int | None,
+    typer.Option(help="At most N perplexity windows / N documents per task (quick checks; recorded)."),
+]
+"""Evaluation limit per task (``eval --limit``, ``study --eval-limit``)."""
+
+EvalSeqLenOption = Annotated[
+    int,
+    typer.Option(help="Perplexity window length in tokens (non-overlapping; capped at the model's context)."),
+]
+"""Perplexity window of the evaluation (``eval --seq-len``, ``study --eval-seq-len``)."""
+
+
+def _comma_list(text: str | None) -> tuple[str, ...]:
+    """``"a, b,,c"`` -> ``("a", "b", "c")``."""
+    return tuple(item.strip() for item in (text or "").split(",") if item.strip())
+
+
+def _integers(text: str, what: str) -> tuple[int, ...]:
+    """Comma-separated integers of the option ``what``; a user error otherwise."""
+    try:
+        return tuple(int(item) for item in text.split(",") if item.strip())
+    except ValueError:
+        from depthprune.errors import UserError
+
+        raise UserError(f"{what} must be integers separated by commas, got {text!r}") from None
+
+
+# ------------------------------------------------------------------------------------------- checkpoint
+
 
 def checkpoint(
-    model: Annotated[str, typer.Option(help="Hub id or local directory of the dense model.")],
+    model: ModelOption,
     remove: Annotated[str, typer.Option(help="Original indices of the blocks to remove, e.g. 3,7,8.")],
     out: Annotated[Path, typer.Option(help="Directory to write the pruned checkpoint to.")],
     revision: Annotated[str | None, typer.Option(help="Hub revision of the model.")] = None,
@@ -41,66 +111,11 @@ def checkpoint(
         )
 
 
-def evaluate(
-    variants: Annotated[
-        list[str],
-        typer.Argument(
-            help="Variants to evaluate: registry names, aliases, 'dense' (or dense@BASE), "
-            "or checkpoint directories."
-        ),
-    ],
-    suite: Annotated[
-        str,
-        typer.Option(
-            help="perplexity (WikiText-2, C4, LAMBADA), zero-shot (HellaSwag, WinoGrande, ARC-E/C, PIQA, "
-            "BoolQ), demo (the demo model's local text perplexity and QA accuracy), or all (demo suites on a "
-            "demo model, else perplexity + zero-shot); comma-separated for several."
-        ),
-    ] = "all",
-    registry: Annotated[
-        str | None,
-        typer.Option(help="Registry URL (default: DEPTHPRUNE_REGISTRY_URL or SQLite under DEPTHPRUNE_HOME)."),
-    ] = None,
-    engine: Annotated[
-        str,
-        typer.Option(
-            help="auto (vLLM when installed, else transformers), vllm, or hf (plain torch forward)."
-        ),
-    ] = "auto",
-    limit: Annotated[
-        int | None,
-        typer.Option(help="At most N perplexity windows / N documents per task (quick checks; recorded)."),
-    ] = None,
-    seq_len: Annotated[
-        int,
-        typer.Option(
-            help="Perplexity window length in tokens (non-overlapping; capped at the model's context)."
-        ),
-    ] = 2048,
-    dtype: Annotated[str, typer.Option(help="Weights dtype: float32, bfloat16 or float16.")] = "float32",
-    num_fewshot: Annotated[int, typer.Option(help="Few-shot examples for lm-eval tasks (the study: 0).")] = 0,
-    no_record: Annotated[
-        bool, typer.Option("--no-record", help="Do not store the results in the registry.")
-    ] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the results as JSON.")] = False,
-) -> None:
-    """Measure perplexity and zero-shot accuracy of dense and pruned variants; record them in the registry."""
-    from pruning.evaluation.suites import EvalSettings, evaluate_variants, results_as_json
-    from registry import open_registry
+# ------------------------------------------------------------------------------------------------- eval
 
-    settings = EvalSettings(
-        suites=tuple(item.strip() for item in suite.split(",") if item.strip()),
-        engine=engine,
-        dtype=dtype,
-        seq_len=seq_len,
-        limit=limit,
-        num_fewshot=num_fewshot,
-        progress=not as_json,
-    )
-    outcome = evaluate_variants(variants, settings, open_registry(registry), record=not no_record)
-    if as_json:
-        print(json.dumps(results_as_json(outcome), indent=2))
-        return
+
+def _print_evaluation_tables(outcome) -> None:
+    """One rich table per evaluated variant: every result with its stderr and what it was measured on."""
     from rich.console import Console
     from rich.table import Table
 
@@ -129,9 +144,86 @@ def evaluate(
         console.print(table)
 
 
+def evaluate(
+    variants: Annotated[
+        list[str],
+        typer.Argument(
+            help="Variants to evaluate: registry names, aliases, 'dense' (or dense@BASE), "
+            "or checkpoint directories."
+        ),
+    ],
+    suite: EvalSuiteOption = "all",
+    registry: RegistryOption = None,
+    engine: Annotated[
+        str,
+        typer.Option(
+            help="auto (vLLM when installed, else transformers), vllm, or hf (plain torch forward)."
+        ),
+    ] = "auto",
+    limit: EvalLimitOption = None,
+    seq_len: EvalSeqLenOption = 2048,
+    dtype: DtypeOption = "float32",
+    num_fewshot: Annotated[int, typer.Option(help="Few-shot examples for lm-eval tasks (the study: 0).")] = 0,
+    no_record: Annotated[
+        bool, typer.Option("--no-record", help="Do not store the results in the registry.")
+    ] = False,
+    as_json: JsonOption = False,
+) -> None:
+    """Measure perplexity and zero-shot accuracy of dense and pruned variants; record them in the registry."""
+    from pruning.evaluation.suites import EvalSettings, evaluate_variants, results_as_json
+    from registry import open_registry
+
+    settings = EvalSettings(
+        suites=_comma_list(suite),
+        engine=engine,
+        dtype=dtype,
+        seq_len=seq_len,
+        limit=limit,
+        num_fewshot=num_fewshot,
+        progress=not as_json,
+    )
+    outcome = evaluate_variants(variants, settings, open_registry(registry), record=not no_record)
+    if as_json:
+        print(json.dumps(results_as_json(outcome), indent=2))
+    else:
+        _print_evaluation_tables(outcome)
+
+
+# ------------------------------------------------------------------------------------------------ prune
+
+
+PruneSearchOptions = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--option",
+        "-o",
+        help="Search option KEY=VALUE (every selected search that has it) or "
+        "SEARCH.KEY=VALUE, e.g. -o beam.width=3 -o bayesian.trials=50 "
+        "-o bayesian.storage=postgresql+psycopg://host/db. Repeatable.",
+    ),
+]
+"""``prune --option``/``-o``: search settings, repeatable."""
+
+
+def _print_variant(outcome, as_json: bool) -> None:
+    """One line per variant the prune run wrote: JSON, or the mask, losses and cost in words."""
+    from dataclasses import asdict
+
+    if as_json:
+        print(json.dumps(asdict(outcome)), flush=True)
+    else:
+        print(
+            f"{outcome.search}: removed {outcome.removed_blocks}, calibration loss "
+            f"{outcome.calibration_loss:.4f} (dense {outcome.dense_loss:.4f}), "
+            f"{outcome.search_seconds:.1f} s, {outcome.subset_evaluations} subsets, "
+            f"{outcome.block_forwards} block-forwards -> {outcome.name} ({outcome.checkpoint})",
+            flush=True,
+        )
+
+
 def prune(
-    model: Annotated[str, typer.Option(help="Hub id or local directory of the dense model.")],
-    objective: Annotated[str, typer.Option(help="Calibration objective: perplexity, task_margin or kl.")],
+    model: ModelOption,
+    objective: ObjectiveOption,
     data: Annotated[
         str,
         typer.Option(
@@ -149,7 +241,7 @@ def prune(
         ),
     ] = "greedy",
     seed: Annotated[int, typer.Option(help="Seed of the search(es).")] = 0,
-    samples: Annotated[int, typer.Option(help="Calibration samples (text windows or questions).")] = 64,
+    samples: CalibrationSamplesOption = 64,
     seq_len: Annotated[int, typer.Option(help="Tokens per calibration window.")] = 2048,
     data_seed: Annotated[int, typer.Option(help="Seed of the calibration sample draw.")] = 0,
     random_prior: Annotated[
@@ -160,34 +252,12 @@ def prune(
             "genetic, bayesian, fast_block_select) by a seeded random ranking (control).",
         ),
     ] = False,
-    option: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--option",
-            "-o",
-            help="Search option KEY=VALUE (every selected search that has it) or "
-            "SEARCH.KEY=VALUE, e.g. -o beam.width=3 -o bayesian.trials=50 "
-            "-o bayesian.storage=postgresql+psycopg://host/db. Repeatable.",
-        ),
-    ] = None,
-    out: Annotated[
-        Path | None,
-        typer.Option(help="Parent directory of the pruned checkpoints (default: DEPTHPRUNE_HOME/variants)."),
-    ] = None,
-    registry: Annotated[
-        str | None,
-        typer.Option(help="Registry URL (default: DEPTHPRUNE_REGISTRY_URL or SQLite under DEPTHPRUNE_HOME)."),
-    ] = None,
-    dtype: Annotated[
-        str, typer.Option(help="dtype the model is scored in: float32, bfloat16, float16.")
-    ] = "float32",
-    device: Annotated[str, typer.Option(help="torch device of the evaluator, e.g. cpu or cuda.")] = "cpu",
-    memory_budget_gb: Annotated[
-        float | None,
-        typer.Option(
-            help="Memory the evaluator's hidden-state cache may use (default: a share of what is free)."
-        ),
-    ] = None,
+    option: PruneSearchOptions = None,
+    out: CheckpointsOption = None,
+    registry: RegistryOption = None,
+    dtype: DtypeOption = "float32",
+    device: DeviceOption = "cpu",
+    memory_budget_gb: MemoryBudgetOption = None,
     overwrite: Annotated[
         bool,
         typer.Option(help="Replace a checkpoint directory of this run that holds a different removal set."),
@@ -198,8 +268,6 @@ def prune(
 
     Interrupted runs resume: re-run the same command and no subset is scored twice.
     """
-    from dataclasses import asdict
-
     from pruning.calibration.objectives import CalibrationConfig
     from pruning.prune import PruneConfig, parse_option_assignments, parse_searches
     from pruning.prune import prune as run_prune
@@ -223,88 +291,81 @@ def prune(
         overwrite=overwrite,
         progress=True,
     )
+    run_prune(config, on_variant=lambda outcome: _print_variant(outcome, as_json))
 
-    def report(outcome) -> None:
-        if as_json:
-            print(json.dumps(asdict(outcome)), flush=True)
-        else:
-            print(
-                f"{outcome.search}: removed {outcome.removed_blocks}, calibration loss "
-                f"{outcome.calibration_loss:.4f} (dense {outcome.dense_loss:.4f}), "
-                f"{outcome.search_seconds:.1f} s, {outcome.subset_evaluations} subsets, "
-                f"{outcome.block_forwards} block-forwards -> {outcome.name} ({outcome.checkpoint})",
-                flush=True,
-            )
 
-    run_prune(config, on_variant=report)
+# ------------------------------------------------------------------------------------------------ study
+
+
+StudySearchesOption = Annotated[
+    str,
+    typer.Option(
+        help="Searches, comma-separated, or 'all' (the study's seven: one_shot, greedy, beam, genetic, "
+        "bayesian, cbo, fast_block_select)."
+    ),
+]
+"""``study --searches``."""
+
+StudyDataOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Calibration data specs, comma-separated; each objective uses the first of its kind "
+        "(text or multiple-choice). Default: the demo data for the demo model, else c4 and "
+        "commonsense170k."
+    ),
+]
+"""``study --data``."""
+
+RandomPriorControlOption = Annotated[
+    bool,
+    typer.Option(
+        "--random-prior-control", help="Also run the prior-guided searches with a seeded random prior."
+    ),
+]
+"""``study --random-prior-control``."""
+
+StudySeqLenOption = Annotated[
+    int | None,
+    typer.Option(help="Calibration tokens per window (default: min(2048, the model's context))."),
+]
+"""``study --seq-len``: calibration window (the evaluation's is ``--eval-seq-len``)."""
+
+StudySearchOptions = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--option", "-o", help="Search option SEARCH.KEY=VALUE or KEY=VALUE, as for prune. Repeatable."
+    ),
+]
+"""``study --option``/``-o``: search settings, repeatable."""
 
 
 def study(
-    model: Annotated[str, typer.Option(help="Hub id or local directory of the dense model.")],
+    model: ModelOption,
     drop: Annotated[str, typer.Option(help="Budgets M (blocks removed), comma-separated, e.g. 4,6.")],
     objectives: Annotated[
         str, typer.Option(help="Calibration objectives, comma-separated: perplexity, task_margin, kl.")
     ] = "perplexity,task_margin",
-    searches: Annotated[
-        str,
-        typer.Option(
-            help="Searches, comma-separated, or 'all' (the study's seven: one_shot, greedy, beam, genetic, "
-            "bayesian, cbo, fast_block_select)."
-        ),
-    ] = "all",
-    data: Annotated[
-        str | None,
-        typer.Option(
-            help="Calibration data specs, comma-separated; each objective uses the first of its kind "
-            "(text or multiple-choice). Default: the demo data for the demo model, else c4 and "
-            "commonsense170k."
-        ),
-    ] = None,
+    searches: StudySearchesOption = "all",
+    data: StudyDataOption = None,
     seeds: Annotated[str, typer.Option(help="Search seeds, comma-separated, e.g. 0,1,2.")] = "0",
-    random_prior_control: Annotated[
-        bool,
-        typer.Option(
-            "--random-prior-control", help="Also run the prior-guided searches with a seeded random prior."
-        ),
-    ] = False,
+    random_prior_control: RandomPriorControlOption = False,
     cross_controls: Annotated[
         bool, typer.Option("--cross-controls", help="Run every objective on every --data source of its kind.")
     ] = False,
     samples: Annotated[int, typer.Option(help="Calibration samples per configuration.")] = 64,
-    seq_len: Annotated[
-        int | None,
-        typer.Option(help="Calibration tokens per window (default: min(2048, the model's context))."),
-    ] = None,
-    option: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--option", "-o", help="Search option SEARCH.KEY=VALUE or KEY=VALUE, as for prune. Repeatable."
-        ),
-    ] = None,
-    suite: Annotated[
-        str,
-        typer.Option(
-            help="Evaluation suites (see `depthprune eval --help`); all = demo suites on the demo model."
-        ),
-    ] = "all",
+    seq_len: StudySeqLenOption = None,
+    option: StudySearchOptions = None,
+    suite: EvalSuiteOption = "all",
     engine: Annotated[str, typer.Option(help="Evaluation engine: auto, vllm or torch.")] = "auto",
-    eval_limit: Annotated[
-        int | None, typer.Option(help="Evaluate at most N windows/documents per task.")
-    ] = None,
-    eval_seq_len: Annotated[int, typer.Option(help="Perplexity window length of the evaluation.")] = 2048,
+    eval_limit: EvalLimitOption = None,
+    eval_seq_len: EvalSeqLenOption = 2048,
     out: Annotated[Path, typer.Option(help="Report directory (Markdown, HTML, figures, study.json).")] = Path(
         "study"
     ),
-    checkpoints: Annotated[
-        Path | None,
-        typer.Option(help="Parent directory of the pruned checkpoints (default: DEPTHPRUNE_HOME/variants)."),
-    ] = None,
-    registry: Annotated[
-        str | None,
-        typer.Option(help="Registry URL (default: DEPTHPRUNE_REGISTRY_URL or SQLite under DEPTHPRUNE_HOME)."),
-    ] = None,
-    dtype: Annotated[str, typer.Option(help="dtype of calibration and evaluation.")] = "float32",
-    device: Annotated[str, typer.Option(help="torch device of the calibration evaluator.")] = "cpu",
+    checkpoints: CheckpointsOption = None,
+    registry: RegistryOption = None,
+    dtype: DtypeOption = "float32",
+    device: DeviceOption = "cpu",
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the study's numbers as JSON at the end.")
     ] = False,
@@ -318,28 +379,20 @@ def study(
     from pruning.search import STUDY_SEARCHES
     from pruning.study.grid import StudyConfig, run_study
 
-    def integers(text: str, what: str) -> tuple[int, ...]:
-        try:
-            return tuple(int(item) for item in text.split(",") if item.strip())
-        except ValueError:
-            from depthprune.errors import UserError
-
-            raise UserError(f"{what} must be integers separated by commas, got {text!r}") from None
-
     names = STUDY_SEARCHES if searches.strip() == "all" else parse_searches(searches)
     config = StudyConfig(
         model=model,
-        drops=integers(drop, "--drop"),
-        objectives=tuple(item.strip() for item in objectives.split(",") if item.strip()),
+        drops=_integers(drop, "--drop"),
+        objectives=_comma_list(objectives),
         searches=names,
-        data=tuple(item.strip() for item in (data or "").split(",") if item.strip()),
-        seeds=integers(seeds, "--seeds"),
+        data=_comma_list(data),
+        seeds=_integers(seeds, "--seeds"),
         random_prior_control=random_prior_control,
         cross_controls=cross_controls,
         samples=samples,
         seq_len=seq_len,
         options={k: v for k, v in parse_option_assignments(option or [], names).items() if v},
-        suites=tuple(item.strip() for item in suite.split(",") if item.strip()),
+        suites=_comma_list(suite),
         engine=engine,
         eval_limit=eval_limit,
         eval_seq_len=eval_seq_len,
@@ -357,32 +410,69 @@ def study(
         print(f"report: {report / 'README.md'} (HTML: {report / 'report.html'})")
 
 
+# ------------------------------------------------------------------------------------------ bench-evaluator
+
+
+def _demo_data_spec(model: str, data_kind: str) -> str:
+    """The demo model's own calibration data of ``data_kind``; a user error when MODEL has none."""
+    from depthprune.demo.paths import data_file
+
+    if not data_file(model, "text_test").parent.is_dir():
+        from depthprune.errors import UserError
+
+        raise UserError(f"{model} has no demo data/ directory: pass --data (e.g. text:PATH or mc:PATH)")
+    return f"{'demo:text' if data_kind == 'text' else 'demo:qa'}@{model}"
+
+
+def _print_benchmark(
+    result: dict, *, objective: str, data: str, budget: int, random_sets: int, repeats: int
+) -> None:
+    """The benchmark in words: workload, both sides' cost, the speedup and whether the scores agree."""
+    print(
+        f"{result['sets']} removal sets ({result['num_blocks']} single-block + {random_sets} random "
+        f"M={budget}), objective {objective} on {data}, {result['sequences']} sequences"
+    )
+    print(
+        f"fast : {result['fast_seconds']:8.2f} s  {result['fast_block_forwards']:6d} block-forwards  "
+        f"{result['fast_head_positions']:8d} LM-head positions  (reference pass "
+        f"{result['fast_reference_pass_seconds']:.2f} s, boundaries {result['cached_boundaries']})"
+    )
+    print(
+        f"naive: {result['naive_seconds']:8.2f} s  {result['naive_block_forwards']:6d} block-forwards  "
+        f"{result['naive_head_positions']:8d} LM-head positions"
+    )
+    if repeats > 1:
+        print(
+            f"medians of {repeats} interleaved rounds; fast {result['fast_seconds_each']} s, "
+            f"naive {result['naive_seconds_each']} s"
+        )
+    print(
+        f"speedup {result['speedup']}x, scores agree: {result['agree']} "
+        f"(max |difference| {result['max_abs_difference']:.2e})"
+    )
+
+
 def bench_evaluator(
     model: Annotated[
         str | None,
         typer.Option(help="Model directory or hub id (default: the demo model, built on first use)."),
     ] = None,
-    objective: Annotated[str, typer.Option(help="Calibration objective: perplexity, task_margin or kl.")] = (
-        "task_margin"
-    ),
+    objective: ObjectiveOption = "task_margin",
     data: Annotated[
         str | None,
         typer.Option(
             help="Data spec (default: the demo model's demo:qa or demo:text, as the objective needs)."
         ),
     ] = None,
-    samples: Annotated[int, typer.Option(help="Calibration samples (text windows or questions).")] = 32,
+    samples: CalibrationSamplesOption = 32,
     seq_len: Annotated[int, typer.Option(help="Tokens per text window / longest question.")] = 128,
     budget: Annotated[int, typer.Option(help="Blocks removed in each random set (M).")] = 4,
     random_sets: Annotated[int, typer.Option(help="Random M-block sets scored after the single ones.")] = 100,
-    seed: Annotated[int, typer.Option(help="Seed of the data draw and of the random sets.")] = 0,
+    seed: SeedOption = 0,
     batch_size: Annotated[int, typer.Option(help="Sequences per forward.")] = 16,
-    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "float32",
-    device: Annotated[str, typer.Option(help="torch device, e.g. cpu or cuda.")] = "cpu",
-    memory_budget_gb: Annotated[
-        float | None,
-        typer.Option(help="Memory for cached block-boundary states (default: a share of what is free)."),
-    ] = None,
+    dtype: DtypeOption = "float32",
+    device: DeviceOption = "cpu",
+    memory_budget_gb: MemoryBudgetOption = None,
     repeats: Annotated[
         int,
         typer.Option(
@@ -409,13 +499,7 @@ def bench_evaluator(
 
         model = str(ensure_demo_model(progress=not as_json))
     if data is None:
-        from depthprune.demo.paths import data_file
-
-        if not data_file(model, "text_test").parent.is_dir():
-            from depthprune.errors import UserError
-
-            raise UserError(f"{model} has no demo data/ directory: pass --data (e.g. text:PATH or mc:PATH)")
-        data = f"{'demo:text' if kind == 'text' else 'demo:qa'}@{model}"
+        data = _demo_data_spec(model, kind)
     config = CalibrationConfig(objective, data, samples=samples, seq_len=seq_len, seed=seed)
     result = compare_with_naive(
         model,
@@ -433,26 +517,7 @@ def bench_evaluator(
     )
     if as_json:
         print(json.dumps(result))
-        return
-    print(
-        f"{result['sets']} removal sets ({result['num_blocks']} single-block + {random_sets} random "
-        f"M={budget}), objective {objective} on {data}, {result['sequences']} sequences"
-    )
-    print(
-        f"fast : {result['fast_seconds']:8.2f} s  {result['fast_block_forwards']:6d} block-forwards  "
-        f"{result['fast_head_positions']:8d} LM-head positions  (reference pass "
-        f"{result['fast_reference_pass_seconds']:.2f} s, boundaries {result['cached_boundaries']})"
-    )
-    print(
-        f"naive: {result['naive_seconds']:8.2f} s  {result['naive_block_forwards']:6d} block-forwards  "
-        f"{result['naive_head_positions']:8d} LM-head positions"
-    )
-    if repeats > 1:
-        print(
-            f"medians of {repeats} interleaved rounds; fast {result['fast_seconds_each']} s, "
-            f"naive {result['naive_seconds_each']} s"
+    else:
+        _print_benchmark(
+            result, objective=objective, data=data, budget=budget, random_sets=random_sets, repeats=repeats
         )
-    print(
-        f"speedup {result['speedup']}x, scores agree: {result['agree']} "
-        f"(max |difference| {result['max_abs_difference']:.2e})"
-    )

@@ -104,6 +104,70 @@ def prior_answers(ranks: np.ndarray, budget: int, count: int) -> list[dict[str, 
     return answers
 
 
+def open_study(settings: Options, study_name: str, enqueued: list[dict[str, int]], seed: int):
+    """Create (or, with a storage, load) the Optuna study; a new study gets the prior trials enqueued."""
+    import optuna
+
+    # n_startup_trials counts every finished trial, enqueued ones included: add them so that
+    # `random_trials` truly random trials follow the prior ones.
+    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=len(enqueued) + settings.random_trials)
+    study = optuna.create_study(
+        storage=settings.storage,
+        study_name=study_name,
+        direction="minimize",
+        sampler=sampler,
+        load_if_exists=settings.storage is not None,
+    )
+    if not study.trials:
+        for answers in enqueued:
+            study.enqueue_trial(answers)
+    return study
+
+
+def completed_trials(study) -> list:
+    """The study's finished trials, in trial order."""
+    from optuna.trial import TrialState
+
+    return sorted(
+        study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=lambda trial: trial.number
+    )
+
+
+def run_trials(study, objective_function, total: int, progress: bool) -> None:
+    """Optimise until the study holds ``total`` finished trials (it may hold some already)."""
+    import optuna
+    from optuna.trial import TrialState
+
+    done = len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+    remaining = max(total - done, 0)
+    with tqdm(total=total, initial=done, desc="bayesian", disable=not progress, leave=False) as bar:
+        with warnings.catch_warnings():
+            # TPE's multivariate mode is flagged experimental; the warning is noise for users.
+            warnings.simplefilter("ignore", category=optuna.exceptions.ExperimentalWarning)
+            if remaining:
+                study.optimize(
+                    objective_function,
+                    n_trials=remaining,
+                    callbacks=[
+                        optuna.study.MaxTrialsCallback(total, states=(TrialState.COMPLETE,)),
+                        lambda _study, _trial: bar.update(),
+                    ],
+                )
+
+
+def trial_history(study) -> tuple[list[dict], list[int]]:
+    """One history entry per finished trial (with the best loss so far), and the best removal set."""
+    history = []
+    best: tuple[float, list[int]] | None = None
+    for trial in completed_trials(study):
+        current = (float(trial.value), trial.user_attrs["removed_blocks"])
+        best = current if best is None or current < best else best
+        history.append(
+            {"trial": trial.number, "removed": current[1], "loss": current[0], "best_loss": best[0]}
+        )
+    return history, best[1]
+
+
 def search(
     objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True, **options
 ) -> SearchResult:
@@ -120,7 +184,6 @@ def search(
         The best removal set of the study, its loss, and one history entry per finished trial.
     """
     import optuna
-    from optuna.trial import TrialState
 
     settings = parse_options(Options, options, "bayesian")
     check_budget(objective, budget)
@@ -129,23 +192,7 @@ def search(
     study_name = settings.study_name or f"bayesian-n{num_blocks}-m{budget}-seed{seed}-{settings.prior}"
 
     optuna.logging.set_verbosity(logging.WARNING)
-    enqueued = prior_answers(ranks, budget, settings.prior_trials)
-    # n_startup_trials counts every finished trial, enqueued ones included: add them so that
-    # `random_trials` truly random trials follow the prior ones.
-    sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=len(enqueued) + settings.random_trials)
-    study = optuna.create_study(
-        storage=settings.storage,
-        study_name=study_name,
-        direction="minimize",
-        sampler=sampler,
-        load_if_exists=settings.storage is not None,
-    )
-    if not study.trials:
-        for answers in enqueued:
-            study.enqueue_trial(answers)
-
-    def finished() -> int:
-        return len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)))
+    study = open_study(settings, study_name, prior_answers(ranks, budget, settings.prior_trials), seed)
 
     def objective_function(trial) -> float:
         answers = np.array(
@@ -155,34 +202,9 @@ def search(
         trial.set_user_attr("removed_blocks", sorted(removed))
         return objective.score(removed)
 
-    done = finished()
-    remaining = max(settings.trials - done, 0)
-    with tqdm(total=settings.trials, initial=done, desc="bayesian", disable=not progress, leave=False) as bar:
-        with warnings.catch_warnings():
-            # TPE's multivariate mode is flagged experimental; the warning is noise for users.
-            warnings.simplefilter("ignore", category=optuna.exceptions.ExperimentalWarning)
-            if remaining:
-                study.optimize(
-                    objective_function,
-                    n_trials=remaining,
-                    callbacks=[
-                        optuna.study.MaxTrialsCallback(settings.trials, states=(TrialState.COMPLETE,)),
-                        lambda _study, _trial: bar.update(),
-                    ],
-                )
-
-    completed = sorted(
-        study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)), key=lambda trial: trial.number
-    )
-    history = []
-    best: tuple[float, list[int]] | None = None
-    for trial in completed:
-        current = (float(trial.value), trial.user_attrs["removed_blocks"])
-        best = current if best is None or current < best else best
-        history.append(
-            {"trial": trial.number, "removed": current[1], "loss": current[0], "best_loss": best[0]}
-        )
-    result = finish(objective, best[1], history, settings)
+    run_trials(study, objective_function, settings.trials, progress)
+    history, best_removed = trial_history(study)
+    result = finish(objective, best_removed, history, settings)
     result.options["study_name"] = study_name
     if settings.storage is not None:
         # The options go to the registry: never store a database password there.

@@ -100,6 +100,86 @@ def estimated_cost(removed: frozenset[int], increments: np.ndarray, segment_cost
     return cost
 
 
+def loss_scale_prior(objective: SubsetObjective, prior: str, seed: int) -> np.ndarray:
+    """Single-block scores on the loss scale: the real ones, or (``prior="random"``) them dealt at random."""
+    scores = prior_scores(objective, prior, seed)
+    if prior == "random":
+        # FBS compares prior increments with true segment costs, so the control needs loss-scale values:
+        # the real single-block losses dealt to blocks in a seeded random order (no information, same scale).
+        real = np.sort(np.asarray(objective.single_block_scores(), dtype=np.float64))
+        scores = real[scores.astype(np.int64)]
+    return scores
+
+
+def score_segments(
+    objective: SubsetObjective, pool: set[int], budget: int, increments: np.ndarray, dense: float, count: int
+) -> dict[tuple[int, ...], float]:
+    """True segment scores σ(G) = L(G removed) − L_dense of the ``count`` segments with lowest prior sum."""
+    segments = candidate_segments(pool, budget)
+    segments.sort(key=lambda segment: (float(sum(increments[b] for b in segment)), segment))
+    return {segment: objective.score(as_key(segment)) - dense for segment in segments[:count]}
+
+
+def positive_swaps(current: frozenset[int], increments: np.ndarray, segment_costs: dict) -> list[tuple]:
+    """Swaps bringing an evaluated segment into ``current``, with positive estimated gain, best first.
+
+    Each swap is ``(gain, segment, incoming, outgoing)``: the segment's blocks not yet removed come in, as
+    many of the current set's costliest other blocks go out.
+    """
+    base_cost = estimated_cost(current, increments, segment_costs)
+    swaps = []
+    for segment in segment_costs:
+        incoming = set(segment) - current
+        if not incoming:
+            continue
+        others = sorted(current - set(segment), key=lambda block: (-increments[block], block))
+        outgoing = set(others[: len(incoming)])
+        proposal = as_key((current - outgoing) | incoming)
+        gain = base_cost - estimated_cost(proposal, increments, segment_costs)
+        if gain > 1e-12:
+            swaps.append((gain, segment, incoming, outgoing))
+    swaps.sort(key=lambda swap: (-swap[0], swap[1]))
+    return swaps
+
+
+def candidate_moves(current: frozenset[int], swaps: list[tuple]) -> list[tuple[str, frozenset[int]]]:
+    """The batch of conflict-free swaps (greedy by gain), then the single best swap when it differs."""
+    touched: set[int] = set()
+    batch_in: set[int] = set()
+    batch_out: set[int] = set()
+    for _gain, _segment, incoming, outgoing in swaps:
+        if touched.isdisjoint(incoming | outgoing):
+            batch_in |= incoming
+            batch_out |= outgoing
+            touched |= incoming | outgoing
+    moves = [("batch", as_key((current - batch_out) | batch_in))]
+    best_single = as_key((current - swaps[0][3]) | swaps[0][2])
+    if best_single != moves[0][1]:
+        moves.append(("single", best_single))
+    return moves
+
+
+def try_moves(
+    objective: SubsetObjective,
+    current: frozenset[int],
+    moves: list,
+    round_number: int,
+    seen: set,
+    history: list,
+) -> frozenset[int] | None:
+    """Score the moves not seen before, in order, recording each; the first that beats ``current`` wins."""
+    current_loss = objective.score(current)
+    for move, proposal in moves:
+        if proposal in seen:
+            continue
+        seen.add(proposal)
+        loss = objective.score(proposal)
+        history.append({"round": round_number, "removed": sorted(proposal), "loss": loss, "move": move})
+        if loss < current_loss:
+            return proposal
+    return None
+
+
 def search(
     objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True, **options
 ) -> SearchResult:
@@ -117,69 +197,24 @@ def search(
     """
     settings = parse_options(Options, options, "fast_block_select")
     check_budget(objective, budget)
-    num_blocks = objective.num_blocks
-    scores = prior_scores(objective, settings.prior, seed)
-    if settings.prior == "random":
-        # FBS compares prior increments with true segment costs, so the control needs loss-scale values:
-        # the real single-block losses dealt to blocks in a seeded random order (no information, same scale).
-        real = np.sort(np.asarray(objective.single_block_scores(), dtype=np.float64))
-        scores = real[scores.astype(np.int64)]
+    scores = loss_scale_prior(objective, settings.prior, seed)
     dense = objective.score(frozenset())
     increments = scores - dense
     order = [int(block) for block in np.argsort(scores, kind="stable")]
     alternatives = budget if settings.alternatives is None else settings.alternatives
     current = as_key(lowest(scores, budget))
-    pool = set(order[: min(budget + alternatives, num_blocks)])
-
-    segments = candidate_segments(pool, budget)
-    segments.sort(key=lambda segment: (float(sum(increments[b] for b in segment)), segment))
-    segment_costs = {
-        segment: objective.score(as_key(segment)) - dense for segment in segments[: settings.segments]
-    }
+    pool = set(order[: min(budget + alternatives, objective.num_blocks)])
+    segment_costs = score_segments(objective, pool, budget, increments, dense, settings.segments)
 
     history = [{"round": 0, "removed": sorted(current), "loss": objective.score(current), "move": "one-shot"}]
     seen = {current}
     for round_number in tqdm(
         range(1, settings.max_rounds + 1), desc="fast_block_select", disable=not progress, leave=False
     ):
-        base_cost = estimated_cost(current, increments, segment_costs)
-        swaps = []
-        for segment in segment_costs:
-            incoming = set(segment) - current
-            if not incoming:
-                continue
-            others = sorted(current - set(segment), key=lambda block: (-increments[block], block))
-            outgoing = set(others[: len(incoming)])
-            proposal = as_key((current - outgoing) | incoming)
-            gain = base_cost - estimated_cost(proposal, increments, segment_costs)
-            if gain > 1e-12:
-                swaps.append((gain, segment, incoming, outgoing))
+        swaps = positive_swaps(current, increments, segment_costs)
         if not swaps:
             break
-        swaps.sort(key=lambda swap: (-swap[0], swap[1]))
-        touched: set[int] = set()
-        batch_in: set[int] = set()
-        batch_out: set[int] = set()
-        for _gain, _segment, incoming, outgoing in swaps:
-            if touched.isdisjoint(incoming | outgoing):
-                batch_in |= incoming
-                batch_out |= outgoing
-                touched |= incoming | outgoing
-        current_loss = objective.score(current)
-        moves = [("batch", as_key((current - batch_out) | batch_in))]
-        best_single = as_key((current - swaps[0][3]) | swaps[0][2])
-        if best_single != moves[0][1]:
-            moves.append(("single", best_single))
-        accepted = None
-        for move, proposal in moves:
-            if proposal in seen:
-                continue
-            seen.add(proposal)
-            loss = objective.score(proposal)
-            history.append({"round": round_number, "removed": sorted(proposal), "loss": loss, "move": move})
-            if loss < current_loss:
-                accepted = proposal
-                break
+        accepted = try_moves(objective, current, candidate_moves(current, swaps), round_number, seen, history)
         if accepted is None:
             break
         current = accepted

@@ -1,0 +1,202 @@
+"""The study report's figures (PNG): one function per figure, all reading one :class:`StudyView`.
+
+:func:`draw_figures` runs every function of :data:`FIGURES` in order into ``figures/``:
+
+* ``heatmap_m{M}.png`` — removed blocks per (calibration, search) for each budget M;
+* ``tradeoff.png`` — perplexity vs mean accuracy of every variant;
+* ``rank_correlation.png`` — perplexity rank vs accuracy rank per (calibration, M).
+
+matplotlib is imported inside the functions (with the ``Agg`` backend), so importing the report costs nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from pruning.study import statistics as study_stats
+from pruning.study.tables import StudyView, calibration_label, fmt, mean_accuracy
+
+
+def _save(figure, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    figure.savefig(path, dpi=120)
+    plt.close(figure)
+    return path
+
+
+def _calibration_colors(view: StudyView) -> tuple[list[str], dict]:
+    """The calibration labels of the study proper, sorted, and one tab10 colour each."""
+    import matplotlib.pyplot as plt
+
+    labels = sorted({calibration_label(c, view.multiple_data) for c in view.main})
+    return labels, {name: plt.cm.tab10(i % 10) for i, name in enumerate(labels)}
+
+
+def _search_markers(view: StudyView) -> dict[str, str]:
+    """One marker per search, in the order the study lists them."""
+    return {name: "osD^v<>pP*X"[i % 11] for i, name in enumerate(view.summary["searches"])}
+
+
+def _draw_heatmap(directory: Path, view: StudyView, drop: int) -> Path | None:
+    """Share of seeds removing each block, per (calibration, search), at budget ``drop``."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    num_blocks = view.num_blocks
+    rows = defaultdict(lambda: np.zeros(num_blocks))
+    counts = defaultdict(int)
+    for cell in view.main:
+        if cell.drop == drop:
+            key = (calibration_label(cell, view.multiple_data), cell.search)
+            for block in cell.removed_blocks:
+                rows[key][block] += 1
+            counts[key] += 1
+    if not rows:
+        return None
+    keys = sorted(rows, key=lambda k: (k[0], view.search_position(k[1])))
+    grid = np.stack([rows[k] / counts[k] for k in keys])
+    figure, axes = plt.subplots(figsize=(max(6, 0.4 * num_blocks + 3), 0.35 * len(keys) + 1.5))
+    axes.imshow(grid, cmap="Reds", vmin=0, vmax=1, aspect="auto")
+    axes.set_yticks(range(len(keys)), [f"{k[0]} · {k[1]}" for k in keys], fontsize=8)
+    axes.set_xticks(range(num_blocks), [str(i) for i in range(num_blocks)], fontsize=8)
+    axes.set_xlabel("block index")
+    for boundary in [i - 0.5 for i in range(1, len(keys)) if keys[i][0] != keys[i - 1][0]]:
+        axes.axhline(boundary, color="black", linewidth=1)
+    seeds = len(view.summary["seeds"])
+    axes.set_title(f"Removed blocks, M = {drop}" + (f" (share of {seeds} seeds)" if seeds > 1 else ""))
+    figure.tight_layout()
+    return _save(figure, directory / f"heatmap_m{drop}.png")
+
+
+def heatmap_figures(directory: Path, view: StudyView) -> list[Path]:
+    """``heatmap_m{M}.png`` for every budget that has cells."""
+    drawn = [_draw_heatmap(directory, view, drop) for drop in view.summary["drops"]]
+    return [path for path in drawn if path is not None]
+
+
+def _tradeoff_panel(axes, view: StudyView, drop: int, colors: dict, markers: dict) -> None:
+    """Perplexity vs mean accuracy of the variants at budget ``drop``, with the dense model."""
+    primary, acc_tasks = view.primary, view.acc_tasks
+    for cell in view.main:
+        if cell.drop != drop:
+            continue
+        x = cell.metrics.get(f"{primary}/perplexity", math.nan) if primary else math.nan
+        y = mean_accuracy(cell.metrics, acc_tasks)
+        axes.scatter(
+            x,
+            y,
+            color=colors[calibration_label(cell, view.multiple_data)],
+            marker=markers.get(cell.search, "o"),
+            s=45,
+            alpha=0.85,
+        )
+    if primary and f"{primary}/perplexity" in view.dense:
+        axes.scatter(
+            view.dense[f"{primary}/perplexity"],
+            mean_accuracy(view.dense, acc_tasks),
+            color="black",
+            marker="*",
+            s=150,
+            label="dense",
+        )
+    xs = [x for x in (c.metrics.get(f"{primary}/perplexity") for c in view.main if c.drop == drop) if x]
+    if xs and max(xs) / min(xs) > 3:  # log scale only pays off over a wide range
+        axes.set_xscale("log")
+    axes.set_xlabel(f"{primary} perplexity")
+    axes.set_ylabel("mean accuracy")
+    axes.set_title(f"M = {drop}")
+    axes.grid(alpha=0.3)
+
+
+def tradeoff_figure(directory: Path, view: StudyView) -> list[Path]:
+    """``tradeoff.png``: one perplexity-vs-accuracy panel per budget, one legend."""
+    import matplotlib.pyplot as plt
+
+    labels, colors = _calibration_colors(view)
+    markers = _search_markers(view)
+    drops = view.summary["drops"]
+    figure, axes_list = plt.subplots(1, len(drops), figsize=(5.5 * len(drops), 4.5), squeeze=False)
+    for axes, drop in zip(axes_list[0], drops, strict=True):
+        _tradeoff_panel(axes, view, drop, colors, markers)
+    handles = [plt.Line2D([], [], color=colors[n], marker="o", linestyle="", label=n) for n in labels]
+    handles += [plt.Line2D([], [], color="gray", marker=m, linestyle="", label=s) for s, m in markers.items()]
+    handles.append(plt.Line2D([], [], color="black", marker="*", linestyle="", markersize=10, label="dense"))
+    figure.legend(handles=handles, loc="center right", fontsize=8)
+    figure.suptitle("Perplexity vs accuracy trade-off")
+    figure.tight_layout(rect=(0, 0, 0.82, 1))
+    return [_save(figure, directory / "tradeoff.png")]
+
+
+def _rank_panel(axes, view: StudyView, name: str, drop: int, color, markers: dict) -> None:
+    """Perplexity rank vs accuracy rank of the searches of one (calibration, M), titled with ρ."""
+    primary = view.primary
+    members = [c for c in view.main if calibration_label(c, view.multiple_data) == name and c.drop == drop]
+    ppl = [c.metrics.get(f"{primary}/perplexity", math.nan) if primary else math.nan for c in members]
+    acc = [mean_accuracy(c.metrics, view.acc_tasks) for c in members]
+    usable = [
+        (p, a, c) for p, a, c in zip(ppl, acc, members, strict=True) if not (math.isnan(p) or math.isnan(a))
+    ]
+    if usable:
+        ppl_rank = study_stats.rank([p for p, _, _ in usable])
+        acc_rank = study_stats.rank([a for _, a, _ in usable], descending=True)
+        for x, y, (_, _, cell) in zip(ppl_rank, acc_rank, usable, strict=True):
+            axes.scatter(x, y, marker=markers.get(cell.search, "o"), color=color, s=45)
+            axes.annotate(cell.search, (x, y), fontsize=6, xytext=(3, 3), textcoords="offset points")
+        top = len(usable) + 0.5
+        axes.plot([0.5, top], [0.5, top], color="gray", linewidth=0.8, linestyle="--")
+    rho = study_stats.perplexity_accuracy_spearman(ppl, acc)
+    axes.set_title(f"{name}, M = {drop}: ρ = {fmt(rho, 2)}", fontsize=9)
+    axes.set_xlabel("perplexity rank")
+    axes.set_ylabel("accuracy rank")
+
+
+def rank_correlation_figure(directory: Path, view: StudyView) -> list[Path]:
+    """``rank_correlation.png``: one rank-vs-rank panel per (calibration, M), four to a row."""
+    import matplotlib.pyplot as plt
+
+    _, colors = _calibration_colors(view)
+    markers = _search_markers(view)
+    panels = sorted({(calibration_label(c, view.multiple_data), c.drop) for c in view.main})
+    columns = min(4, max(1, len(panels)))
+    rows_count = math.ceil(len(panels) / columns) if panels else 1
+    figure, axes_grid = plt.subplots(
+        rows_count, columns, figsize=(4 * columns, 3.8 * rows_count), squeeze=False
+    )
+    for axes in axes_grid.flat[len(panels) :]:
+        axes.axis("off")
+    for axes, (name, drop) in zip(axes_grid.flat, panels, strict=False):
+        _rank_panel(axes, view, name, drop, colors[name], markers)
+    figure.tight_layout()
+    return [_save(figure, directory / "rank_correlation.png")]
+
+
+FIGURES: tuple[Callable[[Path, StudyView], list[Path]], ...] = (
+    heatmap_figures,
+    tradeoff_figure,
+    rank_correlation_figure,
+)
+"""The report's figures in drawing order; each writes its PNG files and returns their paths."""
+
+
+def draw_figures(directory: Path, summary: dict, cells: Sequence, dense: dict) -> list[Path]:
+    """Write the PNG figures into ``directory``.
+
+    Args:
+        directory: where the figures go (created if missing).
+        summary: the study's setup (:func:`pruning.study.grid.plan_summary`).
+        cells: finished cells, metrics filled in.
+        dense: the dense model's metrics.
+
+    Returns:
+        The paths written.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    directory.mkdir(parents=True, exist_ok=True)
+    view = StudyView(summary, cells, dense)
+    return [path for draw in FIGURES for path in draw(directory, view)]
