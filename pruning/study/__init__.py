@@ -2,7 +2,9 @@
 
 * :mod:`~pruning.study.grid` — plan and run the grid (``depthprune study``);
 * :mod:`~pruning.study.statistics` — Jaccard overlaps, inter-method variance, Spearman ρ;
-* :mod:`~pruning.study.report` — the tables and figures (Markdown, HTML, PNG).
+* :mod:`~pruning.study.tables` — one function per table of the report;
+* :mod:`~pruning.study.figures` — one function per figure (PNG);
+* :mod:`~pruning.study.report` — the report itself (Markdown, HTML).
 """
 
 from depthprune.lazy import lazy_exports
