@@ -9,6 +9,15 @@ those blocks skipped (``pruning.models.BlockStack.forward``).
 The directory is built under a temporary name beside ``out`` and renamed into place at the end, so a
 failure or Ctrl-C never leaves a half-written checkpoint behind.
 
+**pruning.json** is :class:`PrunedCheckpoint` as ``dataclasses.asdict``. Its top-level keys describe the
+checkpoint (``base_model``, ``base_num_blocks``, ``removed_blocks``, ``kept_to_original``, the weight
+hashes, ...) and are read as they are by the load test and the demo. The registry's record of the
+variant is under ``variant``: a :class:`registry.records.VariantRecord` as ``dataclasses.asdict``, with
+this checkpoint's path and sha256, the same record ``prune`` registers; ``null`` when no calibration
+objective chose the blocks (``depthprune checkpoint``). ``calibration`` and ``scores`` repeat the
+record's calibration and measurements under the names files written before the record had; reading such
+an older file rebuilds its ``variant`` from them.
+
 Command: ``depthprune checkpoint --model PATH_OR_ID --remove 3,7,8 --out DIR``.
 """
 
@@ -18,14 +27,21 @@ import datetime as dt
 import json
 import shutil
 import tempfile
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from depthprune.checksums import weights_sha256
 from depthprune.errors import UserError
 from pruning.models import load_config, validate_removed
+from registry.records import VariantRecord
 
 PRUNING_FILE = "pruning.json"
+MANUAL_SEARCH = "manual"
+"""The ``search`` of a variant whose blocks were chosen by hand under a named calibration."""
+MEASUREMENTS = ("calibration_loss", "dense_loss", "search_seconds", "block_forwards", "subset_evaluations")
+"""The :class:`VariantRecord` fields that ``scores`` in ``pruning.json`` repeats."""
 
 
 @dataclass
@@ -58,14 +74,74 @@ class PrunedCheckpoint:
     """UTC time the checkpoint was written, ISO 8601."""
     depthprune_version: str = ""
     """Version of depthprune that wrote it."""
+    variant: VariantRecord | None = None
+    """The registry's record of the variant, with this checkpoint's path and sha256; None when no
+    calibration objective chose the removed blocks."""
 
     @classmethod
     def read(cls, directory: str | Path) -> PrunedCheckpoint:
-        """Read ``pruning.json`` of a variant directory."""
+        """Read ``pruning.json`` of a variant directory (also one written before it had ``variant``)."""
         path = Path(directory) / PRUNING_FILE
         if not path.is_file():
             raise UserError(f"{directory} is not a depthprune variant (no {PRUNING_FILE})")
-        return cls(**json.loads(path.read_text()))
+        fields = json.loads(path.read_text())
+        if "variant" not in fields:  # written before the record was: rebuild it from what it has
+            fields["variant"] = variant_from_scores(
+                fields["base_model"],
+                fields["removed_blocks"],
+                fields.get("calibration"),
+                fields.get("scores"),
+            )
+            if fields["variant"] is not None:
+                fields["variant"] = replace(
+                    fields["variant"],
+                    checkpoint_path=fields["path"],
+                    checkpoint_sha256=fields["weights_sha256"],
+                )
+        elif fields["variant"] is not None:
+            fields["variant"] = VariantRecord(**fields["variant"])
+        return cls(**fields)
+
+
+def variant_from_scores(
+    base_model: str, removed_blocks: list[int], calibration: dict | None, scores: dict | None
+) -> VariantRecord | None:
+    """The record of a variant described by a calibration and ``scores`` (older ``pruning.json`` files).
+
+    Returns:
+        None when ``calibration`` names no objective (blocks chosen by hand: nothing to file it under);
+        else a record whose search is ``scores["search"]``, or ``manual`` when it names none.
+    """
+    if not (calibration or {}).get("objective"):
+        return None
+    scores = scores or {}
+    options = dict(scores.get("search_options") or {})
+    if scores.get("seed") is not None:
+        options.setdefault("seed", scores["seed"])  # prune registers the seed among the options
+    return VariantRecord(
+        base_model=base_model,
+        removed_blocks=list(removed_blocks),
+        calibration=calibration,
+        search=scores.get("search", MANUAL_SEARCH),
+        search_options=options,
+        **{name: scores.get(name) for name in MEASUREMENTS},
+    )
+
+
+def scores_of(variant: VariantRecord) -> dict:
+    """``scores`` of ``pruning.json``: the record's search and measurements, its seed on its own."""
+    options = dict(variant.search_options)
+    seed = options.pop("seed", None)
+    return {
+        "calibration_loss": variant.calibration_loss,
+        "dense_loss": variant.dense_loss,
+        "search": variant.search,
+        "search_options": options,
+        "seed": seed,
+        "search_seconds": variant.search_seconds,
+        "block_forwards": variant.block_forwards,
+        "subset_evaluations": variant.subset_evaluations,
+    }
 
 
 def resolve_model_dir(model: str, revision: str | None = None) -> tuple[Path, str | None]:
@@ -132,6 +208,7 @@ def write_pruned_checkpoint(
     revision: str | None = None,
     calibration: dict | None = None,
     scores: dict | None = None,
+    variant: VariantRecord | None = None,
     dtype: str | None = None,
     overwrite: bool = False,
 ) -> PrunedCheckpoint:
@@ -142,16 +219,18 @@ def write_pruned_checkpoint(
         removed_blocks: original indices of the blocks to remove.
         out: directory to create.
         revision: hub revision of ``model``.
-        calibration: the calibration configuration behind the choice (stored in ``pruning.json``).
-        scores: losses and search statistics (stored in ``pruning.json``).
+        calibration: the calibration configuration behind the choice, when no ``variant`` is given; if it
+            names an objective, the variant is recorded as chosen by a ``manual`` search.
+        scores: losses and search statistics (stored in ``pruning.json``); default: those of ``variant``.
+        variant: the registry's record of this variant (``prune`` passes it), stored in ``pruning.json``
+            with this checkpoint's path and sha256; it must name ``model`` and ``removed_blocks``.
         dtype: torch dtype to save in (default: the checkpoint's own).
         overwrite: replace ``out`` if it already exists.
 
     Returns:
         The :class:`PrunedCheckpoint` written to ``out/pruning.json``.
     """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     import depthprune
 
@@ -161,11 +240,63 @@ def write_pruned_checkpoint(
     model_dir, revision = resolve_model_dir(model, revision)
     config = load_config(str(model_dir))
     removed = sorted(validate_removed(removed_blocks, config.num_hidden_layers))
+    if scores is None:
+        scores = {} if variant is None else scores_of(variant)
+    variant = _variant_to_write(model, removed, calibration, scores, variant)
     kept_to_original = [i for i in range(config.num_hidden_layers) if i not in removed]
+    causal_lm = _without_blocks(model_dir, kept_to_original, dtype)
+
+    with _staged(out) as staging:
+        causal_lm.save_pretrained(staging)
+        AutoTokenizer.from_pretrained(model_dir).save_pretrained(staging)
+        path, variant_sha256 = str(out.resolve()), weights_sha256(staging)
+        if variant is not None:
+            variant = replace(variant, checkpoint_path=path, checkpoint_sha256=variant_sha256)
+        checkpoint = PrunedCheckpoint(
+            path=path,
+            base_model=model,
+            base_revision=revision,
+            base_weights_sha256=weights_sha256(model_dir),
+            architecture=config.model_type,
+            base_num_blocks=config.num_hidden_layers,
+            removed_blocks=removed,
+            kept_to_original=kept_to_original,
+            weights_sha256=variant_sha256,
+            calibration=variant.calibration if variant is not None else calibration,
+            scores=scores,
+            created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            depthprune_version=depthprune.__version__,
+            variant=variant,
+        )
+        (staging / PRUNING_FILE).write_text(json.dumps(asdict(checkpoint), indent=2) + "\n")
+        (staging / "README.md").write_text(model_card(checkpoint))
+    return checkpoint
+
+
+def _variant_to_write(
+    model: str, removed: list[int], calibration: dict | None, scores: dict, variant: VariantRecord | None
+) -> VariantRecord | None:
+    """The record ``pruning.json`` will carry: ``variant`` checked against the checkpoint, or one built."""
+    if variant is None:
+        return variant_from_scores(model, removed, calibration, scores)
+    if calibration is not None:
+        raise TypeError("pass the calibration in the variant record or on its own, not both")
+    if variant.base_model != model or variant.removed_blocks != removed:
+        raise ValueError(
+            f"the variant record describes {variant.base_model} without blocks {variant.removed_blocks}, "
+            f"but the checkpoint is {model} without blocks {removed}"
+        )
+    return variant
+
+
+def _without_blocks(model_dir: Path, kept_to_original: list[int], dtype: str | None):
+    """The causal LM of ``model_dir`` keeping only ``kept_to_original`` blocks, renumbered from 0."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
     torch_dtype = "auto" if dtype is None else getattr(torch, dtype, None)
     if torch_dtype is None:
         raise UserError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16")
-
     causal_lm = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch_dtype)
     blocks = causal_lm.model.layers
     causal_lm.model.layers = torch.nn.ModuleList(blocks[i] for i in kept_to_original)
@@ -175,33 +306,19 @@ def write_pruned_checkpoint(
             if hasattr(module, "layer_idx"):
                 module.layer_idx = new_index
     slice_per_layer_config(causal_lm.config, kept_to_original)
+    return causal_lm
 
+
+@contextmanager
+def _staged(out: Path) -> Iterator[Path]:
+    """A fresh directory beside ``out`` that replaces ``out`` when the block succeeds, and vanishes if not."""
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     try:
-        causal_lm.save_pretrained(staging)
-        AutoTokenizer.from_pretrained(model_dir).save_pretrained(staging)
-        checkpoint = PrunedCheckpoint(
-            path=str(out.resolve()),
-            base_model=model,
-            base_revision=revision,
-            base_weights_sha256=weights_sha256(model_dir),
-            architecture=config.model_type,
-            base_num_blocks=len(blocks),
-            removed_blocks=removed,
-            kept_to_original=kept_to_original,
-            weights_sha256=weights_sha256(staging),
-            calibration=calibration,
-            scores=scores or {},
-            created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            depthprune_version=depthprune.__version__,
-        )
-        (staging / PRUNING_FILE).write_text(json.dumps(asdict(checkpoint), indent=2) + "\n")
-        (staging / "README.md").write_text(model_card(checkpoint))
+        yield staging
         if out.exists():
             shutil.rmtree(out)
         staging.rename(out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return checkpoint

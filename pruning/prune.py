@@ -7,7 +7,8 @@
 2. one :class:`~pruning.calibration.scorer.SubsetEvaluator` is built and shared by every search of the run
    (``--search all``), so the single-block prior and every memoised subset are computed once;
 3. each search runs on a :class:`~pruning.search.TrackedObjective` view of it (:func:`run_searches`);
-4. each result is written as an HF checkpoint and registered (base model + variant) in the registry.
+4. each result becomes one :class:`~registry.records.VariantRecord` (:func:`variant_record`), written with
+   its HF checkpoint (in ``pruning.json``) and registered in the registry (base model, then variant).
 
 **Resuming.** A run directory under ``DEPTHPRUNE_HOME/runs/`` is keyed by (model, dtype, calibration
 configuration). The evaluator's memo is loaded from it at start and saved after every search and on
@@ -40,6 +41,7 @@ from depthprune.errors import UserError
 from pruning.calibration.objectives import CalibrationConfig
 from pruning.search import ALL_SEARCHES, OPTIONS, PRIOR_GUIDED, SEARCHES, TrackedObjective
 from pruning.search.base import SearchResult, SubsetObjective, parse_options
+from registry.records import VariantRecord
 
 PRIOR_USERS = PRIOR_GUIDED | {"evolution"}
 """Searches that may ask for the single-block prior (evolution screens with it when nothing cheaper does)."""
@@ -348,57 +350,77 @@ def run_searches(
 # ------------------------------------------------------------------------------------------- the command
 
 
-def _checkpoint_for(plan: PrunePlan, run: SearchRun, dense_loss: float):
-    """Write (or reuse, when it already holds this removal set) the checkpoint of one search."""
-    from pruning.checkpoint import PrunedCheckpoint, write_pruned_checkpoint
-
-    directory = plan.checkpoint_dir(run.search)
-    removed = list(run.result.removed_blocks)
-    if (directory / "pruning.json").is_file() and not plan.config.overwrite:
-        existing = PrunedCheckpoint.read(directory)
-        if existing.removed_blocks == removed:
-            return existing  # a resumed run: the same search already wrote this variant
-        raise UserError(
-            f"{directory} holds removed blocks {existing.removed_blocks}, not {removed}; "
-            f"pass --overwrite to replace it"
-        )
-    scores = {
-        "calibration_loss": run.result.loss,
-        "dense_loss": dense_loss,
-        "search": run.search,
-        "search_options": run.result.options,
-        "seed": plan.config.seed,
-        "search_seconds": run.seconds,
-        "block_forwards": run.block_forwards,
-        "subset_evaluations": run.subset_evaluations,
-    }
-    return write_pruned_checkpoint(
-        plan.model,
-        removed,
-        directory,
+def variant_record(plan: PrunePlan, run: SearchRun, dense_loss: float) -> VariantRecord:
+    """The registry record of one search's variant (its checkpoint not yet written)."""
+    return VariantRecord(
+        base_model=plan.model,
+        removed_blocks=list(run.result.removed_blocks),
         calibration=dataclasses.asdict(plan.config.calibration),
-        scores=scores,
-        overwrite=plan.config.overwrite,
+        search=run.search,
+        search_options={**run.result.options, "seed": plan.config.seed},
+        calibration_loss=run.result.loss,
+        dense_loss=dense_loss,
+        search_seconds=run.seconds,
+        block_forwards=run.block_forwards,
+        subset_evaluations=run.subset_evaluations,
     )
 
 
-def prune(
-    config: PruneConfig, on_variant: Callable[[VariantOutcome], None] | None = None
-) -> list[VariantOutcome]:
-    """Run ``config``: build the evaluator, run each search, write and register each variant.
+def _checkpoint_for(plan: PrunePlan, search: str, record: VariantRecord):
+    """Write (or reuse, when it already holds this removal set) the checkpoint of one search."""
+    from pruning.checkpoint import PRUNING_FILE, PrunedCheckpoint, write_pruned_checkpoint
 
-    Args:
-        config: the run.
-        on_variant: called with each variant as soon as it is registered (the CLI prints it).
+    directory = plan.checkpoint_dir(search)
+    if (directory / PRUNING_FILE).is_file() and not plan.config.overwrite:
+        existing = PrunedCheckpoint.read(directory)
+        if existing.removed_blocks == record.removed_blocks:
+            return existing  # a resumed run: the same search already wrote this variant
+        raise UserError(
+            f"{directory} holds removed blocks {existing.removed_blocks}, not {record.removed_blocks}; "
+            f"pass --overwrite to replace it"
+        )
+    return write_pruned_checkpoint(
+        plan.model, record.removed_blocks, directory, variant=record, overwrite=plan.config.overwrite
+    )
 
-    Returns:
-        One :class:`VariantOutcome` per search.
-    """
+
+def _register(registry, plan: PrunePlan, run: SearchRun, dense_loss: float) -> VariantOutcome:
+    """Write the checkpoint of one search and register it (base model, then variant)."""
+    record = variant_record(plan, run, dense_loss)
+    written = _checkpoint_for(plan, run.search, record)
+    registry.register_base_model(
+        plan.model,
+        revision=written.base_revision,
+        weights_sha256=written.base_weights_sha256,
+        num_blocks=plan.num_blocks,
+        architecture=written.architecture,
+    )
+    # The run's own numbers, also when an earlier run wrote the checkpoint (its pruning.json keeps its own).
+    record = dataclasses.replace(
+        record, checkpoint_path=written.path, checkpoint_sha256=written.weights_sha256
+    )
+    variant = registry.register_variant(record)
+    return VariantOutcome(
+        id=variant.id,
+        name=variant.name,
+        search=run.search,
+        removed_blocks=record.removed_blocks,
+        calibration_loss=run.result.loss,
+        dense_loss=dense_loss,
+        search_seconds=round(run.seconds, 3),
+        block_forwards=run.block_forwards,
+        subset_evaluations=run.subset_evaluations,
+        checkpoint=written.path,
+        seed=plan.config.seed,
+        options=record.search_options,
+    )
+
+
+def _start_run(plan: PrunePlan):
+    """The evaluator of ``plan``, with the memo of an earlier run of the same configuration loaded."""
     from pruning.calibration.scorer import build_evaluator
-    from registry import open_registry
 
-    plan = plan_prune(config)
-    registry = open_registry(config.registry_url)  # a bad URL fails before the model loads
+    config = plan.config
     evaluator = build_evaluator(
         plan.model,
         config.calibration,
@@ -420,6 +442,26 @@ def prune(
     )
     if plan.memo_path.is_file():
         evaluator.load_memo(plan.memo_path)
+    return evaluator
+
+
+def prune(
+    config: PruneConfig, on_variant: Callable[[VariantOutcome], None] | None = None
+) -> list[VariantOutcome]:
+    """Run ``config``: build the evaluator, run each search, write and register each variant.
+
+    Args:
+        config: the run.
+        on_variant: called with each variant as soon as it is registered (the CLI prints it).
+
+    Returns:
+        One :class:`VariantOutcome` per search.
+    """
+    from registry import open_registry
+
+    plan = plan_prune(config)
+    registry = open_registry(config.registry_url)  # a bad URL fails before the model loads
+    evaluator = _start_run(plan)
     outcomes: list[VariantOutcome] = []
     finished = False
     try:
@@ -427,43 +469,7 @@ def prune(
 
         def record(run: SearchRun) -> None:
             evaluator.save_memo(plan.memo_path)
-            written = _checkpoint_for(plan, run, dense_loss)
-            registry.register_base_model(
-                plan.model,
-                revision=written.base_revision,
-                weights_sha256=written.base_weights_sha256,
-                num_blocks=plan.num_blocks,
-                architecture=written.architecture,
-            )
-            options = {**run.result.options, "seed": config.seed}
-            variant = registry.register_variant(
-                base_model=plan.model,
-                removed_blocks=list(run.result.removed_blocks),
-                calibration=dataclasses.asdict(config.calibration),
-                search=run.search,
-                search_options=options,
-                calibration_loss=run.result.loss,
-                dense_loss=dense_loss,
-                search_seconds=run.seconds,
-                block_forwards=run.block_forwards,
-                subset_evaluations=run.subset_evaluations,
-                checkpoint_path=written.path,
-                checkpoint_sha256=written.weights_sha256,
-            )
-            outcome = VariantOutcome(
-                id=variant.id,
-                name=variant.name,
-                search=run.search,
-                removed_blocks=list(run.result.removed_blocks),
-                calibration_loss=run.result.loss,
-                dense_loss=dense_loss,
-                search_seconds=round(run.seconds, 3),
-                block_forwards=run.block_forwards,
-                subset_evaluations=run.subset_evaluations,
-                checkpoint=written.path,
-                seed=config.seed,
-                options=options,
-            )
+            outcome = _register(registry, plan, run, dense_loss)
             outcomes.append(outcome)
             if on_variant is not None:
                 on_variant(outcome)

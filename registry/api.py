@@ -3,12 +3,14 @@
 Typical use::
 
     from registry import open_registry
+    from registry.records import VariantRecord
 
     registry = open_registry()               # DEPTHPRUNE_REGISTRY_URL, or SQLite under DEPTHPRUNE_HOME
     registry.register_base_model("meta-llama/Meta-Llama-3-8B", revision=None, weights_sha256=sha,
                                  num_blocks=32, architecture="llama", path="/models/llama3-8b")
-    variant = registry.register_variant(base_model="meta-llama/Meta-Llama-3-8B", removed_blocks=[...],
-                                        calibration=asdict(calibration_config), search="greedy", ...)
+    variant = registry.register_variant(VariantRecord(base_model="meta-llama/Meta-Llama-3-8B",
+                                        removed_blocks=[...], calibration=asdict(calibration_config),
+                                        search="greedy", ...))
     registry.set_alias("ppl-best", variant.name)
     registry.resolve("ppl-best")             # also: a name, an id, "dense", "ppl-best@<base model>"
 
@@ -18,13 +20,11 @@ Variants, evaluations and serving benchmarks of the dense model are attached to 
 
 from __future__ import annotations
 
-import math
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
@@ -41,10 +41,12 @@ from registry.naming import (
     kept_to_original,
     model_slug,
     normalise_model,
+    optional_float,
     parse_removed_blocks,
+    required_text,
     split_qualified,
 )
-from registry.records import BaseModelInfo, EvaluationInfo, ServingBenchmarkInfo, VariantInfo
+from registry.records import BaseModelInfo, EvaluationInfo, ServingBenchmarkInfo, VariantInfo, VariantRecord
 from registry.schema import migrate
 from registry.tables import AliasRow, BaseModelRow, EvaluationRow, ServingBenchmarkRow, VariantRow, utc_now
 from registry.versions import tool_versions
@@ -83,29 +85,17 @@ def _utc(moment: datetime | None) -> datetime | None:
     return moment
 
 
-def _optional_float(value: Any, what: str) -> float | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "item"):
-        raise UserError(f"{what} must be a number, got {value!r}")
-    number = float(value.item() if hasattr(value, "item") else value)
-    return None if math.isnan(number) else number
-
-
-def _optional_count(value: Any, what: str) -> int | None:
-    if value is None:
-        return None
-    if hasattr(value, "item") and callable(value.item):
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise UserError(f"{what} must be a non-negative integer, got {value!r}")
-    return value
-
-
-def _required_text(value: Any, what: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise UserError(f"{what} must be a non-empty string, got {value!r}")
-    return value.strip()
+_STORED_AS_GIVEN = (
+    "calibration",
+    "search",
+    "search_options",
+    "calibration_loss",
+    "dense_loss",
+    "search_seconds",
+    "block_forwards",
+    "subset_evaluations",
+)
+"""Fields of a :class:`VariantRecord` that its row stores unchanged (the rest are derived or conditional)."""
 
 
 class Registry:
@@ -171,8 +161,8 @@ class Registry:
             The stored :class:`BaseModelInfo`.
         """
         key = normalise_model(model)
-        weights_sha256 = _required_text(weights_sha256, "weights_sha256")
-        architecture = _required_text(architecture, "architecture")
+        weights_sha256 = required_text(weights_sha256, "weights_sha256")
+        architecture = required_text(architecture, "architecture")
         if isinstance(num_blocks, bool) or not isinstance(num_blocks, int) or num_blocks < 2:
             raise UserError(f"num_blocks must be an integer >= 2, got {num_blocks!r}")
         if path is not None:
@@ -208,110 +198,58 @@ class Registry:
 
     # ---------------------------------------------------------------- variants
 
-    def register_variant(
-        self,
-        *,
-        base_model: str,
-        removed_blocks: list[int],
-        calibration: dict,
-        search: str,
-        search_options: dict,
-        calibration_loss: float | None,
-        dense_loss: float | None,
-        search_seconds: float | None,
-        block_forwards: int | None,
-        subset_evaluations: int | None,
-        checkpoint_path: str | None,
-        checkpoint_sha256: str | None,
-        name: str | None = None,
-    ) -> VariantInfo:
-        """Record a pruned variant. The same (base, removed set, calibration, search) updates its row.
+    def register_variant(self, record: VariantRecord) -> VariantInfo:
+        """Store a pruned variant. The same (base, removed set, calibration, search) updates its row.
 
-        On an update, every field takes the new value, except that ``checkpoint_path`` and
+        On an update, every field takes the record's value, except that ``checkpoint_path`` and
         ``checkpoint_sha256`` given as ``None`` keep the recorded checkpoint, and ``name=None`` keeps
         the recorded name.
 
         Args:
-            base_model: a registered base model (hub id, path or short name).
-            removed_blocks: original indices of the removed blocks.
-            calibration: ``dataclasses.asdict`` of the calibration configuration; needs ``objective``.
-            search: search algorithm name (a key of ``pruning.search.SEARCHES``).
-            search_options: the algorithm's settings as used.
-            calibration_loss: calibration loss of the variant.
-            dense_loss: calibration loss of the dense model.
-            search_seconds: wall time of the search.
-            block_forwards: decoder-block forwards during the search.
-            subset_evaluations: distinct removal sets scored.
-            checkpoint_path: directory of the pruned checkpoint, if one was written.
-            checkpoint_sha256: its weights checksum.
-            name: a name for the variant (default: generated, e.g. ``llama-3-8b-ppl-greedy-m7-1a2b3c``).
+            record: the variant (see :class:`VariantRecord` for its fields); its ``base_model`` must be
+                registered, and its removed blocks must leave at least one of the base model's blocks.
 
         Returns:
             The stored :class:`VariantInfo`.
+
+        Raises:
+            UserError: an unregistered base model, removed blocks out of its range, or a name taken by
+                another variant.
         """
-        calibration = json_dict(calibration, "calibration")
-        objective = calibration.get("objective")
-        if not isinstance(objective, str) or not objective:
-            raise UserError(
-                f"calibration must name its objective (calibration['objective']), got {calibration!r}"
-            )
-        search = _required_text(search, "search")
-        search_options = json_dict(search_options, "search_options")
-        losses = {
-            what: _optional_float(value, what)
-            for what, value in (
-                ("calibration_loss", calibration_loss),
-                ("dense_loss", dense_loss),
-                ("search_seconds", search_seconds),
-            )
-        }
-        counts = {
-            what: _optional_count(value, what)
-            for what, value in (
-                ("block_forwards", block_forwards),
-                ("subset_evaluations", subset_evaluations),
-            )
-        }
-        if name is not None:
-            check_name(name, "variant name")
-        if checkpoint_path is not None:
-            checkpoint_path = str(Path(checkpoint_path).expanduser().resolve())
+        if not isinstance(record, VariantRecord):
+            raise TypeError(f"register_variant takes a VariantRecord, got {type(record).__name__}")
         versions = tool_versions()
+        return self._write(lambda session: self._store_variant(session, record, versions))
 
-        def operation(session: Session) -> VariantInfo:
-            base = self._find_base(session, base_model)
-            removed = parse_removed_blocks(removed_blocks, base.num_blocks)
-            identity = identity_hash(base.model, removed, calibration, search)
-            row = session.scalar(select(VariantRow).where(VariantRow.identity == identity))
-            if name is not None:
-                self._check_name_free(session, name, row.id if row is not None else None)
-            if row is None:
-                row = VariantRow(
-                    identity=identity,
-                    base_model_id=base.id,
-                    created_at=utc_now(),
-                    name=name or auto_variant_name(base.model, objective, search, removed, identity),
-                )
-                session.add(row)
-            elif name is not None:
-                row.name = name
-            row.base_weights_sha256 = base.weights_sha256
-            row.removed_blocks, row.kept_to_original = removed, kept_to_original(removed, base.num_blocks)
-            row.calibration, row.objective, row.search, row.search_options = (
-                calibration,
-                objective,
-                search,
-                search_options,
+    def _store_variant(self, session: Session, record: VariantRecord, versions: dict) -> VariantInfo:
+        """Insert or update the row of ``record`` (inside a write transaction)."""
+        base = self._find_base(session, record.base_model)
+        removed = parse_removed_blocks(record.removed_blocks, base.num_blocks)
+        identity = identity_hash(base.model, removed, record.calibration, record.search)
+        row = session.scalar(select(VariantRow).where(VariantRow.identity == identity))
+        if record.name is not None:
+            self._check_name_free(session, record.name, row.id if row is not None else None)
+        if row is None:
+            row = VariantRow(
+                identity=identity,
+                base_model_id=base.id,
+                created_at=utc_now(),
+                name=record.name
+                or auto_variant_name(base.model, record.objective, record.search, removed, identity),
             )
-            for what, value in {**losses, **counts}.items():
-                setattr(row, what, value)
-            if checkpoint_path is not None or checkpoint_sha256 is not None:
-                row.checkpoint_path, row.checkpoint_sha256 = checkpoint_path, checkpoint_sha256
-            row.versions, row.updated_at = versions, utc_now()
-            session.flush()
-            return self._variant_info(session, base, row)
-
-        return self._write(operation)
+            session.add(row)
+        elif record.name is not None:
+            row.name = record.name
+        row.base_weights_sha256 = base.weights_sha256
+        row.removed_blocks, row.kept_to_original = removed, kept_to_original(removed, base.num_blocks)
+        row.objective = record.objective
+        for what in _STORED_AS_GIVEN:
+            setattr(row, what, getattr(record, what))
+        if record.checkpoint_path is not None or record.checkpoint_sha256 is not None:
+            row.checkpoint_path, row.checkpoint_sha256 = record.checkpoint_path, record.checkpoint_sha256
+        row.versions, row.updated_at = versions, utc_now()
+        session.flush()
+        return self._variant_info(session, base, row)
 
     def resolve(self, name: VariantReference) -> VariantInfo:
         """The variant named by an id, a name, an alias, ``dense``, or ``NAME@BASE``.
@@ -458,10 +396,10 @@ class Registry:
             The stored :class:`EvaluationInfo`.
         """
         suite, task, metric = (
-            _required_text(value_, what)
+            required_text(value_, what)
             for value_, what in ((suite, "suite"), (task, "task"), (metric, "metric"))
         )
-        number = _optional_float(value, "value")
+        number = optional_float(value, "value")
         if number is None:
             raise UserError(f"evaluation value of {suite}/{task}/{metric} is missing or NaN")
         settings = json_dict(settings, "settings")
@@ -527,7 +465,7 @@ class Registry:
         }
         if not metrics:
             raise UserError("serving benchmark metrics are empty")
-        hardware = _required_text(hardware, "hardware")
+        hardware = required_text(hardware, "hardware")
         versions = tool_versions()
 
         def operation(session: Session) -> ServingBenchmarkInfo:

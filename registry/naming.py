@@ -119,11 +119,47 @@ def split_qualified(reference: str) -> tuple[str, str | None]:
     return reference, None
 
 
-def parse_removed_blocks(removed_blocks: Any, num_blocks: int) -> list[int]:
-    """The sorted removal set, checked against the base model's block count.
+def required_text(value: Any, what: str) -> str:
+    """``value`` stripped, or a :class:`UserError` naming ``what`` when it is not a non-empty string."""
+    if not isinstance(value, str) or not value.strip():
+        raise UserError(f"{what} must be a non-empty string, got {value!r}")
+    return value.strip()
+
+
+def optional_float(value: Any, what: str) -> float | None:
+    """A number (numpy scalars included) as a plain float; ``None`` and NaN give ``None``.
 
     Raises:
-        UserError: on a non-integer, out-of-range or repeated index, or when nothing would be left.
+        UserError: naming ``what``, when ``value`` is not a number.
+    """
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) and not hasattr(value, "item"):
+        raise UserError(f"{what} must be a number, got {value!r}")
+    number = float(value.item() if hasattr(value, "item") else value)
+    return None if math.isnan(number) else number
+
+
+def optional_count(value: Any, what: str) -> int | None:
+    """A non-negative integer (numpy scalars included) as a plain int, or ``None``.
+
+    Raises:
+        UserError: naming ``what``, when ``value`` is not a non-negative integer.
+    """
+    if value is None:
+        return None
+    if hasattr(value, "item") and callable(value.item):
+        value = value.item()
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise UserError(f"{what} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def block_indices(removed_blocks: Any) -> list[int]:
+    """The removal set as sorted plain ints, checked for what needs no base model: integers, no repeats.
+
+    Raises:
+        UserError: on something that is not a list of indices, a non-integer or a repeated index.
     """
     if isinstance(removed_blocks, (str, bytes)) or not hasattr(removed_blocks, "__iter__"):
         raise UserError(f"removed_blocks must be a list of block indices, got {removed_blocks!r}")
@@ -133,19 +169,30 @@ def parse_removed_blocks(removed_blocks: Any, num_blocks: int) -> list[int]:
             index = index.item()
         if isinstance(index, bool) or not isinstance(index, int):
             raise UserError(f"removed block index {index!r} is not an integer")
+        indices.append(index)
+    if len(set(indices)) != len(indices):
+        raise UserError(f"removed_blocks {list(removed_blocks)} names a block more than once")
+    return sorted(indices)
+
+
+def parse_removed_blocks(removed_blocks: Any, num_blocks: int) -> list[int]:
+    """The sorted removal set, checked against the base model's block count.
+
+    Raises:
+        UserError: on a non-integer, out-of-range or repeated index, or when nothing would be left.
+    """
+    indices = block_indices(removed_blocks)
+    for index in indices:
         if not 0 <= index < num_blocks:
             raise UserError(
                 f"removed block {index} is out of range: the base model has {num_blocks} blocks "
                 f"(0..{num_blocks - 1})"
             )
-        indices.append(index)
-    if len(set(indices)) != len(indices):
-        raise UserError(f"removed_blocks {list(removed_blocks)} names a block more than once")
     if not 1 <= len(indices) < num_blocks:
         raise UserError(
             f"a variant removes between 1 and {num_blocks - 1} of the {num_blocks} blocks, got {len(indices)}"
         )
-    return sorted(indices)
+    return indices
 
 
 def kept_to_original(removed_blocks: list[int], num_blocks: int) -> list[int]:

@@ -1,7 +1,13 @@
-"""What the registry API returns: plain dataclasses, detached from the database session.
+"""The registry's records: what goes in (:class:`VariantRecord`) and what comes out (the ``...Info`` classes).
 
-Every record has ``to_dict()`` giving JSON-ready values (timestamps as ISO 8601 strings), which is
-what ``depthprune variants ... --json`` and ``variants export`` print.
+:class:`VariantRecord` is the one description of a pruned variant: ``prune`` builds it,
+:meth:`registry.api.Registry.register_variant` stores it, and ``pruning.json`` next to the checkpoint
+carries it (``dataclasses.asdict``). The pruning side imports it from here; the registry never imports
+pruning.
+
+What the registry API returns are plain dataclasses, detached from the database session. Every one has
+``to_dict()`` giving JSON-ready values (timestamps as ISO 8601 strings), which is what
+``depthprune variants ... --json`` and ``variants export`` print.
 """
 
 from __future__ import annotations
@@ -9,9 +15,20 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
-from registry.naming import DENSE, block_mask
+from depthprune.errors import UserError
+from registry.naming import (
+    DENSE,
+    block_indices,
+    block_mask,
+    check_name,
+    json_dict,
+    optional_count,
+    optional_float,
+    required_text,
+)
 
 
 def _jsonable(value: Any) -> Any:
@@ -28,6 +45,78 @@ class _Record:
     def to_dict(self) -> dict[str, Any]:
         """The fields as JSON-ready values."""
         return {item.name: _jsonable(getattr(self, item.name)) for item in dataclasses.fields(self)}
+
+
+@dataclass
+class VariantRecord:
+    """A pruned variant as pruning produced it: what the registry stores and ``pruning.json`` carries.
+
+    Four fields are its identity in the registry: ``base_model``, ``removed_blocks``, ``calibration`` and
+    ``search``; registering a record with the same four again updates that variant. ``__post_init__``
+    checks every field and turns it into plain JSON values (numpy scalars become Python numbers, a NaN
+    loss becomes None, the removed blocks are sorted), so ``dataclasses.asdict(record)`` can be written as
+    JSON and read back with ``VariantRecord(**fields)``. What only the registry can check, that the base
+    model is registered and the removed blocks fit its block count, is checked when it is registered.
+
+    Raises:
+        UserError: on a field the registry would refuse.
+    """
+
+    base_model: str
+    """Hub id or local directory of the dense model; registered with ``register_base_model`` first."""
+    removed_blocks: list[int]
+    """Original indices of the removed blocks, sorted."""
+    calibration: dict
+    """``dataclasses.asdict`` of the calibration configuration that chose them; names its ``objective``."""
+    search: str
+    """Search algorithm name (a key of ``pruning.search.SEARCHES``, or ``manual`` for a hand-chosen set)."""
+    search_options: dict = field(default_factory=dict)
+    """The algorithm's settings as used (``prune`` adds the ``seed`` it ran with)."""
+    calibration_loss: float | None = None
+    """Calibration loss of the variant; None when not measured."""
+    dense_loss: float | None = None
+    """Calibration loss of the dense model under the same configuration; None when not measured."""
+    search_seconds: float | None = None
+    """Wall time of the search, in seconds."""
+    block_forwards: int | None = None
+    """Decoder-block forwards the evaluator ran during the search."""
+    subset_evaluations: int | None = None
+    """Distinct removal sets the search scored."""
+    checkpoint_path: str | None = None
+    """Directory of the pruned checkpoint (made absolute); None when none was written. Registering again
+    with None keeps the checkpoint already recorded."""
+    checkpoint_sha256: str | None = None
+    """:func:`depthprune.checksums.weights_sha256` of that checkpoint, checked before serving."""
+    name: str | None = None
+    """Name to register it under; None generates one (``llama-3-8b-ppl-greedy-m7-1a2b3c``) or, when
+    registering again, keeps the recorded one."""
+
+    def __post_init__(self) -> None:
+        self.base_model = required_text(self.base_model, "base_model")
+        self.removed_blocks = block_indices(self.removed_blocks)
+        self.calibration = json_dict(self.calibration, "calibration")
+        objective = self.calibration.get("objective")
+        if not isinstance(objective, str) or not objective:
+            raise UserError(
+                f"calibration must name its objective (calibration['objective']), got {self.calibration!r}"
+            )
+        self.search = required_text(self.search, "search")
+        self.search_options = json_dict(self.search_options, "search_options")
+        for what in ("calibration_loss", "dense_loss", "search_seconds"):
+            setattr(self, what, optional_float(getattr(self, what), what))
+        for what in ("block_forwards", "subset_evaluations"):
+            setattr(self, what, optional_count(getattr(self, what), what))
+        if self.checkpoint_path is not None:
+            self.checkpoint_path = str(Path(self.checkpoint_path).expanduser().resolve())
+        if self.checkpoint_sha256 is not None:
+            self.checkpoint_sha256 = required_text(self.checkpoint_sha256, "checkpoint_sha256")
+        if self.name is not None:
+            check_name(self.name, "variant name")
+
+    @property
+    def objective(self) -> str:
+        """The calibration objective (``ppl``, ``task_margin``, ...)."""
+        return self.calibration["objective"]
 
 
 @dataclass

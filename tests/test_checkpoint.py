@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from depthprune.checksums import weights_sha256
 from depthprune.errors import UserError
 from pruning.checkpoint import PrunedCheckpoint, write_pruned_checkpoint
 from pruning.models import BlockStack
+from registry.records import VariantRecord
 
 ARCHITECTURES = ["llama", "qwen3", "mistral", "gemma3_text"]
 REMOVAL_SETS = [[1, 4], [0, 2, 5], [3]]
@@ -54,9 +56,43 @@ def test_written_metadata(tiny_model_dirs, tmp_path):
     assert recorded.base_weights_sha256 == weights_sha256(base)
     assert recorded.weights_sha256 == weights_sha256(directory)
     assert recorded.calibration == {"objective": "perplexity"} and recorded.scores == {"loss": 1.5}
+    assert recorded.variant.search == "manual" and recorded.variant.removed_blocks == [0, 4]
+    assert recorded.variant.checkpoint_path == written.path
     assert f"base_model: {base}" in (directory / "README.md").read_text()
     assert AutoTokenizer.from_pretrained(directory).eos_token == "</s>"
     assert (directory / "generation_config.json").is_file()
+
+
+def test_pruning_json_carries_the_variant_record(tiny_model_dirs, tmp_path):
+    base = str(tiny_model_dirs("llama"))
+    record = VariantRecord(
+        base_model=base,
+        removed_blocks=[3, 1],
+        calibration={"objective": "perplexity", "samples": 4},
+        search="greedy",
+        search_options={"width": 2, "seed": 7},
+        calibration_loss=1.5,
+        subset_evaluations=9,
+    )
+    written = write_pruned_checkpoint(base, [1, 3], tmp_path / "variant", variant=record)
+    expected = dataclasses.replace(
+        record, checkpoint_path=written.path, checkpoint_sha256=written.weights_sha256
+    )
+    assert written.variant == expected and PrunedCheckpoint.read(written.path).variant == expected
+    pruning_file = Path(written.path) / "pruning.json"
+    stored = json.loads(pruning_file.read_text())
+    assert stored["variant"] == dataclasses.asdict(expected)
+    # The keys older readers know repeat the record.
+    assert stored["calibration"] == record.calibration and stored["removed_blocks"] == [1, 3]
+    assert stored["scores"]["search"] == "greedy" and stored["scores"]["search_options"] == {"width": 2}
+    assert stored["scores"]["seed"] == 7 and stored["scores"]["calibration_loss"] == 1.5
+    # A pruning.json written before the record was: it is rebuilt from the calibration and the scores.
+    del stored["variant"]
+    pruning_file.write_text(json.dumps(stored))
+    assert PrunedCheckpoint.read(written.path).variant == expected
+    with pytest.raises(ValueError, match="the variant record describes"):
+        write_pruned_checkpoint(base, [1, 4], tmp_path / "other", variant=record)
+    assert not (tmp_path / "other").exists()
 
 
 def test_qwen_max_window_layers_follows_kept_blocks(tmp_path):
@@ -125,6 +161,7 @@ def test_cli_json(tiny_model_dirs, tmp_path, run_cli):
     assert code == 0
     record = json.loads(out.strip().splitlines()[-1])
     assert record["removed_blocks"] == [1, 3] and record["kept_to_original"] == [0, 2, 4, 5]
+    assert record["variant"] is None  # chosen by hand: no calibration to file it under
 
 
 def transformers_greedy(directory: Path, prompt: list[int], max_tokens: int) -> tuple[list[int], list[float]]:

@@ -228,6 +228,10 @@ def test_prune_all_on_a_tiny_model_writes_and_registers(files, tmp_path, capsys)
         assert variant.search == report["search"] and variant.removed_blocks == report["removed_blocks"]
         assert variant.subset_evaluations == report["subset_evaluations"]
         assert variant.checkpoint_sha256 == written.weights_sha256
+        # pruning.json carries the record that was registered.
+        assert (written.variant.search, written.variant.search_options) == (variant.search, report["options"])
+        assert written.variant.checkpoint_path == variant.checkpoint_path
+        assert written.variant.subset_evaluations == variant.subset_evaluations
     cbo = next(report for report in reports if report["search"] == "cbo")
     assert cbo["options"]["exact"] is True
 

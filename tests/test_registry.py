@@ -30,6 +30,7 @@ from depthprune.testing.postgres import (
     find_postgres_bin,
 )
 from registry import DENSE, VariantInfo, open_registry
+from registry.records import VariantRecord
 from registry.tables import AliasRow, EvaluationRow, ServingBenchmarkRow, VariantRow
 
 BASE = "org/Tiny-Llama"
@@ -98,7 +99,7 @@ def register(
         checkpoint_sha256=None,
     )
     fields.update(overrides)
-    return registry.register_variant(**fields)
+    return registry.register_variant(VariantRecord(**fields))
 
 
 def count(registry, table) -> int:
@@ -131,7 +132,11 @@ def test_import_does_not_load_torch_vllm_or_the_database_layer():
 def test_every_exported_name_resolves():
     import registry
 
-    assert all(getattr(registry, name) is not None for name in registry.__all__)
+    # The lazy import table and __all__ must name the same things, or one of them drifted.
+    assert sorted(registry.__all__) == sorted(registry._EXPORTS)
+    assert set(registry.__all__) <= set(dir(registry))
+    for name in registry.__all__:
+        getattr(registry, name)  # raises when the name moved or was renamed in its module
     with pytest.raises(AttributeError):
         registry.no_such_name  # noqa: B018
 
@@ -320,6 +325,27 @@ def test_bad_variants_are_refused_and_nothing_is_written(registry, overrides, me
     with pytest.raises(UserError, match=message):
         register(registry, **overrides)
     assert count(registry, VariantRow) == 0
+
+
+def test_a_variant_record_is_plain_json_and_reads_back_equal(tmp_path):
+    import json
+    from dataclasses import asdict
+
+    np = pytest.importorskip("numpy")
+    record = VariantRecord(
+        base_model=f" {BASE} ",
+        removed_blocks=np.array([5, 1]),
+        calibration=CALIBRATION,
+        search="greedy",
+        search_options={"seed": np.int64(3)},
+        calibration_loss=np.float32(2.5),
+        dense_loss=float("nan"),
+        checkpoint_path=str(tmp_path / "variant" / ".."),
+    )
+    assert (record.base_model, record.removed_blocks, record.objective) == (BASE, [1, 5], "ppl")
+    assert record.calibration_loss == 2.5 and record.dense_loss is None
+    assert record.search_options == {"seed": 3} and record.checkpoint_path == str(tmp_path.resolve())
+    assert VariantRecord(**json.loads(json.dumps(asdict(record)))) == record
 
 
 def test_numpy_values_and_nan_losses_are_stored_as_plain_values(registry):

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from depthprune.demo.paths import data_file, find_demo_dir
@@ -449,7 +449,7 @@ def _variant_for_directory(directory: Path, registry):
     from pruning.checkpoint import PrunedCheckpoint
 
     checkpoint = PrunedCheckpoint.read(directory)
-    if not (checkpoint.calibration or {}).get("objective"):
+    if checkpoint.variant is None:
         return None  # chosen by hand: nothing to file it under
     registry.register_base_model(
         checkpoint.base_model,
@@ -459,20 +459,11 @@ def _variant_for_directory(directory: Path, registry):
         architecture=checkpoint.architecture,
         path=checkpoint.base_model if Path(checkpoint.base_model).is_dir() else None,
     )
-    scores = checkpoint.scores or {}
+    # Filed where the checkpoint is now, which is not always where it was written.
     return registry.register_variant(
-        base_model=checkpoint.base_model,
-        removed_blocks=list(checkpoint.removed_blocks),
-        calibration=checkpoint.calibration,
-        search=scores.get("search", "manual"),
-        search_options=scores.get("search_options", {}),
-        calibration_loss=scores.get("calibration_loss"),
-        dense_loss=scores.get("dense_loss"),
-        search_seconds=scores.get("search_seconds"),
-        block_forwards=scores.get("block_forwards"),
-        subset_evaluations=scores.get("subset_evaluations"),
-        checkpoint_path=str(directory),
-        checkpoint_sha256=checkpoint.weights_sha256,
+        replace(
+            checkpoint.variant, checkpoint_path=str(directory), checkpoint_sha256=checkpoint.weights_sha256
+        )
     )
 
 

@@ -18,7 +18,8 @@ depends_on = None
 TIMESTAMP = sa.DateTime(timezone=True)
 
 
-def upgrade() -> None:
+def _create_base_models() -> None:
+    """Dense models that variants are pruned from."""
     op.create_table(
         "base_models",
         sa.Column("id", sa.Integer(), primary_key=True),
@@ -32,6 +33,10 @@ def upgrade() -> None:
         sa.Column("updated_at", TIMESTAMP, nullable=False),
         sa.UniqueConstraint("model", name="uq_base_models_model"),
     )
+
+
+def _create_variants() -> None:
+    """Pruned variants, one row per (base model, removed set, calibration, search)."""
     op.create_table(
         "variants",
         sa.Column("id", sa.Integer(), primary_key=True),
@@ -63,6 +68,10 @@ def upgrade() -> None:
     op.create_index("ix_variants_base_model_id", "variants", ["base_model_id"])
     op.create_index("ix_variants_objective", "variants", ["objective"])
     op.create_index("ix_variants_search", "variants", ["search"])
+
+
+def _create_aliases() -> None:
+    """Per base model names that point at a variant, or at the dense model (no variant)."""
     op.create_table(
         "aliases",
         sa.Column("id", sa.Integer(), primary_key=True),
@@ -79,6 +88,10 @@ def upgrade() -> None:
     op.create_index("ix_aliases_base_model_id", "aliases", ["base_model_id"])
     op.create_index("ix_aliases_alias", "aliases", ["alias"])
     op.create_index("ix_aliases_variant_id", "aliases", ["variant_id"])
+
+
+def _create_evaluations() -> None:
+    """One metric of one task measured on a variant or on the dense model."""
     op.create_table(
         "evaluations",
         sa.Column("id", sa.Integer(), primary_key=True),
@@ -100,6 +113,10 @@ def upgrade() -> None:
     )
     op.create_index("ix_evaluations_base_model_id", "evaluations", ["base_model_id"])
     op.create_index("ix_evaluations_variant_id", "evaluations", ["variant_id"])
+
+
+def _create_serving_benchmarks() -> None:
+    """Load-test runs against a served variant or the dense model."""
     op.create_table(
         "serving_benchmarks",
         sa.Column("id", sa.Integer(), primary_key=True),
@@ -117,6 +134,15 @@ def upgrade() -> None:
     )
     op.create_index("ix_serving_benchmarks_base_model_id", "serving_benchmarks", ["base_model_id"])
     op.create_index("ix_serving_benchmarks_variant_id", "serving_benchmarks", ["variant_id"])
+
+
+def upgrade() -> None:
+    # In foreign-key order: every table refers to base_models, aliases and the rest to variants.
+    _create_base_models()
+    _create_variants()
+    _create_aliases()
+    _create_evaluations()
+    _create_serving_benchmarks()
 
 
 def downgrade() -> None:
