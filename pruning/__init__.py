@@ -26,6 +26,7 @@ _EXPORTS = {
     "load_model": "pruning.models",
     "write_pruned_checkpoint": "pruning.checkpoint",
     "PrunedCheckpoint": "pruning.checkpoint",
+    "VariantRecord": "registry.records",
     "EvalSettings": "pruning.evaluation.suites",
     "evaluate_variants": "pruning.evaluation.suites",
     "StudyConfig": "pruning.study.grid",

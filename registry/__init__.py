@@ -9,13 +9,7 @@ Command line: ``depthprune variants list|show|compare|alias|export|rm``.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from registry.api import Registry, VariantReference, open_registry
-    from registry.naming import DENSE
-    from registry.records import BaseModelInfo, EvaluationInfo, ServingBenchmarkInfo, VariantInfo
+from depthprune.lazy import lazy_exports
 
 _EXPORTS = {
     "DENSE": "registry.naming",
@@ -24,26 +18,9 @@ _EXPORTS = {
     "Registry": "registry.api",
     "ServingBenchmarkInfo": "registry.records",
     "VariantInfo": "registry.records",
+    "VariantRecord": "registry.records",
     "VariantReference": "registry.api",
     "open_registry": "registry.api",
 }
-__all__ = [
-    "DENSE",
-    "BaseModelInfo",
-    "EvaluationInfo",
-    "Registry",
-    "ServingBenchmarkInfo",
-    "VariantInfo",
-    "VariantReference",
-    "open_registry",
-]
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'registry' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__all__ = sorted(_EXPORTS)
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
