@@ -21,20 +21,17 @@ import argparse
 import contextlib
 import json
 import math
-import os
-import socket
 import subprocess
 import sys
-import time
+from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-
 from depthprune.demo.paths import data_file
+from depthprune.testing.servers import free_port, start_logged, stop, wait_until_up
 from loadtest.benchmark import Benchmark, Measurement, build_result, run
 from loadtest.compare import BlockCounts, geometric_mean
 from loadtest.config import LoadConfig
-from loadtest.prompts import HFTokenizer, build_prompts
+from loadtest.prompts import HFTokenizer, Prompt, build_prompts
 from loadtest.report import markdown_report, write_report
 
 COMPARED_KEYS = (
@@ -49,36 +46,11 @@ AGREEMENT_TOLERANCE = 0.15
 TARGET_FRACTION = 0.9
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_until_up(url: str, process: subprocess.Popen, log: Path, timeout_s: float = 900) -> None:
-    """Poll ``url`` until it answers 200; fail with the log's tail if the process dies or time runs out."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise SystemExit(f"{log} process exited with {process.returncode}:\n{log.read_text()[-3000:]}")
-        with contextlib.suppress(httpx.HTTPError):
-            if httpx.get(url, timeout=3).status_code == 200:
-                return
-        time.sleep(1)
-    raise SystemExit(f"{url} not up after {timeout_s} s; see {log}")
-
-
-def start(command: list[str], log: Path, env: dict | None = None) -> subprocess.Popen:
-    with open(log, "w") as handle:
-        return subprocess.Popen(
-            command, stdout=handle, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
-        )
-
-
 def vllm_server(model_dir: Path, name: str, args, out: Path) -> tuple[subprocess.Popen, str]:
+    """Start one vLLM CPU server for ``model_dir`` served as ``name``; wait until it is healthy."""
     port = free_port()
     log = out / f"vllm-{name}.log"
-    process = start(
+    process = start_logged(
         [
             sys.executable,
             "-m",
@@ -100,7 +72,11 @@ def vllm_server(model_dir: Path, name: str, args, out: Path) -> tuple[subprocess
         env={"VLLM_CPU_KVCACHE_SPACE": str(args.kv_cache_gib)},
     )
     url = f"http://127.0.0.1:{port}"
-    wait_until_up(url + "/health", process, log)
+    try:
+        wait_until_up(url + "/health", process, log)
+    except RuntimeError:
+        stop(process)
+        raise
     return process, url
 
 
@@ -158,7 +134,47 @@ def vllm_bench_serve(target: str, model: str, tokenizer_dir: Path, prompts_file:
     return {key: value for key, value in result.items() if not isinstance(value, list)}
 
 
-def main() -> None:
+@dataclass
+class BenchModels:
+    """The dense model and the variant written from it, with the block counts of both."""
+
+    model_dir: Path
+    """Directory of the dense model."""
+    num_blocks: int
+    """N, its number of blocks."""
+    removed: list[int]
+    """The blocks the variant lacks."""
+    variant_name: str
+    """Served name of the variant, ``v`` and the percentage of blocks removed (``v25``)."""
+    variant_dir: Path
+    """Directory of the variant's checkpoint."""
+
+    def counts(self) -> dict[str, BlockCounts]:
+        """``model -> BlockCounts`` for the load-test result."""
+        return {
+            "dense": BlockCounts(self.num_blocks, 0, "bench"),
+            self.variant_name: BlockCounts(self.num_blocks, len(self.removed), "bench"),
+        }
+
+
+@dataclass
+class BenchLoad:
+    """The load both tools send: the settings, and the prompts (the measured ones also as a file for vLLM)."""
+
+    config: LoadConfig
+    """Load-test settings."""
+    tokenizer: HFTokenizer
+    """The dense model's tokenizer, which sizes the prompts."""
+    warmup: list[Prompt]
+    """Unmeasured warm-up prompts."""
+    measured: list[Prompt]
+    """The prompts of every measured round, for both tools."""
+    prompts_file: Path
+    """``measured`` as JSON Lines, the custom dataset of ``vllm bench serve``."""
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The benchmark's command line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", type=Path, help="Dense model directory (default: the demo model).")
     parser.add_argument("--removed-fraction", type=float, default=0.25)
@@ -172,10 +188,11 @@ def main() -> None:
     parser.add_argument("--max-model-len", type=int, default=512)
     parser.add_argument("--kv-cache-gib", type=int, default=1)
     parser.add_argument("--direct", action="store_true", help="Measure the vLLM servers without the gateway.")
-    args = parser.parse_args()
-    out = args.out.resolve()
-    out.mkdir(parents=True, exist_ok=True)
+    return parser.parse_args(argv)
 
+
+def prepare_models(args: argparse.Namespace, out: Path) -> BenchModels:
+    """Steps 1-2: the dense model (the demo model unless ``--model``) and its variant, written if missing."""
     if args.model is None:
         from depthprune.demo.model import ensure_demo_model
 
@@ -190,171 +207,195 @@ def main() -> None:
         from pruning.checkpoint import write_pruned_checkpoint
 
         write_pruned_checkpoint(str(model_dir), removed, variant_dir, overwrite=True)
-    counts = {
-        "dense": BlockCounts(num_blocks, 0, "bench"),
-        variant_name: BlockCounts(num_blocks, len(removed), "bench"),
-    }
     print(f"dense: {model_dir} ({num_blocks} blocks); {variant_name}: removed {removed}", file=sys.stderr)
+    return BenchModels(model_dir, num_blocks, removed, variant_name, variant_dir)
 
+
+def start_servers(
+    models: BenchModels, args: argparse.Namespace, out: Path, processes: list[subprocess.Popen]
+) -> tuple[dict[str, str], str]:
+    """Step 3: a vLLM server per model, and the gateway in front unless ``--direct``.
+
+    Every process started is appended to ``processes`` (the caller stops them).
+
+    Returns:
+        ``model -> base URL`` the load goes to, and the target as the result reports it.
+    """
+    dense_process, dense_url = vllm_server(models.model_dir, "dense", args, out)
+    processes.append(dense_process)
+    variant_process, variant_url = vllm_server(models.variant_dir, models.variant_name, args, out)
+    processes.append(variant_process)
+    if args.direct:
+        targets = {"dense": dense_url, models.variant_name: variant_url}
+        return targets, f"{dense_url} (dense), {variant_url} ({models.variant_name}): direct"
+    port = free_port()
+    log = out / "gateway.log"
+    variants = f"dense={dense_url},{models.variant_name}={variant_url}"
+    gateway = start_logged(
+        [sys.executable, "-m", "depthprune", "serve", "--variants", variants, "--port", str(port)], log
+    )
+    processes.append(gateway)
+    target = f"http://127.0.0.1:{port}"
+    wait_until_up(target + "/ready", gateway, log, timeout_s=120)
+    return {"dense": target, models.variant_name: target}, target
+
+
+def prepare_load(model_dir: Path, args: argparse.Namespace, out: Path) -> BenchLoad:
+    """The load settings and prompts (the demo model's test text when it has one, else synthetic)."""
+    demo_text = data_file(model_dir, "text_test")
+    config = LoadConfig(
+        num_prompts=args.num_prompts,
+        input_len=args.input_len,
+        output_len=args.output_len,
+        warmup=4,
+        seed=args.seed,
+        rounds=args.rounds,
+        prompts=str(demo_text) if demo_text.is_file() else "synthetic",
+    )
+    tokenizer = HFTokenizer(model_dir)
+    prompts = build_prompts(
+        config.prompts, config.warmup + config.num_prompts, config.input_len, tokenizer, seed=config.seed
+    )
+    warmup, measured = prompts[: config.warmup], prompts[config.warmup :]
+    prompts_file = out / "prompts.jsonl"
+    prompts_file.write_text("".join(json.dumps({"prompt": p.text}) + "\n" for p in measured))
+    return BenchLoad(config, tokenizer, warmup, measured, prompts_file)
+
+
+def measure_interleaved(
+    targets: dict[str, str], load: BenchLoad, model_dir: Path, args: argparse.Namespace
+) -> tuple[Measurement, dict[str, list[dict]]]:
+    """Step 4: every round measures both models with ``loadtest``, then with ``vllm bench serve``.
+
+    Returns:
+        The ``loadtest`` runs of every round, and ``model -> [vllm bench serve result of each round]``.
+    """
+    benchmark = Benchmark(targets, load.config)
+    run(benchmark.warm_up(load.warmup))
+    ours = Measurement(rate=math.inf)
+    theirs: dict[str, list[dict]] = {model: [] for model in targets}
+
+    def vllm_round(order: list[str]) -> None:
+        for model in order:
+            theirs[model].append(vllm_bench_serve(targets[model], model, model_dir, load.prompts_file, args))
+
+    for round_index in range(args.rounds):
+        # Alternate which tool goes first (and the model order of vLLM's runs): drift hits both alike.
+        order = list(targets) if round_index % 2 == 0 else list(targets)[::-1]
+        if round_index % 2 == 1:
+            vllm_round(order)
+        step = run(benchmark.measure([load.measured]))
+        for one_run in step.runs:
+            one_run.round = round_index
+        ours.runs.extend(step.runs)
+        if round_index % 2 == 0:
+            vllm_round(order)
+        print(f"round {round_index + 1}/{args.rounds} done", file=sys.stderr)
+    return ours, theirs
+
+
+def tool_agreement(result: dict, theirs: dict[str, list[dict]]) -> dict[str, dict[str, float | None]]:
+    """``model -> {metric: loadtest / vllm bench serve}``, the geometric mean of the per-round ratios."""
+    agreement = {}
+    for model in theirs:
+        agreement[model] = {}
+        for key in COMPARED_KEYS:
+            # Ratio per round (the two tools ran back to back), then the geometric mean.
+            per_round = [
+                mine[key] / vllm[key]
+                for mine, vllm in zip(result["models"][model]["rounds"], theirs[model])
+                if vllm.get(key)
+            ]
+            agreement[model][key] = geometric_mean(per_round)
+    return agreement
+
+
+def build_summary(models: BenchModels, target: str, result: dict, theirs: dict[str, list[dict]]) -> dict:
+    """Step 5: what ``summary.json`` holds: both tools' speedups against the ideal, and how far they agree."""
+    agreement = tool_agreement(result, theirs)
+    vllm_speedup = geometric_mean(
+        [
+            v["output_throughput"] / d["output_throughput"]
+            for v, d in zip(theirs[models.variant_name], theirs["dense"])
+        ]
+    )
+    comparison = result["comparison"][models.variant_name]
+    return {
+        "model": str(models.model_dir),
+        "num_blocks": models.num_blocks,
+        "removed_blocks": models.removed,
+        "target": target,
+        "hardware": result["hardware"],
+        "settings": result["settings"],
+        "ideal_speedup": comparison["ideal_speedup"],
+        "loadtest_speedup": comparison["output_throughput_speedup"],
+        "fraction_of_ideal_speedup": comparison["fraction_of_ideal_speedup"],
+        "fraction_of_ideal_gain": comparison["fraction_of_ideal_gain"],
+        "vllm_bench_speedup": vllm_speedup,
+        "loadtest_over_vllm_bench": agreement,
+        "vllm_bench_rounds": theirs,
+        "goal_fraction_met": (comparison["fraction_of_ideal_speedup"] or 0) >= TARGET_FRACTION,
+        "agreement_within_15_percent": all(
+            abs(ratio - 1) <= AGREEMENT_TOLERANCE
+            for per in agreement.values()
+            for ratio in per.values()
+            if ratio is not None
+        ),
+    }
+
+
+def print_for_docs(result: dict, summary: dict) -> None:
+    """The Markdown for docs/benchmarks.md: load-test report, the tools' agreement, the headline numbers."""
+    print(markdown_report(result))
+    print(f"vllm bench serve output-throughput speedup: {summary['vllm_bench_speedup']:.3f}")
+    print("| model | " + " | ".join(f"{key} ours/vLLM" for key in COMPARED_KEYS) + " |")
+    print("|---" * (len(COMPARED_KEYS) + 1) + "|")
+    for model, per in summary["loadtest_over_vllm_bench"].items():
+        print(
+            f"| {model} | "
+            + " | ".join(f"{per[key]:.3f}" if per[key] else "–" for key in COMPARED_KEYS)
+            + " |"
+        )
+    headline = (
+        "ideal_speedup",
+        "loadtest_speedup",
+        "fraction_of_ideal_speedup",
+        "fraction_of_ideal_gain",
+        "vllm_bench_speedup",
+        "goal_fraction_met",
+        "agreement_within_15_percent",
+    )
+    print(json.dumps({key: summary[key] for key in headline}, indent=2))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmark (steps in the module docstring); every process it started is stopped at the end."""
+    args = parse_args(argv)
+    out = args.out.resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    models = prepare_models(args, out)
     processes: list[subprocess.Popen] = []
     try:
-        dense_process, dense_url = vllm_server(model_dir, "dense", args, out)
-        processes.append(dense_process)
-        variant_process, variant_url = vllm_server(variant_dir, variant_name, args, out)
-        processes.append(variant_process)
-        if args.direct:
-            targets = {"dense": dense_url, variant_name: variant_url}
-            target = f"{dense_url} (dense), {variant_url} ({variant_name}): direct"
-        else:
-            port = free_port()
-            log = out / "gateway.log"
-            gateway = start(
-                [
-                    sys.executable,
-                    "-m",
-                    "depthprune",
-                    "serve",
-                    "--variants",
-                    f"dense={dense_url},{variant_name}={variant_url}",
-                    "--port",
-                    str(port),
-                ],
-                log,
-            )
-            processes.append(gateway)
-            target = f"http://127.0.0.1:{port}"
-            wait_until_up(target + "/ready", gateway, log, timeout_s=120)
-            targets = {"dense": target, variant_name: target}
-
-        demo_text = data_file(model_dir, "text_test")
-        config = LoadConfig(
-            num_prompts=args.num_prompts,
-            input_len=args.input_len,
-            output_len=args.output_len,
-            warmup=4,
-            seed=args.seed,
-            rounds=args.rounds,
-            prompts=str(demo_text) if demo_text.is_file() else "synthetic",
-        )
-        tokenizer = HFTokenizer(model_dir)
-        prompts = build_prompts(
-            config.prompts, config.warmup + config.num_prompts, config.input_len, tokenizer, seed=config.seed
-        )
-        warmup, measured = prompts[: config.warmup], prompts[config.warmup :]
-        prompts_file = out / "prompts.jsonl"
-        prompts_file.write_text("".join(json.dumps({"prompt": p.text}) + "\n" for p in measured))
-
-        benchmark = Benchmark(targets, config)
-        run(benchmark.warm_up(warmup))
-        ours = Measurement(rate=math.inf)
-        theirs: dict[str, list[dict]] = {model: [] for model in targets}
-        for round_index in range(args.rounds):
-            # Alternate which tool goes first (and the model order of vLLM's runs): drift hits both alike.
-            order = list(targets) if round_index % 2 == 0 else list(targets)[::-1]
-            if round_index % 2 == 1:
-                for model in order:
-                    theirs[model].append(
-                        vllm_bench_serve(targets[model], model, model_dir, prompts_file, args)
-                    )
-            step = run(benchmark.measure([measured]))
-            for one_run in step.runs:
-                one_run.round = round_index
-            ours.runs.extend(step.runs)
-            if round_index % 2 == 0:
-                for model in order:
-                    theirs[model].append(
-                        vllm_bench_serve(targets[model], model, model_dir, prompts_file, args)
-                    )
-            print(f"round {round_index + 1}/{args.rounds} done", file=sys.stderr)
-
+        targets, target = start_servers(models, args, out, processes)
+        load = prepare_load(models.model_dir, args, out)
+        ours, theirs = measure_interleaved(targets, load, models.model_dir, args)
         result = build_result(
             target=target,
             targets=targets,
-            config=config,
+            config=load.config,
             baseline="dense",
-            counts=counts,
+            counts=models.counts(),
             measurement=ours,
-            tokenizer=tokenizer.description,
+            tokenizer=load.tokenizer.description,
         )
         (out / "loadtest_result.json").write_text(json.dumps(result, indent=2))
         write_report(result, out / "report")
-
-        agreement = {}
-        for model in targets:
-            agreement[model] = {}
-            for key in COMPARED_KEYS:
-                # Ratio per round (the two tools ran back to back), then the geometric mean.
-                per_round = [
-                    mine[key] / vllm[key]
-                    for mine, vllm in zip(result["models"][model]["rounds"], theirs[model])
-                    if vllm.get(key)
-                ]
-                agreement[model][key] = geometric_mean(per_round)
-        vllm_speedup = geometric_mean(
-            [
-                v["output_throughput"] / d["output_throughput"]
-                for v, d in zip(theirs[variant_name], theirs["dense"])
-            ]
-        )
-        comparison = result["comparison"][variant_name]
-        summary = {
-            "model": str(model_dir),
-            "num_blocks": num_blocks,
-            "removed_blocks": removed,
-            "target": target,
-            "hardware": result["hardware"],
-            "settings": result["settings"],
-            "ideal_speedup": comparison["ideal_speedup"],
-            "loadtest_speedup": comparison["output_throughput_speedup"],
-            "fraction_of_ideal_speedup": comparison["fraction_of_ideal_speedup"],
-            "fraction_of_ideal_gain": comparison["fraction_of_ideal_gain"],
-            "vllm_bench_speedup": vllm_speedup,
-            "loadtest_over_vllm_bench": agreement,
-            "vllm_bench_rounds": theirs,
-            "goal_fraction_met": (comparison["fraction_of_ideal_speedup"] or 0) >= TARGET_FRACTION,
-            "agreement_within_15_percent": all(
-                abs(ratio - 1) <= AGREEMENT_TOLERANCE
-                for per in agreement.values()
-                for ratio in per.values()
-                if ratio is not None
-            ),
-        }
+        summary = build_summary(models, target, result, theirs)
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
-        print(markdown_report(result))
-        print(f"vllm bench serve output-throughput speedup: {vllm_speedup:.3f}")
-        print("| model | " + " | ".join(f"{key} ours/vLLM" for key in COMPARED_KEYS) + " |")
-        print("|---" * (len(COMPARED_KEYS) + 1) + "|")
-        for model, per in agreement.items():
-            print(
-                f"| {model} | "
-                + " | ".join(f"{per[key]:.3f}" if per[key] else "–" for key in COMPARED_KEYS)
-                + " |"
-            )
-        print(
-            json.dumps(
-                {
-                    k: summary[k]
-                    for k in (
-                        "ideal_speedup",
-                        "loadtest_speedup",
-                        "fraction_of_ideal_speedup",
-                        "fraction_of_ideal_gain",
-                        "vllm_bench_speedup",
-                        "goal_fraction_met",
-                        "agreement_within_15_percent",
-                    )
-                },
-                indent=2,
-            )
-        )
+        print_for_docs(result, summary)
     finally:
         for process in reversed(processes):
-            process.terminate()
-        for process in processes:
-            try:
-                process.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                process.kill()
+            stop(process)
 
 
 if __name__ == "__main__":

@@ -104,12 +104,7 @@ async def stream_completion(
     url = target.rstrip("/") + "/v1/completions"
     payload = completion_payload(model, prompt, max_tokens, ignore_eos=ignore_eos)
     timeout = aiohttp.ClientTimeout(total=timeout_s, sock_connect=min(CONNECT_TIMEOUT_S, timeout_s))
-    chunks_with_choice = 0
-    usage_tokens: int | None = None
-    text_parts: list[str] = []
-    start = time.perf_counter()
-    result.start_time = start
-    last = start
+    result.start_time = time.perf_counter()
     try:
         async with client.post(url, json=payload, timeout=timeout, allow_redirects=False) as response:
             if response.status != 200:
@@ -117,34 +112,7 @@ async def stream_completion(
                 result.error_kind = f"http_{response.status}"
                 result.error = _error_message(body)
                 return result
-            # Lines stay bytes: only event data is parsed, and the whole stream is never decoded to text.
-            async for line in response.content:
-                line = line.strip()
-                # SSE comments (pings) start with ':'; blank lines separate events.
-                if not line.startswith(b"data:"):
-                    continue
-                data = line[len(b"data:") :].strip()
-                if data == b"[DONE]":
-                    break
-                chunk = json.loads(data)
-                if "error" in chunk:
-                    result.error_kind = "stream_error"
-                    result.error = _error_message(data.decode(errors="replace"))
-                    return result
-                if chunk.get("choices"):
-                    now = time.perf_counter()
-                    if chunks_with_choice == 0:
-                        result.ttft = now - start
-                    else:
-                        result.itl.append(now - last)
-                    last = now
-                    chunks_with_choice += 1
-                    text_parts.append(chunk["choices"][0].get("text") or "")
-                if chunk.get("usage"):
-                    usage = chunk["usage"]
-                    usage_tokens = usage.get("completion_tokens")
-                    if usage.get("prompt_tokens") is not None:
-                        result.prompt_len = int(usage["prompt_tokens"])
+            stream = await _read_stream(response, result)
     # aiohttp's ServerTimeoutError is both an asyncio.TimeoutError and a ClientError: catch it here first.
     except asyncio.TimeoutError as error:
         result.error_kind, result.error = (
@@ -159,14 +127,72 @@ async def stream_completion(
     except (json.JSONDecodeError, KeyError, TypeError, ValueError, AttributeError) as error:
         result.error_kind, result.error = "protocol", f"malformed stream: {error}"
         return result
-    result.generated_text = "".join(text_parts)
-    if chunks_with_choice == 0:
+    if stream is None:  # an error event inside the stream, already recorded
+        return result
+    result.generated_text = "".join(stream.text_parts)
+    if stream.chunks_with_choice == 0:
         result.error_kind, result.error = "no_tokens", "the stream ended without a token"
         return result
-    result.latency = last - start
-    result.output_tokens = int(usage_tokens) if usage_tokens is not None else chunks_with_choice
+    result.latency = stream.last_choice_time - result.start_time
+    usage_tokens = stream.usage_tokens
+    result.output_tokens = int(usage_tokens) if usage_tokens is not None else stream.chunks_with_choice
     result.success = True
     return result
+
+
+@dataclass
+class _StreamTally:
+    """What a completed stream left to count once it ended (its per-token times are already in the result)."""
+
+    chunks_with_choice: int
+    """Chunks that carried a choice (a token)."""
+    usage_tokens: int | None
+    """``usage.completion_tokens`` of the last usage chunk, if any."""
+    text_parts: list[str]
+    """The text of each chunk with a choice."""
+    last_choice_time: float
+    """``time.perf_counter()`` when the last chunk with a choice arrived (the start time without any)."""
+
+
+async def _read_stream(response: aiohttp.ClientResponse, result: RequestResult) -> _StreamTally | None:
+    """Read the server-sent events of a 200 answer, timing each chunk with a choice into ``result``.
+
+    Returns:
+        The tally of the stream, or None after an error event (recorded in ``result`` as ``stream_error``).
+    """
+    start = last = result.start_time
+    chunks_with_choice = 0
+    usage_tokens: int | None = None
+    text_parts: list[str] = []
+    # Lines stay bytes: only event data is parsed, and the whole stream is never decoded to text.
+    async for line in response.content:
+        line = line.strip()
+        # SSE comments (pings) start with ':'; blank lines separate events.
+        if not line.startswith(b"data:"):
+            continue
+        data = line[len(b"data:") :].strip()
+        if data == b"[DONE]":
+            break
+        chunk = json.loads(data)
+        if "error" in chunk:
+            result.error_kind = "stream_error"
+            result.error = _error_message(data.decode(errors="replace"))
+            return None
+        if chunk.get("choices"):
+            now = time.perf_counter()
+            if chunks_with_choice == 0:
+                result.ttft = now - start
+            else:
+                result.itl.append(now - last)
+            last = now
+            chunks_with_choice += 1
+            text_parts.append(chunk["choices"][0].get("text") or "")
+        if chunk.get("usage"):
+            usage = chunk["usage"]
+            usage_tokens = usage.get("completion_tokens")
+            if usage.get("prompt_tokens") is not None:
+                result.prompt_len = int(usage["prompt_tokens"])
+    return _StreamTally(chunks_with_choice, usage_tokens, text_parts, last)
 
 
 def _error_message(body: str) -> str:

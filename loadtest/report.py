@@ -22,16 +22,30 @@ def _fmt(value, digits: int = 1) -> str:
 
 def markdown_report(result: dict) -> str:
     """The Markdown summary of a result (per-model metrics, then each variant against the baseline)."""
+    lines = [_load_line(result), "", *_metrics_table(result)]
+    if result.get("comparison"):
+        lines += ["", *_comparison_table(result)]
+    if result.get("sweep"):
+        lines += ["", *_sweep_table(result)]
+    return "\n".join(lines) + "\n"
+
+
+def _load_line(result: dict) -> str:
+    """One sentence saying which load was sent where, with which prompts and tokenizer, on what hardware."""
     settings = result["settings"]
-    percentiles = settings["percentiles"]
-    top = percentile_key("x", max(percentiles)).split("_")[0] if percentiles else None
-    load = (
+    return (
         f"Load: {settings['num_prompts']} requests × {settings['rounds']} round(s), "
         f"rate {settings['rate']} req/s, burstiness {settings['burstiness']}, "
         f"max concurrency {settings['max_concurrency'] or 'none'}, {settings['input_len']} input / "
         f"{settings['output_len']} output tokens, prompts `{settings['prompts']}`, "
         f"tokenizer: {result.get('tokenizer', '?')}. Target {result['target']}; {result.get('hardware', '')}."
     )
+
+
+def _metrics_table(result: dict) -> list[str]:
+    """One row per model: depth, throughput, and mean and top-percentile latencies."""
+    percentiles = result["settings"]["percentiles"]
+    top = percentile_key("x", max(percentiles)).split("_")[0] if percentiles else None
     header = [
         "model",
         "blocks",
@@ -47,12 +61,7 @@ def markdown_report(result: dict) -> str:
         f"{top} E2EL ms",
         "failed",
     ]
-    lines = [
-        load,
-        "",
-        "| " + " | ".join(header) + " |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    lines = ["| " + " | ".join(header) + " |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for model, metrics in result["models"].items():
         blocks = metrics.get("blocks") or {}
         depth = (
@@ -76,59 +85,56 @@ def markdown_report(result: dict) -> str:
             _fmt(metrics["failed"]),
         ]
         lines.append("| " + " | ".join(row) + " |")
-    if result.get("comparison"):
-        lines += [
-            "",
-            f"Against `{result['baseline']}` (geometric mean of per-round ratios; "
-            "latency ratio < 1 is faster):",
-            "",
-            "| variant | ideal N/(N-M) | output-throughput speedup | fraction of ideal speedup | "
-            "fraction of ideal gain | mean TTFT ratio | mean TPOT ratio | mean ITL ratio | "
-            "mean E2EL ratio |",
-            "|---|---|---|---|---|---|---|---|---|",
+    return lines
+
+
+def _comparison_table(result: dict) -> list[str]:
+    """One row per variant: its speedup against the ideal N/(N-M), and its latency ratios to the baseline."""
+    lines = [
+        f"Against `{result['baseline']}` (geometric mean of per-round ratios; latency ratio < 1 is faster):",
+        "",
+        "| variant | ideal N/(N-M) | output-throughput speedup | fraction of ideal speedup | "
+        "fraction of ideal gain | mean TTFT ratio | mean TPOT ratio | mean ITL ratio | "
+        "mean E2EL ratio |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for model, comparison in result["comparison"].items():
+        ratios = comparison["ratios"]
+        row = [
+            model,
+            _fmt(comparison["ideal_speedup"], 3),
+            _fmt(comparison["output_throughput_speedup"], 3),
+            _fmt(comparison["fraction_of_ideal_speedup"], 3),
+            _fmt(comparison["fraction_of_ideal_gain"], 3),
+            _fmt(ratios.get("mean_ttft_ms"), 3),
+            _fmt(ratios.get("mean_tpot_ms"), 3),
+            _fmt(ratios.get("mean_itl_ms"), 3),
+            _fmt(ratios.get("mean_e2el_ms"), 3),
         ]
-        for model, comparison in result["comparison"].items():
-            ratios = comparison["ratios"]
-            lines.append(
-                "| "
-                + " | ".join(
-                    [
-                        model,
-                        _fmt(comparison["ideal_speedup"], 3),
-                        _fmt(comparison["output_throughput_speedup"], 3),
-                        _fmt(comparison["fraction_of_ideal_speedup"], 3),
-                        _fmt(comparison["fraction_of_ideal_gain"], 3),
-                        _fmt(ratios.get("mean_ttft_ms"), 3),
-                        _fmt(ratios.get("mean_tpot_ms"), 3),
-                        _fmt(ratios.get("mean_itl_ms"), 3),
-                        _fmt(ratios.get("mean_e2el_ms"), 3),
-                    ]
-                )
-                + " |"
-            )
-    if result.get("sweep"):
-        models = list(result["models"])
-        lines += [
-            "",
-            "Rate sweep (output tok/s per model; the last step is the saturation point):",
-            "",
-            "| rate req/s | " + " | ".join(models) + " | failed |",
-            "|---" * (len(models) + 2) + "|",
-        ]
-        for step in result["sweep"]:
-            failed = sum(step["models"][m]["failed"] for m in models)
-            lines.append(
-                "| "
-                + " | ".join(
-                    [str(step["rate"])]
-                    + [_fmt(step["models"][m]["output_throughput"]) for m in models]
-                    + [str(failed)]
-                )
-                + " |"
-            )
-        if result.get("sweep_stop_reason"):
-            lines += ["", f"Sweep stopped: {result['sweep_stop_reason']}."]
-    return "\n".join(lines) + "\n"
+        lines.append("| " + " | ".join(row) + " |")
+    return lines
+
+
+def _sweep_table(result: dict) -> list[str]:
+    """One row per rate step of a sweep: each model's output throughput and the failed requests."""
+    models = list(result["models"])
+    lines = [
+        "Rate sweep (output tok/s per model; the last step is the saturation point):",
+        "",
+        "| rate req/s | " + " | ".join(models) + " | failed |",
+        "|---" * (len(models) + 2) + "|",
+    ]
+    for step in result["sweep"]:
+        failed = sum(step["models"][m]["failed"] for m in models)
+        row = (
+            [str(step["rate"])]
+            + [_fmt(step["models"][m]["output_throughput"]) for m in models]
+            + [str(failed)]
+        )
+        lines.append("| " + " | ".join(row) + " |")
+    if result.get("sweep_stop_reason"):
+        lines += ["", f"Sweep stopped: {result['sweep_stop_reason']}."]
+    return lines
 
 
 def write_plots(result: dict, directory: Path) -> list[Path]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
@@ -69,15 +70,7 @@ def create_app(
     except ValueError as error:
         raise UserError(str(error)) from None
     metrics = GatewayMetrics()
-    restarts_seen: dict[str, int] = {}
-
-    def on_backend_change(backend: Backend) -> None:
-        metrics.backend_up.labels(backend.name).set(1 if backend.up else 0)
-        new = backend.restarts - restarts_seen.get(backend.name, 0)
-        if new > 0:
-            metrics.backend_restarts.labels(backend.name).inc(new)
-            restarts_seen[backend.name] = backend.restarts
-
+    on_backend_change = backend_metrics_updater(metrics)
     if pool is None:
         pool = BackendPool(settings)
     pool.on_change = on_backend_change
@@ -102,32 +95,53 @@ def create_app(
     app.state.proxy = Proxy(settings, pool, router, metrics)
     app.state.created = int(time.time())
     app.include_router(routes)
-
-    @app.exception_handler(GatewayError)
-    async def gateway_error(request: Request, error: GatewayError):
-        return error.response()
-
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, error: StarletteHTTPException):
-        message = {
-            404: f"no route {request.method} {request.url.path}",
-            405: f"method {request.method} not allowed on {request.url.path}",
-        }.get(error.status_code, str(error.detail))
-        return error_response(error.status_code, message, headers=getattr(error, "headers", None))
-
-    @app.exception_handler(RequestValidationError)
-    async def validation_error(request: Request, error: RequestValidationError):
-        first = error.errors()[0] if error.errors() else {"msg": "invalid request", "loc": ()}
-        return error_response(
-            400,
-            f"invalid request: {first['msg']}",
-            param=".".join(str(p) for p in first.get("loc", ())) or None,
-            code="invalid_value",
-        )
-
-    @app.exception_handler(Exception)
-    async def unexpected_error(request: Request, error: Exception):
-        log.exception("unexpected error on %s %s", request.method, request.url.path)
-        return error_response(500, f"internal gateway error: {type(error).__name__}", code="internal_error")
-
+    app.add_exception_handler(GatewayError, gateway_error)
+    app.add_exception_handler(StarletteHTTPException, http_error)
+    app.add_exception_handler(RequestValidationError, validation_error)
+    app.add_exception_handler(Exception, unexpected_error)
     return app
+
+
+def backend_metrics_updater(metrics: GatewayMetrics) -> Callable[[Backend], None]:
+    """A ``BackendPool.on_change`` hook keeping the ``backend_up`` gauge and the restart counter current."""
+    restarts_seen: dict[str, int] = {}
+
+    def on_backend_change(backend: Backend) -> None:
+        metrics.backend_up.labels(backend.name).set(1 if backend.up else 0)
+        new = backend.restarts - restarts_seen.get(backend.name, 0)
+        if new > 0:
+            metrics.backend_restarts.labels(backend.name).inc(new)
+            restarts_seen[backend.name] = backend.restarts
+
+    return on_backend_change
+
+
+async def gateway_error(request: Request, error: GatewayError):
+    """A gateway error raised by a handler, answered as it says."""
+    return error.response()
+
+
+async def http_error(request: Request, error: StarletteHTTPException):
+    """The framework's HTTP errors (unknown route, wrong method), with a message naming the request."""
+    message = {
+        404: f"no route {request.method} {request.url.path}",
+        405: f"method {request.method} not allowed on {request.url.path}",
+    }.get(error.status_code, str(error.detail))
+    return error_response(error.status_code, message, headers=getattr(error, "headers", None))
+
+
+async def validation_error(request: Request, error: RequestValidationError):
+    """A request body that does not validate: 400 naming the first problem and its field."""
+    first = error.errors()[0] if error.errors() else {"msg": "invalid request", "loc": ()}
+    return error_response(
+        400,
+        f"invalid request: {first['msg']}",
+        param=".".join(str(p) for p in first.get("loc", ())) or None,
+        code="invalid_value",
+    )
+
+
+async def unexpected_error(request: Request, error: Exception):
+    """Anything else: logged with its traceback, answered 500 without internals."""
+    log.exception("unexpected error on %s %s", request.method, request.url.path)
+    return error_response(500, f"internal gateway error: {type(error).__name__}", code="internal_error")

@@ -5,12 +5,13 @@ Example::
     depthprune serve --variants dense,ppl-best,margin-best --port 8000 --config ab.yaml --admin-token s3cret
     depthprune serve --variants dense=http://gpu-1:8001,ppl-best=http://gpu-2:8001
 
-The typer signature below is the command line; heavy work (registry, processes, uvicorn) happens inside.
+The typer signature below is the command line; this module turns it (and ``--config``) into
+:class:`~server.settings.GatewaySettings`, resolving each name in the registry, and hands them to
+:func:`server.launch.serve_gateway`, which starts the processes and serves.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -19,6 +20,9 @@ from typing import Annotated, Any
 import typer
 
 from depthprune.errors import UserError
+from depthprune.options import RegistryOption
+from server.launch import gateway_summary, serve_gateway
+from server.settings import BackendSpec, GatewaySettings, VariantMetadata, VllmOptions, load_config_file
 
 
 def parse_variant_list(text: str) -> list[tuple[str, str | None]]:
@@ -37,10 +41,8 @@ def parse_variant_list(text: str) -> list[tuple[str, str | None]]:
     return parsed
 
 
-def metadata_from_variant(info, served_name: str):
+def metadata_from_variant(info, served_name: str) -> VariantMetadata:
     """What ``/v1/models`` shows for a registry :class:`VariantInfo`."""
-    from server.settings import VariantMetadata
-
     aliases = [name for name in [info.name, *(info.aliases or [])] if name and name != served_name]
     return VariantMetadata(
         base_model=info.base_model,
@@ -55,15 +57,13 @@ def metadata_from_variant(info, served_name: str):
     )
 
 
-def resolve_backends(variants: list[tuple[str, str | None]], registry_url: str | None) -> list:
+def resolve_backends(variants: list[tuple[str, str | None]], registry_url: str | None) -> list[BackendSpec]:
     """Registry lookups (and checkpoint checks) for every variant, before anything is started.
 
     Raises:
         UserError: an unknown name, a checkpoint missing on disk or whose checksum changed, a variant
             listed twice under two names.
     """
-    from server.settings import BackendSpec, VariantMetadata
-
     registry = None
     needs_registry = any(url is None for _, url in variants)
     if needs_registry:
@@ -103,9 +103,8 @@ def resolve_backends(variants: list[tuple[str, str | None]], registry_url: str |
     return specs
 
 
-def build_settings(options: dict[str, Any], file_config: dict[str, Any]):
+def build_settings(options: dict[str, Any], file_config: dict[str, Any]) -> GatewaySettings:
     """GatewaySettings from command-line options (None = not given) over the config file's values."""
-    from server.settings import GatewaySettings, VllmOptions
 
     def pick(key: str, default=None):
         value = options.get(key)
@@ -152,87 +151,78 @@ def build_settings(options: dict[str, Any], file_config: dict[str, Any]):
     )
 
 
-def listen_socket(host: str, port: int):
-    """The gateway's listening socket, bound now: a taken port is a UserError before engines start for
-    minutes, and clients that connect once ``serve`` says it is ready are queued, never refused."""
-    import socket
-
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-        sock.listen(2048)
-    except OSError as error:
-        sock.close()
-        raise UserError(f"cannot listen on {host}:{port}: {error.strerror}; pick another --port") from None
-    return sock
+# The options of ``serve`` too long to fit on one line of its signature, named here so that the signature
+# reads as one line per option (the options every command shares are in ``depthprune.options``).
+VariantsOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Comma-separated variants to serve: registry names or aliases "
+        "(dense, ppl-best, margin-best) started here, or name=http://host:port for a vLLM server "
+        "running elsewhere."
+    ),
+]
+ConfigOption = Annotated[
+    Path | None,
+    typer.Option(
+        help="YAML/JSON file with `variants`, `experiments` (A/B arms by objective or variant), "
+        "`vllm` options and gateway settings; command-line options win."
+    ),
+]
+ApiKeyOption = Annotated[
+    str | None,
+    typer.Option(envvar="DEPTHPRUNE_API_KEY", help="Require 'Authorization: Bearer KEY' on /v1/*."),
+]
+AdminTokenOption = Annotated[
+    str | None,
+    typer.Option(envvar="DEPTHPRUNE_ADMIN_TOKEN", help="Enable /admin/experiments behind this bearer token."),
+]
+VllmDtypeOption = Annotated[
+    str | None, typer.Option(help="vLLM --dtype of every process (auto, float32, bfloat16).")
+]
+KvCacheOption = Annotated[
+    int | None,
+    typer.Option(help="CPU build: KV cache per process in GiB (VLLM_CPU_KVCACHE_SPACE) [default: 1]."),
+]
+GpuMemoryOption = Annotated[
+    float | None,
+    typer.Option(help="GPU build: memory fraction per process [default: 0.9 / number of processes]."),
+]
+StartTimeoutOption = Annotated[
+    float | None,
+    typer.Option(help="Seconds to wait for each vLLM process to become healthy [default: 300]."),
+]
+FirstPortOption = Annotated[
+    int | None, typer.Option(help="First port of the vLLM processes [default: free].")
+]
+VllmArgOption = Annotated[
+    list[str] | None,
+    typer.Option(help="Extra argument for every vLLM process, repeatable: --vllm-arg=--enforce-eager."),
+]
+ServeJsonOption = Annotated[
+    bool,
+    typer.Option(
+        "--json", help="Print one JSON line {url, variants, experiments} once serving, instead of text."
+    ),
+]
 
 
 def serve(
-    variants: Annotated[
-        str | None,
-        typer.Option(
-            help="Comma-separated variants to serve: registry names or aliases "
-            "(dense, ppl-best, margin-best) started here, or name=http://host:port for a vLLM server "
-            "running elsewhere."
-        ),
-    ] = None,
-    registry: Annotated[
-        str | None,
-        typer.Option(
-            help="Registry URL (default: DEPTHPRUNE_REGISTRY_URL or the SQLite file in DEPTHPRUNE_HOME)."
-        ),
-    ] = None,
+    variants: VariantsOption = None,
+    registry: RegistryOption = None,
     host: Annotated[str | None, typer.Option(help="Interface to listen on [default: 127.0.0.1].")] = None,
     port: Annotated[int | None, typer.Option(help="Port of the gateway [default: 8000].")] = None,
-    config: Annotated[
-        Path | None,
-        typer.Option(
-            help="YAML/JSON file with `variants`, `experiments` (A/B arms by objective or variant), "
-            "`vllm` options and gateway settings; command-line options win."
-        ),
-    ] = None,
-    api_key: Annotated[
-        str | None,
-        typer.Option(envvar="DEPTHPRUNE_API_KEY", help="Require 'Authorization: Bearer KEY' on /v1/*."),
-    ] = None,
-    admin_token: Annotated[
-        str | None,
-        typer.Option(
-            envvar="DEPTHPRUNE_ADMIN_TOKEN", help="Enable /admin/experiments behind this bearer token."
-        ),
-    ] = None,
-    dtype: Annotated[
-        str | None, typer.Option(help="vLLM --dtype of every process (auto, float32, bfloat16).")
-    ] = None,
+    config: ConfigOption = None,
+    api_key: ApiKeyOption = None,
+    admin_token: AdminTokenOption = None,
+    dtype: VllmDtypeOption = None,
     max_model_len: Annotated[int | None, typer.Option(help="vLLM --max-model-len of every process.")] = None,
-    kv_cache_gib: Annotated[
-        int | None,
-        typer.Option(help="CPU build: KV cache per process in GiB (VLLM_CPU_KVCACHE_SPACE) [default: 1]."),
-    ] = None,
-    gpu_memory_utilization: Annotated[
-        float | None,
-        typer.Option(help="GPU build: memory fraction per process [default: 0.9 / number of processes]."),
-    ] = None,
-    start_timeout: Annotated[
-        float | None,
-        typer.Option(help="Seconds to wait for each vLLM process to become healthy [default: 300]."),
-    ] = None,
-    first_port: Annotated[
-        int | None, typer.Option(help="First port of the vLLM processes [default: free].")
-    ] = None,
-    vllm_arg: Annotated[
-        list[str] | None,
-        typer.Option(help="Extra argument for every vLLM process, repeatable: --vllm-arg=--enforce-eager."),
-    ] = None,
+    kv_cache_gib: KvCacheOption = None,
+    gpu_memory_utilization: GpuMemoryOption = None,
+    start_timeout: StartTimeoutOption = None,
+    first_port: FirstPortOption = None,
+    vllm_arg: VllmArgOption = None,
     log_level: Annotated[str, typer.Option(help="Gateway log level (debug, info, warning).")] = "info",
-    as_json: Annotated[
-        bool,
-        typer.Option(
-            "--json", help="Print one JSON line {url, variants, experiments} once serving, instead of text."
-        ),
-    ] = False,
+    as_json: ServeJsonOption = False,
 ) -> None:
     """Serve variants through vLLM behind one OpenAI-compatible gateway with A/B routing and metrics.
 
@@ -240,14 +230,6 @@ def serve(
     server process, started one after another and waited for; then the gateway listens on HOST:PORT with
     /v1/completions, /v1/chat/completions, /v1/models, /metrics, /health and /ready. Ctrl-C stops all.
     """
-    import logging
-
-    import uvicorn
-
-    from server.app import create_app
-    from server.backends import BackendPool
-    from server.settings import load_config_file
-
     file_config = load_config_file(config) if config is not None else {}
     options = dict(
         variants=variants,
@@ -265,55 +247,27 @@ def serve(
         vllm_args=vllm_arg or [],
     )
     settings = build_settings(options, file_config)
-    sock = listen_socket(settings.host, settings.port)
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    pool = BackendPool(settings)
-    app = create_app(settings, pool)  # checks the experiments before any process starts
+    serve_gateway(
+        settings,
+        log_level=log_level,
+        show_progress=not as_json,
+        on_ready=lambda pool: print_ready(gateway_summary(settings, pool), pool, as_json),
+    )
 
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(
-        TextColumn("{task.description}"),
-        BarColumn(),
-        TextColumn("{task.completed}/{task.total}"),
-        TimeElapsedColumn(),
-        transient=True,
-        disable=as_json,
-    ) as progress:
-        task = progress.add_task("starting backends", total=len(settings.backends))
-        started: list[str] = []
+def print_ready(summary: dict, pool, as_json: bool) -> None:
+    """Say where the gateway serves: one JSON line on stdout, or each backend's state and the URL on stderr.
 
-        def on_start(name: str) -> None:
-            if started:
-                progress.advance(task)
-            started.append(name)
-            kind = "vLLM" if pool[name].managed else "remote"
-            progress.update(task, description=f"starting {kind} backend {name!r}")
-
-        try:
-            asyncio.run(pool.start_backends(on_start))
-        except KeyboardInterrupt:
-            raise
-        progress.advance(task)
-
-    url = f"http://{settings.host}:{settings.port}"
-    summary = {
-        "url": url,
-        "variants": {name: b.status() for name, b in pool.backends.items()},
-        "experiments": list(settings.experiments),
-    }
+    Args:
+        summary: :func:`server.launch.gateway_summary` of the started gateway.
+        pool: its started backends.
+        as_json: print the summary as one JSON line instead of text.
+    """
     if as_json:
         print(json.dumps(summary), flush=True)
-    else:
-        for name, backend in pool.backends.items():
-            state = "up" if backend.up else f"DOWN ({backend.last_error})"
-            print(f"  {name:<20} {backend.url:<28} {state}", file=sys.stderr)
-        print(f"gateway listening on {url} (OpenAI API at {url}/v1)", file=sys.stderr, flush=True)
-    config = uvicorn.Config(app, log_level=log_level.lower(), access_log=False, timeout_graceful_shutdown=10)
-    try:
-        uvicorn.Server(config).run(sockets=[sock])
-    except KeyboardInterrupt:
-        pass  # uvicorn re-raises the Ctrl-C it already handled by shutting down cleanly
-    finally:
-        sock.close()
-        pool.stop_processes()
+        return
+    for name, backend in pool.backends.items():
+        state = "up" if backend.up else f"DOWN ({backend.last_error})"
+        print(f"  {name:<20} {backend.url:<28} {state}", file=sys.stderr)
+    url = summary["url"]
+    print(f"gateway listening on {url} (OpenAI API at {url}/v1)", file=sys.stderr, flush=True)

@@ -68,83 +68,7 @@ def create_fake_app(served_model: str, max_model_len: int = MAX_MODEL_LEN) -> Fa
     async def generate(request: Request, chat: bool):
         body = await request.json()
         app.state.requests += 1
-        if body.get("model") != served_model:
-            return JSONResponse(
-                {
-                    "error": {
-                        "message": f"The model `{body.get('model')}` does not exist.",
-                        "type": "NotFoundError",
-                        "param": "model",
-                        "code": 404,
-                    }
-                },
-                404,
-            )
-        if chat:
-            prompt = " ".join(str(m.get("content", "")) for m in body["messages"])
-        else:
-            prompt = body["prompt"] if isinstance(body["prompt"], str) else json.dumps(body["prompt"])
-        prompt_tokens = len(prompt.split())
-        max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or 4
-        if prompt_tokens + max_tokens > max_model_len:
-            return JSONResponse(
-                {
-                    "error": {
-                        "message": f"This model's maximum context length is {max_model_len} tokens.",
-                        "type": "BadRequestError",
-                        "param": None,
-                        "code": 400,
-                    }
-                },
-                400,
-            )
-        words = [f"{served_model}-t{i}" for i in range(max_tokens)]
-        usage = {
-            "prompt_tokens": prompt_tokens,
-            "completion_tokens": max_tokens,
-            "total_tokens": prompt_tokens + max_tokens,
-        }
-        kind = "chat.completion" if chat else "text_completion"
-        if not body.get("stream"):
-            text = " ".join(words)
-            choice = (
-                {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
-                if chat
-                else {"index": 0, "text": text, "finish_reason": "length"}
-            )
-            return {
-                "id": "cmpl-fake",
-                "object": kind,
-                "created": 0,
-                "model": served_model,
-                "choices": [choice],
-                "usage": usage,
-            }
-
-        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
-
-        async def events():
-            for i, word in enumerate(words):
-                finish = "length" if i == len(words) - 1 else None
-                choice = (
-                    {"index": 0, "delta": {"content": " " + word}, "finish_reason": finish}
-                    if chat
-                    else {"index": 0, "text": " " + word, "finish_reason": finish}
-                )
-                chunk = {
-                    "id": "cmpl-fake",
-                    "object": kind + (".chunk" if chat else ""),
-                    "created": 0,
-                    "model": served_model,
-                    "choices": [choice],
-                }
-                yield f"data: {json.dumps(chunk)}\n\n"
-                await asyncio.sleep(body.get("fake_delay", 0.001))
-            if include_usage:
-                yield f"data: {json.dumps({'id': 'cmpl-fake', 'object': kind, 'created': 0, 'model': served_model, 'choices': [], 'usage': usage})}\n\n"  # noqa: E501
-            yield "data: [DONE]\n\n"
-
-        return StreamingResponse(events(), media_type="text/event-stream")
+        return answer(body, chat, served_model, max_model_len)
 
     @app.post("/v1/completions")
     async def completions(request: Request):
@@ -155,6 +79,85 @@ def create_fake_app(served_model: str, max_model_len: int = MAX_MODEL_LEN) -> Fa
         return await generate(request, chat=True)
 
     return app
+
+
+def answer(body: dict, chat: bool, served_model: str, max_model_len: int):
+    """vLLM's answer to a (chat) completion request: ``max_tokens`` words naming the model, or its error."""
+    if body.get("model") != served_model:
+        message = f"The model `{body.get('model')}` does not exist."
+        return _error_response(message, "NotFoundError", "model", 404)
+    if chat:
+        prompt = " ".join(str(m.get("content", "")) for m in body["messages"])
+    else:
+        prompt = body["prompt"] if isinstance(body["prompt"], str) else json.dumps(body["prompt"])
+    prompt_tokens = len(prompt.split())
+    max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or 4
+    if prompt_tokens + max_tokens > max_model_len:
+        message = f"This model's maximum context length is {max_model_len} tokens."
+        return _error_response(message, "BadRequestError", None, 400)
+    words = [f"{served_model}-t{i}" for i in range(max_tokens)]
+    usage = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": max_tokens,
+        "total_tokens": prompt_tokens + max_tokens,
+    }
+    kind = "chat.completion" if chat else "text_completion"
+    if not body.get("stream"):
+        text = " ".join(words)
+        choice = (
+            {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+            if chat
+            else {"index": 0, "text": text, "finish_reason": "length"}
+        )
+        return {
+            "id": "cmpl-fake",
+            "object": kind,
+            "created": 0,
+            "model": served_model,
+            "choices": [choice],
+            "usage": usage,
+        }
+    events = stream_events(body, chat, served_model, words, usage)
+    return StreamingResponse(events, media_type="text/event-stream")
+
+
+async def stream_events(body: dict, chat: bool, served_model: str, words: list[str], usage: dict):
+    """The server-sent events of a streamed answer: one chunk per word, the usage if asked, ``[DONE]``."""
+    kind = "chat.completion" if chat else "text_completion"
+    for i, word in enumerate(words):
+        finish = "length" if i == len(words) - 1 else None
+        choice = (
+            {"index": 0, "delta": {"content": " " + word}, "finish_reason": finish}
+            if chat
+            else {"index": 0, "text": " " + word, "finish_reason": finish}
+        )
+        chunk = {
+            "id": "cmpl-fake",
+            "object": kind + (".chunk" if chat else ""),
+            "created": 0,
+            "model": served_model,
+            "choices": [choice],
+        }
+        yield f"data: {json.dumps(chunk)}\n\n"
+        await asyncio.sleep(body.get("fake_delay", 0.001))
+    if (body.get("stream_options") or {}).get("include_usage"):
+        last = {
+            "id": "cmpl-fake",
+            "object": kind,
+            "created": 0,
+            "model": served_model,
+            "choices": [],
+            "usage": usage,
+        }
+        yield f"data: {json.dumps(last)}\n\n"
+    yield "data: [DONE]\n\n"
+
+
+def _error_response(message: str, error_type: str, param: str | None, code: int) -> JSONResponse:
+    """An error in vLLM's shape, with ``code`` as the HTTP status too."""
+    return JSONResponse(
+        {"error": {"message": message, "type": error_type, "param": param, "code": code}}, code
+    )
 
 
 class ThreadServer:

@@ -1,0 +1,260 @@
+"""One load-test session, as ``depthprune loadtest`` runs it: a :class:`LoadTestPlan` in, a result dict out.
+
+:func:`run_loadtest` checks that every target serves its model, counts each model's blocks, picks the
+tokenizer that sizes the prompts, warms every model up, measures them (interleaved rounds at one rate, or a
+rate sweep), then stores the result in the registry and writes ``--save-result`` and ``--report-dir``.
+The command line (``loadtest.cli``) only parses options into the plan and prints the result::
+
+    from loadtest.config import LoadConfig
+    from loadtest.session import LoadTestPlan, run_loadtest
+
+    plan = LoadTestPlan(
+        target="http://127.0.0.1:8000",
+        targets={"dense": "http://127.0.0.1:8000", "ppl-best": "http://127.0.0.1:8000"},
+        config=LoadConfig(num_prompts=64, output_len=64, rounds=3),
+    )
+    result = run_loadtest(plan)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from depthprune.errors import UserError
+from loadtest.benchmark import Benchmark, Measurement, SweepConfig, build_result, run
+from loadtest.blocks import block_counts
+from loadtest.client import RequestResult, served_models
+from loadtest.compare import BlockCounts
+from loadtest.config import LoadConfig
+from loadtest.prompts import HFTokenizer, Prompt, ServerTokenizer, WordTokenizer, build_prompts
+from loadtest.report import write_report
+
+__all__ = ["LoadTestPlan", "run_loadtest"]
+
+
+@dataclass
+class LoadTestPlan:
+    """Everything one load test needs: where the load goes, which load, and where the results go."""
+
+    target: str
+    """Base URL of the gateway or vLLM server (``--target``), as the result reports it."""
+    targets: dict[str, str]
+    """``model -> base URL`` its load is sent to; the first model is the baseline."""
+    config: LoadConfig
+    """The load every model gets."""
+    sweep: SweepConfig | None = None
+    """Step the rate up to saturation instead of measuring at ``config.rate``; None = one rate."""
+    blocks_overrides: dict[str, BlockCounts] = field(default_factory=dict)
+    """``--blocks``: block counts that override the registry's and ``/v1/models``'."""
+    tokenizer_dir: Path | None = None
+    """Model directory whose tokenizer sizes the prompts; None = the best one found."""
+    api_key: str | None = None
+    """Bearer token of the targets."""
+    registry_url: str | None = None
+    """Registry given with ``--registry``; None = the default one (used only to store results)."""
+    save_registry: bool = True
+    """Store each model's metrics as a serving benchmark of its registry variant."""
+    save_result: Path | None = None
+    """Write the result JSON to this file."""
+    report_dir: Path | None = None
+    """Write ``loadtest.md`` and PNG plots into this directory."""
+
+    def __post_init__(self):
+        prompts = self.config.prompts
+        if prompts not in ("demo", "synthetic") and not Path(prompts).is_file():
+            raise UserError(f"--prompts {prompts!r} is neither 'demo', 'synthetic' nor an existing file")
+        for path, option in ((self.save_result, "--save-result"), (self.report_dir, "--report-dir")):
+            wants_directory = option == "--report-dir"
+            if path is not None and path.exists() and (path.is_dir() != wants_directory):
+                raise UserError(
+                    f"{option} {path} exists and is not a {'directory' if wants_directory else 'file'}"
+                )
+
+    @property
+    def baseline(self) -> str:
+        """The model every other is compared with (the first one)."""
+        return next(iter(self.targets))
+
+
+def run_loadtest(plan: LoadTestPlan) -> dict:
+    """Measure every model of ``plan`` under identical streaming load and compare each with the baseline.
+
+    Args:
+        plan: targets, load, and where to store and write the result.
+
+    Returns:
+        The result dict (see ``loadtest.benchmark``), plus ``registry`` (model -> stored or why not) when
+        results were stored, and ``report_files`` when a report was written.
+
+    Raises:
+        UserError: a target that is unreachable or does not serve its model, or a model whose every
+            warm-up request failed.
+    """
+    config = plan.config
+    cards = check_models_served(plan.targets, plan.api_key)
+    registry = open_registry_or_none(plan.registry_url, plan.save_registry or plan.registry_url is not None)
+    counts = block_counts(
+        list(plan.targets), cards, plan.blocks_overrides, registry if plan.registry_url else None
+    )
+    tokenizer = choose_tokenizer(plan.tokenizer_dir, plan.targets, cards, registry, plan.api_key)
+    warmup_prompts, per_round = split_prompts(config, tokenizer)
+
+    from tqdm import tqdm
+
+    benchmark = Benchmark(
+        plan.targets,
+        config,
+        api_key=plan.api_key,
+        progress=lambda description, total: tqdm(total=total, desc=description, unit="req", leave=False),
+    )
+    warm = warm_up(benchmark, warmup_prompts)
+    steps, stop_reason = [], None
+    if plan.sweep is not None:
+        first_rate = plan.sweep.start_rate or _single_stream_rate(warm.get(plan.baseline, []), config)
+        steps, stop_reason = run(benchmark.sweep(per_round, plan.sweep, plan.baseline, first_rate))
+        clean = [step for step in steps if not step.failed()]
+        measurement: Measurement = clean[-1] if clean else steps[-1]
+    else:
+        measurement = run(benchmark.measure(per_round))
+
+    result = build_result(
+        target=plan.target,
+        targets=plan.targets,
+        config=config,
+        baseline=plan.baseline,
+        counts=counts,
+        measurement=measurement,
+        tokenizer=tokenizer.description,
+        sweep_steps=steps,
+        sweep_stop_reason=stop_reason,
+    )
+    if registry is not None and plan.save_registry:
+        result["registry"] = store_in_registry(registry, result)
+    write_outputs(result, plan.save_result, plan.report_dir)
+    return result
+
+
+def check_models_served(targets: dict[str, str], api_key: str | None) -> dict[str, dict]:
+    """``model -> /v1/models entry``; UserError for an unreachable target or a model it does not serve."""
+    cards: dict[str, dict] = {}
+    listings: dict[str, dict[str, dict]] = {}
+    for model, target in targets.items():
+        if target not in listings:
+            listings[target] = served_models(target, api_key=api_key)
+        listing = listings[target]
+        by_alias = {alias: card for card in listing.values() for alias in card.get("aliases") or []}
+        card = listing.get(model) or by_alias.get(model)
+        if card is None:
+            raise UserError(
+                f"{target} does not serve {model!r}; it serves: {', '.join(sorted(listing)) or 'nothing'}"
+            )
+        cards[model] = card
+    return cards
+
+
+def choose_tokenizer(
+    tokenizer_dir: Path | None, targets: dict[str, str], cards: dict[str, dict], registry, api_key: str | None
+):
+    """The best tokenizer for prompts (see ``loadtest.prompts``)."""
+    if tokenizer_dir is not None:
+        if not tokenizer_dir.is_dir():
+            raise UserError(f"--tokenizer {tokenizer_dir} is not a directory")
+        return HFTokenizer(tokenizer_dir)
+    first = next(iter(targets))
+    local_dirs = [cards[first].get("root")]
+    if registry is not None:
+        try:
+            local_dirs.insert(0, registry.resolve(first).checkpoint_path)
+        except (UserError, AttributeError):
+            pass
+    for directory in local_dirs:
+        if directory and (Path(directory) / "config.json").is_file():
+            try:
+                return HFTokenizer(directory)
+            except (OSError, ValueError):
+                continue
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else None
+    return ServerTokenizer.probe(targets[first], first, headers) or WordTokenizer()
+
+
+def open_registry_or_none(url: str | None, enabled: bool):
+    """The registry (``--registry`` or the default), or None when disabled or not installed."""
+    if not enabled:
+        return None
+    try:
+        from registry import open_registry
+    except ImportError:
+        if url:
+            raise UserError("--registry was given but the registry package is not installed") from None
+        return None
+    return open_registry(url)
+
+
+def split_prompts(config: LoadConfig, tokenizer) -> tuple[list[Prompt], list[list[Prompt]]]:
+    """The warm-up prompts and each round's measured prompts, all drawn at once under the seed."""
+    all_prompts = build_prompts(
+        config.prompts,
+        config.warmup + config.rounds * config.num_prompts,
+        config.input_len,
+        tokenizer,
+        seed=config.seed,
+    )
+    per_round = [
+        all_prompts[config.warmup + r * config.num_prompts : config.warmup + (r + 1) * config.num_prompts]
+        for r in range(config.rounds)
+    ]
+    return all_prompts[: config.warmup], per_round
+
+
+def warm_up(benchmark: Benchmark, prompts: list[Prompt]) -> dict[str, list[RequestResult]]:
+    """Send the warm-up requests; a model whose every warm-up request failed is a UserError."""
+    warm = run(benchmark.warm_up(prompts)) if prompts else {}
+    for model, results in warm.items():
+        failures = [result for result in results if not result.success]
+        if failures and len(failures) == len(results):
+            raise UserError(
+                f"every warm-up request to {model!r} failed: {failures[0].error_kind}: {failures[0].error}"
+            )
+    return warm
+
+
+def store_in_registry(registry, result: dict) -> dict[str, str]:
+    """Add each model's metrics as a serving benchmark; ``model -> "stored" | reason not stored``."""
+    outcome: dict[str, str] = {}
+    settings = {
+        **result["settings"],
+        "target": result["target"],
+        "baseline": result["baseline"],
+        "tokenizer": result["tokenizer"],
+        "models": list(result["models"]),
+    }
+    for model, metrics in result["models"].items():
+        try:
+            registry.resolve(model)
+        except UserError:
+            outcome[model] = "not in the registry"
+            continue
+        stored = {key: value for key, value in metrics.items() if key != "rounds"}
+        stored.update(result["comparison"].get(model, {}))
+        registry.add_serving_benchmark(model, settings=settings, metrics=stored, hardware=result["hardware"])
+        outcome[model] = "stored"
+    return outcome
+
+
+def write_outputs(result: dict, save_result: Path | None, report_dir: Path | None) -> None:
+    """Write the result JSON and the report; the report's files are listed in ``result["report_files"]``."""
+    if save_result is not None:
+        save_result.parent.mkdir(parents=True, exist_ok=True)
+        save_result.write_text(json.dumps(result, indent=2))
+    if report_dir is not None:
+        result["report_files"] = [str(path) for path in write_report(result, report_dir)]
+
+
+def _single_stream_rate(warmup_results, config) -> float:
+    """Requests per second of one stream, from the warm-up latencies (or 1 req/s without them)."""
+    latencies = [result.latency for result in warmup_results if result.success and result.latency > 0]
+    if not latencies:
+        return 1.0
+    return 1.0 / (sum(latencies) / len(latencies))

@@ -1,0 +1,112 @@
+"""Run the gateway in the foreground as ``depthprune serve`` does: bind, start backends, serve until Ctrl-C.
+
+The order is the point: the port is bound first (a taken port is an error in a second, not after the engines
+loaded for minutes), the experiments are checked before any process starts, the backends are started and
+waited for, and only then does the gateway accept requests; every process it started is stopped when it
+stops. ``server.cli`` builds the :class:`~server.settings.GatewaySettings` and calls :func:`serve_gateway`::
+
+    serve_gateway(settings, log_level="info", on_ready=lambda pool: print(gateway_summary(settings, pool)))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+from collections.abc import Callable
+
+from depthprune.errors import UserError
+from server.app import create_app
+from server.backends import BackendPool
+from server.settings import GatewaySettings
+
+__all__ = ["gateway_summary", "listen_socket", "serve_gateway"]
+
+
+def serve_gateway(
+    settings: GatewaySettings,
+    *,
+    log_level: str = "info",
+    show_progress: bool = True,
+    on_ready: Callable[[BackendPool], None] | None = None,
+) -> None:
+    """Start every backend of ``settings``, then serve the gateway until it is stopped (Ctrl-C, SIGTERM).
+
+    Args:
+        settings: backends, experiments, address and limits of the gateway.
+        log_level: gateway log level (debug, info, warning).
+        show_progress: show a progress bar on stderr while the backends start.
+        on_ready: called with the started backends just before the gateway serves (to say where it serves).
+
+    Raises:
+        UserError: the port cannot be bound, or an experiment is malformed (before any process starts).
+        BackendStartError: a managed backend did not come up (every process started is stopped first).
+    """
+    sock = listen_socket(settings.host, settings.port)
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    pool = BackendPool(settings)
+    app = create_app(settings, pool)  # checks the experiments before any process starts
+    start_backends(pool, show_progress)
+    if on_ready is not None:
+        on_ready(pool)
+
+    import uvicorn
+
+    config = uvicorn.Config(app, log_level=log_level.lower(), access_log=False, timeout_graceful_shutdown=10)
+    try:
+        uvicorn.Server(config).run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass  # uvicorn re-raises the Ctrl-C it already handled by shutting down cleanly
+    finally:
+        sock.close()
+        pool.stop_processes()
+
+
+def listen_socket(host: str, port: int) -> socket.socket:
+    """The gateway's listening socket, bound now: a taken port is a UserError before engines start for
+    minutes, and clients that connect once ``serve`` says it is ready are queued, never refused."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+        sock.listen(2048)
+    except OSError as error:
+        sock.close()
+        raise UserError(f"cannot listen on {host}:{port}: {error.strerror}; pick another --port") from None
+    return sock
+
+
+def start_backends(pool: BackendPool, show_progress: bool) -> None:
+    """Start the backends one after another, with a transient progress bar naming the one starting."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(
+        TextColumn("{task.description}"),
+        BarColumn(),
+        TextColumn("{task.completed}/{task.total}"),
+        TimeElapsedColumn(),
+        transient=True,
+        disable=not show_progress,
+    ) as progress:
+        task = progress.add_task("starting backends", total=len(pool.settings.backends))
+        started: list[str] = []
+
+        def on_start(name: str) -> None:
+            if started:
+                progress.advance(task)
+            started.append(name)
+            kind = "vLLM" if pool[name].managed else "remote"
+            progress.update(task, description=f"starting {kind} backend {name!r}")
+
+        asyncio.run(pool.start_backends(on_start))
+        progress.advance(task)
+
+
+def gateway_summary(settings: GatewaySettings, pool: BackendPool) -> dict:
+    """``{url, variants: {name: status}, experiments: [names]}`` of a started gateway."""
+    return {
+        "url": f"http://{settings.host}:{settings.port}",
+        "variants": {name: backend.status() for name, backend in pool.backends.items()},
+        "experiments": list(settings.experiments),
+    }
