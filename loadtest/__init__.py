@@ -13,11 +13,13 @@ from loadtest.metrics import compute_metrics, parse_goodput, summarize
 from loadtest.prompts import Prompt, build_prompts
 from loadtest.report import markdown_report, write_report
 from loadtest.runner import RunResult, interleaved_rounds, timed_run
+from loadtest.session import LoadTestPlan, run_loadtest
 
 __all__ = [
     "Benchmark",
     "BlockCounts",
     "LoadConfig",
+    "LoadTestPlan",
     "Measurement",
     "Prompt",
     "RequestResult",
@@ -34,6 +36,7 @@ __all__ = [
     "markdown_report",
     "parse_goodput",
     "ratios_to_baseline",
+    "run_loadtest",
     "served_models",
     "speedup_summary",
     "stream_completion",

@@ -9,6 +9,7 @@ Importing this package imports neither torch nor vLLM.
 from server.app import build_router, create_app
 from server.backends import Backend, BackendPool, BackendStartError
 from server.experiments import Route, Router, RoutingError, unit_hash
+from server.launch import serve_gateway
 from server.protocol import ArmSpec, ExperimentSpec
 from server.settings import BackendSpec, GatewaySettings, VariantMetadata, VllmOptions, load_config_file
 
@@ -28,5 +29,6 @@ __all__ = [
     "build_router",
     "create_app",
     "load_config_file",
+    "serve_gateway",
     "unit_hash",
 ]
