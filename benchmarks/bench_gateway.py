@@ -22,10 +22,7 @@ import asyncio
 import json
 import os
 import platform
-import select
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,10 +31,10 @@ from pathlib import Path
 import httpx
 from docs_section import write_section  # benchmarks/, on sys.path when run as a script
 
-from server.backends import Backend, free_port
+from depthprune.testing.models import save_tiny_model
+from depthprune.testing.servers import running_gateway
+from server.backends import Backend
 from server.settings import BackendSpec, VllmOptions
-
-ROOT = Path(__file__).resolve().parents[1]
 
 SECTION = "## Gateway overhead"
 PROMPT = " ".join(f"w{i}" for i in range(10, 42))  # 32 tokens of the tiny tokenizer's vocabulary
@@ -59,35 +56,10 @@ def parse_args() -> argparse.Namespace:
     return parser.parse_args()
 
 
-def tiny_model(directory: Path) -> Path:
-    """A tiny random Llama with a word-level tokenizer (:mod:`depthprune.testing.models`)."""
-    from depthprune.testing.models import save_tiny_model
-
-    return save_tiny_model("llama", directory)
-
-
-def start_gateway(backend_url: str, port: int, home: Path) -> subprocess.Popen:
-    command = [
-        sys.executable,
-        "-m",
-        "depthprune",
-        "serve",
-        "--variants",
-        f"bench={backend_url}",
-        "--port",
-        str(port),
-        "--json",
-        "--log-level",
-        "warning",
-    ]
-    process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, text=True, cwd=ROOT, env={**os.environ, "DEPTHPRUNE_HOME": str(home)}
-    )
-    ready, _, _ = select.select([process.stdout], [], [], 120)
-    if not ready or not process.stdout.readline().startswith("{"):
-        process.kill()
-        raise SystemExit("the gateway did not start")
-    return process
+async def wait_healthy(backend: Backend) -> None:
+    """Wait until the vLLM backend answers, as the gateway's own start-up does."""
+    async with httpx.AsyncClient() as client:
+        await backend.wait_healthy(client, 900, 5)
 
 
 def body(max_tokens: int, stream: bool) -> dict:
@@ -243,34 +215,25 @@ def main() -> None:
     args = parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-gateway-") as work:
         work = Path(work)
-        model = args.model or str(tiny_model(work / "tiny-llama"))
-        options = VllmOptions(
+        model = args.model or str(save_tiny_model("llama", work / "tiny-llama"))
+        vllm_options = VllmOptions(
             dtype="float32",
             max_model_len=256,
             log_dir=str(work),
             extra_args=[] if args.compile else ["--enforce-eager"],
         )
-        backend = Backend(BackendSpec("bench", model_dir=model), options)
-        gateway = None
+        backend = Backend(BackendSpec("bench", model_dir=model), vllm_options)
         try:
             print("starting vLLM ...", file=sys.stderr)
             backend.spawn()
-
-            async def wait():
-                async with httpx.AsyncClient() as client:
-                    await backend.wait_healthy(client, 900, 5)
-
-            asyncio.run(wait())
-            gateway_port = free_port()
-            gateway = start_gateway(backend.url, gateway_port, work)
-            targets = {"direct": backend.url, "gateway": f"http://127.0.0.1:{gateway_port}"}
-            load_before = os.getloadavg()[0]
-            result = asyncio.run(measure(targets, args, gateway.pid))
-            result["load_average"] = [round(load_before, 1), round(os.getloadavg()[0], 1)]
+            asyncio.run(wait_healthy(backend))
+            log, env = work / "gateway.log", {"DEPTHPRUNE_HOME": str(work)}
+            with running_gateway(f"bench={backend.url}", log, "--log-level", "warning", env=env) as gateway:
+                targets = {"direct": backend.url, "gateway": gateway.url}
+                load_before = os.getloadavg()[0]
+                result = asyncio.run(measure(targets, args, gateway.process.pid))
+                result["load_average"] = [round(load_before, 1), round(os.getloadavg()[0], 1)]
         finally:
-            if gateway is not None:
-                gateway.send_signal(signal.SIGINT)
-                gateway.wait(timeout=30)
             backend.stop()
     model_name = "tiny random Llama (6 blocks, hidden 64, float32)" if not args.model else f"`{args.model}`"
     result["model"] = model_name

@@ -1,4 +1,5 @@
-"""Shared fixtures: an isolated data directory per session, and tiny random models on disk."""
+"""Shared fixtures: an isolated data directory per session, tiny random models on disk, the tiny demo model,
+and ``run_cli``. What they build comes from the testing kit, :mod:`depthprune.testing`."""
 
 from __future__ import annotations
 
@@ -40,28 +41,18 @@ def tiny_model_dirs(tmp_path_factory):
 
 
 @pytest.fixture
-def run_cli(capsys):
-    """Run ``depthprune ARGS...`` in-process; returns ``(exit_code, stdout, stderr)`` of that call only."""
-    from depthprune.cli import main
+def run_cli():
+    """The kit's ``run_cli``: ``depthprune ARGS...`` in-process, returning ``(exit code, stdout, stderr)``."""
+    from depthprune.testing.cli import run_cli
 
-    def run(*args: str):
-        capsys.readouterr()
-        try:
-            main([str(arg) for arg in args])
-            code = 0
-        except SystemExit as exit_:
-            code = exit_.code if isinstance(exit_.code, int) else (0 if exit_.code is None else 1)
-        captured = capsys.readouterr()
-        return code, captured.out, captured.err
-
-    return run
+    return run_cli
 
 
 @pytest.fixture(scope="session")
 def demo_tiny_dir(isolated_home) -> Path:
-    """Directory of the tiny demo model (8 blocks, hidden 64), built once per session (seconds on 2 cores).
+    """Directory of the tiny demo model (``DemoRecipe.tiny()``: 8 blocks, hidden 64), built once per session.
 
-    Built into the session's ``DEPTHPRUNE_HOME``, with the held-out splits in ``data/*.jsonl``.
+    Built into the session's ``DEPTHPRUNE_HOME``, with its data files in ``data/*.jsonl``.
     """
     from depthprune.demo.model import ensure_demo_model
     from depthprune.demo.recipe import DemoRecipe

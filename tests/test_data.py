@@ -6,13 +6,10 @@ import json
 
 import pytest
 
+from depthprune.demo.paths import data_file
 from depthprune.errors import UserError
+from depthprune.testing.data import write_jsonl
 from pruning.calibration import data
-
-
-def write_jsonl(path, rows):
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -176,9 +173,9 @@ def test_text_windows_are_deterministic(tmp_path, tokenizer):
 def test_demo_specs_read_the_demo_directory(tmp_path, tokenizer):
     demo = tmp_path / "demo-model"
     (demo / "data").mkdir(parents=True)
-    write_jsonl(demo / "data" / "text_calibration.jsonl", [{"text": " ".join(["w5"] * 40)}] * 3)
+    write_jsonl(data_file(demo, "text_calibration"), [{"text": " ".join(["w5"] * 40)}] * 3)
     write_jsonl(
-        demo / "data" / "qa_calibration.jsonl",
+        data_file(demo, "qa_calibration"),
         [{"context": f"w{i}", "choices": ["w7", "w8"], "label": i % 2} for i in range(6)],
     )
     samples = data.load_samples(f"demo:text@{demo}", tokenizer, samples=4, seq_len=20, seed=0)

@@ -14,6 +14,7 @@ import pytest
 
 from depthprune.demo.pipeline import DemoConfig, stop_process_group
 from depthprune.errors import UserError
+from depthprune.testing.servers import free_port, wait_until
 
 
 def vllm_processes() -> set[int]:
@@ -39,7 +40,7 @@ def test_demo_runs_end_to_end(tmp_path):
             "tiny",
             "--quick",
             "--port",
-            "8791",
+            str(free_port()),
             "--json",
         ],
         capture_output=True,
@@ -71,10 +72,8 @@ def test_stop_process_group_kills_children_too():
     time.sleep(0.5)
     stop_process_group(parent, grace_s=1)
     assert parent.returncode is not None
-    deadline = time.monotonic() + 10
-    while group_members(parent.pid) and time.monotonic() < deadline:
-        time.sleep(0.1)  # orphaned children are reaped by init a moment after the kill
-    assert group_members(parent.pid) == []
+    # Orphaned children are reaped by init a moment after the kill.
+    wait_until(lambda: group_members(parent.pid) == [], 10, "the group's children gone")
 
 
 def group_members(pgid: int) -> list[str]:

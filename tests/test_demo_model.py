@@ -18,10 +18,8 @@ from depthprune.demo.model import ensure_demo_model, read_quality
 from depthprune.demo.paths import DATA_FILES, default_demo_dir
 from depthprune.demo.recipe import DemoRecipe
 from depthprune.errors import UserError
-
-
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text().splitlines()]
+from depthprune.testing.cli import run_cli
+from depthprune.testing.data import read_jsonl
 
 
 def test_corpus_is_deterministic_and_held_out_is_unseen():
@@ -196,28 +194,21 @@ def test_interrupted_build_leaves_nothing(tmp_path, monkeypatch):
     assert [path.name for path in tmp_path.iterdir() if not path.name.endswith(".lock")] == []
 
 
-def run_cli(*args: str) -> int:
-    from depthprune.cli import main
-
-    try:
-        main(list(args))
-    except SystemExit as exit_info:
-        return exit_info.code
-    return 0
-
-
-def test_cli_prints_path_and_quality(demo_tiny_dir, capsys):
-    assert run_cli("demo-model", "--recipe", "tiny", "--json") == 0
-    shown = json.loads(capsys.readouterr().out)
+def test_cli_prints_path_and_quality(demo_tiny_dir):
+    code, out, _ = run_cli("demo-model", "--recipe", "tiny", "--json")
+    assert code == 0
+    shown = json.loads(out)
     assert shown["path"] == str(demo_tiny_dir) and shown["recipe_hash"] == DemoRecipe.tiny().hash()
     assert shown["quality"] == read_quality(demo_tiny_dir)
-    assert run_cli("demo-model", "--recipe", "tiny") == 0
-    text = capsys.readouterr().out
+    code, text, _ = run_cli("demo-model", "--recipe", "tiny")
+    assert code == 0
     assert str(demo_tiny_dir) in text and "perplexity" in text and "QA accuracy" in text
 
 
-def test_cli_errors_and_help(capsys):
-    assert run_cli("demo-model", "--recipe", "huge") == 2
-    assert capsys.readouterr().err.strip() == "error: unknown recipe 'huge'; choose one of: default, tiny"
-    assert run_cli("demo-model", "--help") == 0
-    assert "--recipe" in capsys.readouterr().out
+def test_cli_errors_and_help():
+    code, _, err = run_cli("demo-model", "--recipe", "huge")
+    assert code == 2
+    assert err.strip() == "error: unknown recipe 'huge'; choose one of: default, tiny"
+    code, out, _ = run_cli("demo-model", "--help")
+    assert code == 0
+    assert "--recipe" in out

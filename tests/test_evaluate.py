@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+import random
 
 import pytest
 
 from depthprune.errors import UserError
+from depthprune.testing.cli import run_cli
+from depthprune.testing.data import demo_like_model, random_questions, random_texts
 
 CONTEXT_PAIRS = [
     ("w10 w11 w12", " w13 w14"),
@@ -51,26 +54,12 @@ def torch_lm(tiny_llama):
 @pytest.fixture(scope="module")
 def demo_like_dir(tmp_path_factory, tiny_llama):
     """A tiny model directory with demo-style held-out data (data/text_test.jsonl, data/qa_test.jsonl)."""
-    import random
-    import shutil
-
-    directory = tmp_path_factory.mktemp("demo-like") / "model"
-    shutil.copytree(tiny_llama, directory)
-    (directory / "data").mkdir()
     rng = random.Random(0)
-    with open(directory / "data" / "text_test.jsonl", "w") as handle:
-        for _ in range(6):
-            handle.write(
-                json.dumps({"text": " ".join(f"w{rng.randrange(4, 256)}" for _ in range(40))}) + "\n"
-            )
-    with open(directory / "data" / "qa_test.jsonl", "w") as handle:
-        for number in range(12):
-            words = [f"w{rng.randrange(4, 256)}" for _ in range(6)]
-            choices = [f"w{rng.randrange(4, 256)} w{rng.randrange(4, 256)}" for _ in range(3)]
-            handle.write(
-                json.dumps({"context": " ".join(words), "choices": choices, "label": number % 3}) + "\n"
-            )
-    return directory
+    data = {
+        "text_test": random_texts(rng, rows=6, words=40),
+        "qa_test": random_questions(rng, rows=12, choices=3, context_words=6, choice_words=2, labels="cycle"),
+    }
+    return demo_like_model(tiny_llama, tmp_path_factory.mktemp("demo-like") / "model", data)
 
 
 def instances(pairs):
@@ -197,28 +186,14 @@ def test_settings_reject_bad_input():
         EvalSettings(limit=0)
 
 
-def test_eval_command_records_demo_results_in_registry(demo_like_dir, capsys):
-    from depthprune.cli import main
+def test_eval_command_records_demo_results_in_registry(demo_like_dir):
     from registry import open_registry
 
-    with pytest.raises(SystemExit) as exit_info:  # click exits 0 after a successful command
-        main(
-            [
-                "eval",
-                str(demo_like_dir),
-                "--suite",
-                "demo",
-                "--engine",
-                "torch",
-                "--limit",
-                "4",
-                "--seq-len",
-                "32",
-                "--json",
-            ]
-        )
-    assert exit_info.value.code == 0
-    (item,) = json.loads(capsys.readouterr().out)
+    code, out, _ = run_cli(
+        "eval", demo_like_dir, "--suite", "demo", "--engine", "torch", "--limit", 4, "--seq-len", 32, "--json"
+    )
+    assert code == 0
+    (item,) = json.loads(out)
     assert item["variant"] == "dense"
     measured = {(r["task"], r["metric"]): r["value"] for r in item["results"]}
     assert set(measured) == {("demo_text", "perplexity"), ("demo_qa", "acc"), ("demo_qa", "acc_norm")}
@@ -226,16 +201,13 @@ def test_eval_command_records_demo_results_in_registry(demo_like_dir, capsys):
     assert stored == pytest.approx(measured)
 
 
-def test_eval_command_errors_are_one_line(capsys):
-    from depthprune.cli import main
-
-    with pytest.raises(SystemExit) as exit_info:
-        main(["eval", "no-such-variant", "--suite", "demo"])
-    assert exit_info.value.code == 2
-    assert capsys.readouterr().err.startswith("error: ")
-    with pytest.raises(SystemExit):
-        main(["eval", "dense", "--suite", "speed"])
-    assert "unknown suite" in capsys.readouterr().err
+def test_eval_command_errors_are_one_line():
+    code, _, err = run_cli("eval", "no-such-variant", "--suite", "demo")
+    assert code == 2
+    assert err.startswith("error: ")
+    code, _, err = run_cli("eval", "dense", "--suite", "speed")
+    assert code != 0
+    assert "unknown suite" in err
 
 
 @pytest.mark.slow

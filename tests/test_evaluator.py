@@ -11,6 +11,8 @@ import pytest
 import torch
 
 from depthprune.errors import UserError
+from depthprune.testing.cli import run_cli
+from depthprune.testing.data import demo_like_model, random_questions, random_texts, read_jsonl, write_jsonl
 from pruning.calibration.objectives import CalibrationConfig
 from pruning.calibration.scorer import build_evaluator, plan_boundaries
 
@@ -22,28 +24,12 @@ def files(tmp_path_factory, tiny_model_dirs):
     """A tiny 6-block llama on disk plus hand-made text and question files in its vocabulary."""
     root = tmp_path_factory.mktemp("evaluator-data")
     rng = random.Random(0)
-
-    def words(count):
-        return " ".join(f"w{rng.randrange(4, 256)}" for _ in range(count))
-
-    text = root / "text.jsonl"
-    text.write_text("".join(json.dumps({"text": words(50)}) + "\n" for _ in range(8)))
-    questions = root / "qa.jsonl"
-    rows = []
-    for _ in range(10):
-        count = rng.choice([2, 3, 4])
-        rows.append(
-            {
-                "context": words(rng.randrange(3, 10)),
-                "choices": [words(rng.randrange(1, 4)) for _ in range(count)],
-                "label": rng.randrange(count),
-            }
-        )
-    questions.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    text = write_jsonl(root / "text.jsonl", random_texts(rng, rows=8, words=50))
+    questions = random_questions(rng, rows=10, choices=(2, 3, 4), context_words=(3, 10), choice_words=(1, 4))
     return {
         "model": str(tiny_model_dirs("llama")),
         "text": f"text:{text}",
-        "mc": f"mc:{questions}",
+        "mc": f"mc:{write_jsonl(root / 'qa.jsonl', questions)}",
         "root": root,
     }
 
@@ -301,49 +287,40 @@ def test_bad_input(files, evaluators, tmp_path):
         )
 
 
-def test_bench_evaluator_command(files, capsys):
+def test_bench_evaluator_command(files):
     """The benchmark command end to end on the tiny model: one JSON object, scores agree."""
-    import shutil
-
-    from depthprune.cli import main
-
     model = files["root"] / "tiny-with-demo-data"
     if not model.exists():
-        shutil.copytree(files["model"], model)
-        (model / "data").mkdir()
-        shutil.copy(files["mc"].removeprefix("mc:"), model / "data" / "qa_calibration.jsonl")
-    with pytest.raises(SystemExit) as exit_info:
-        main(
-            [
-                "bench-evaluator",
-                "--model",
-                str(model),
-                "--samples",
-                "4",
-                "--seq-len",
-                "32",
-                "--random-sets",
-                "3",
-                "--budget",
-                "2",
-                "--batch-size",
-                "8",
-                "--repeats",
-                "2",
-                "--no-pack",
-                "--json",
-            ]
-        )
-    assert exit_info.value.code == 0
-    result = json.loads(capsys.readouterr().out)
+        questions = read_jsonl(files["mc"].removeprefix("mc:"))
+        demo_like_model(files["model"], model, {"qa_calibration": questions})
+    code, out, _ = run_cli(
+        "bench-evaluator",
+        "--model",
+        model,
+        "--samples",
+        "4",
+        "--seq-len",
+        "32",
+        "--random-sets",
+        "3",
+        "--budget",
+        "2",
+        "--batch-size",
+        "8",
+        "--repeats",
+        "2",
+        "--no-pack",
+        "--json",
+    )
+    assert code == 0
+    result = json.loads(out)
     assert result["agree"] and result["sets"] == 6 + 3
     assert result["repeats"] == 2 and len(result["fast_seconds_each"]) == 2 and not result["packed"]
     assert result["fast_block_forwards"] < result["naive_block_forwards"]
     assert result["calibration"]["data"] == f"demo:qa@{model}"
-    with pytest.raises(SystemExit) as exit_info:
-        main(["bench-evaluator", "--model", str(model), "--budget", "6", "--samples", "4"])
-    assert exit_info.value.code == 2
-    assert "budget M=6 must be between 1 and 5" in capsys.readouterr().err
+    code, _, err = run_cli("bench-evaluator", "--model", model, "--budget", "6", "--samples", "4")
+    assert code == 2
+    assert "budget M=6 must be between 1 and 5" in err
 
 
 @pytest.fixture(scope="module")
@@ -358,8 +335,7 @@ def edge_questions(files):
         {"context": "w50 w51 w52 w53 w54 w55 w56 w57 w58", "choices": ["w60 w61", "w62"], "label": 1},
         {"context": "w70", "choices": ["w71 w72 w73 w74", "w75"], "label": 0},
     ]
-    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    return f"mc:{path}"
+    return f"mc:{write_jsonl(path, rows)}"
 
 
 @pytest.mark.parametrize("architecture", ["llama", "qwen3", "gemma3_text"])

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import socket
 from dataclasses import dataclass, field
 
 import aiohttp.test_utils
@@ -15,8 +14,9 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from depthprune.cli import main
 from depthprune.errors import UserError
+from depthprune.testing.cli import run_cli
+from depthprune.testing.servers import free_port
 from loadtest import (
     BlockCounts,
     LoadConfig,
@@ -256,9 +256,7 @@ def test_stream_errors_are_classified():
     assert slow.error_kind == "timeout" and "0.2 s" in slow.error
     cut = run_stream(Replay(events=RECORDED_STREAM, gap_s=0.001, cut_after=2))
     assert cut.error_kind == "connection" and "Payload" in cut.error
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
 
     async def refused():
         async with make_client(LoadConfig()) as client:
@@ -436,25 +434,9 @@ def test_report_files(tmp_path):
 # --- command line ----------------------------------------------------------------------------------------
 
 
-def run_cli(args, capsys) -> tuple[int, str, str]:
-    try:
-        main(["loadtest", *args])
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def test_help(capsys):
-    code, out, _ = run_cli(["--help"], capsys)
+def test_help():
+    code, out, _ = run_cli("loadtest", "--help")
     assert code == 0 and "--max-concurrency" in out and "--sweep" in out and "--json" in out
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.mark.parametrize(
@@ -469,9 +451,9 @@ def free_port() -> int:
         (["--target", "http://127.0.0.1:{port}", "--models", "a,a"], "twice"),
     ],
 )
-def test_bad_input_is_one_line(args, message, capsys):
+def test_bad_input_is_one_line(args, message):
     port = free_port()
-    code, _, err = run_cli([arg.format(port=port) for arg in args], capsys)
+    code, _, err = run_cli("loadtest", *[arg.format(port=port) for arg in args])
     assert code == 2
     assert err.startswith("error: ") and message in err and err.count("\n") == 1 and "Traceback" not in err
 

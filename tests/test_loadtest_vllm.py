@@ -7,16 +7,11 @@ runs end to end; the load is tiny (a few requests of a few tokens).
 from __future__ import annotations
 
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 
-import httpx
 import pytest
 
-from depthprune.cli import main
+from depthprune.testing.cli import run_cli
+from depthprune.testing.servers import free_port, running, running_gateway, vllm_command
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
@@ -24,107 +19,46 @@ OUTPUT_LEN = 8
 NUM_PROMPTS = 6
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def vllm_tiny_server(tiny_model_dirs, tmp_path_factory):
     """Base URL of a vLLM OpenAI server serving the tiny Llama as ``dense`` and ``copy``."""
-    model_dir = tiny_model_dirs("llama")
     port = free_port()
-    log_path = tmp_path_factory.mktemp("vllm-loadtest") / "server.log"
-    env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"}
-    with open(log_path, "w") as log:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "vllm.entrypoints.openai.api_server",
-                "--model",
-                str(model_dir),
-                "--served-model-name",
-                "dense",
-                "copy",
-                "--port",
-                str(port),
-                "--host",
-                "127.0.0.1",
-                "--dtype",
-                "float32",
-                "--max-model-len",
-                "256",
-                "--max-num-seqs",
-                "16",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-        )
+    command = vllm_command(
+        tiny_model_dirs("llama"), ["dense", "copy"], port, extra_args=["--max-num-seqs", "16"]
+    )
+    log = tmp_path_factory.mktemp("vllm-loadtest") / "server.log"
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                pytest.fail(f"vLLM exited with {process.returncode}:\n{log_path.read_text()[-3000:]}")
-            try:
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(1)
-        else:
-            pytest.fail(f"vLLM did not start in 600 s:\n{log_path.read_text()[-3000:]}")
+    with running(command, url, log, env={"VLLM_CPU_KVCACHE_SPACE": "1"}, timeout_s=600):
         yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
 
 
-def run_cli(args, capsys) -> tuple[int, str, str]:
-    try:
-        main(["loadtest", *args])
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def test_real_comparison_against_vllm(vllm_tiny_server, tmp_path, capsys):
+def test_real_comparison_against_vllm(vllm_tiny_server, tmp_path):
     result_file = tmp_path / "result.json"
     code, out, err = run_cli(
-        [
-            "--target",
-            vllm_tiny_server,
-            "--models",
-            "dense,copy",
-            "--num-prompts",
-            str(NUM_PROMPTS),
-            "--input-len",
-            "16",
-            "--output-len",
-            str(OUTPUT_LEN),
-            "--rounds",
-            "2",
-            "--warmup",
-            "1",
-            "--max-concurrency",
-            "4",
-            "--goodput",
-            "e2el:60000",
-            "--save-result",
-            str(result_file),
-            "--report-dir",
-            str(tmp_path / "report"),
-            "--json",
-        ],
-        capsys,
+        "loadtest",
+        "--target",
+        vllm_tiny_server,
+        "--models",
+        "dense,copy",
+        "--num-prompts",
+        str(NUM_PROMPTS),
+        "--input-len",
+        "16",
+        "--output-len",
+        str(OUTPUT_LEN),
+        "--rounds",
+        "2",
+        "--warmup",
+        "1",
+        "--max-concurrency",
+        "4",
+        "--goodput",
+        "e2el:60000",
+        "--save-result",
+        str(result_file),
+        "--report-dir",
+        str(tmp_path / "report"),
+        "--json",
     )
     assert code == 0, err
     result = json.loads(out)
@@ -168,28 +102,26 @@ def test_real_comparison_against_vllm(vllm_tiny_server, tmp_path, capsys):
     }
 
 
-def test_real_sweep_stops_by_itself(vllm_tiny_server, capsys):
+def test_real_sweep_stops_by_itself(vllm_tiny_server):
     code, out, err = run_cli(
-        [
-            "--target",
-            vllm_tiny_server,
-            "--models",
-            "dense",
-            "--num-prompts",
-            "4",
-            "--input-len",
-            "8",
-            "--output-len",
-            "4",
-            "--warmup",
-            "1",
-            "--sweep",
-            "--sweep-steps",
-            "3",
-            "--json",
-            "--no-save-registry",
-        ],
-        capsys,
+        "loadtest",
+        "--target",
+        vllm_tiny_server,
+        "--models",
+        "dense",
+        "--num-prompts",
+        "4",
+        "--input-len",
+        "8",
+        "--output-len",
+        "4",
+        "--warmup",
+        "1",
+        "--sweep",
+        "--sweep-steps",
+        "3",
+        "--json",
+        "--no-save-registry",
     )
     assert code == 0, err
     result = json.loads(out)
@@ -198,8 +130,8 @@ def test_real_sweep_stops_by_itself(vllm_tiny_server, capsys):
     assert rates == sorted(rates) and all(b == pytest.approx(2 * a) for a, b in zip(rates, rates[1:]))
 
 
-def test_unknown_model_is_one_line(vllm_tiny_server, capsys):
-    code, _, err = run_cli(["--target", vllm_tiny_server, "--models", "dense,nope"], capsys)
+def test_unknown_model_is_one_line(vllm_tiny_server):
+    code, _, err = run_cli("loadtest", "--target", vllm_tiny_server, "--models", "dense,nope")
     assert code == 2
     assert err == f"error: {vllm_tiny_server} does not serve 'nope'; it serves: copy, dense\n"
 
@@ -207,71 +139,34 @@ def test_unknown_model_is_one_line(vllm_tiny_server, capsys):
 @pytest.fixture(scope="session")
 def gateway(vllm_tiny_server, tmp_path_factory):
     """The depthprune gateway in front of the vLLM server, serving it as ``dense`` and ``copy``."""
-    port = free_port()
-    log_path = tmp_path_factory.mktemp("gateway-loadtest") / "gateway.log"
-    with open(log_path, "w") as log:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "depthprune",
-                "serve",
-                "--variants",
-                f"dense={vllm_tiny_server},copy={vllm_tiny_server}",
-                "--port",
-                str(port),
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                pytest.fail(f"gateway exited with {process.returncode}:\n{log_path.read_text()[-3000:]}")
-            try:
-                if httpx.get(url + "/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        else:
-            pytest.fail(f"gateway not ready in 120 s:\n{log_path.read_text()[-3000:]}")
-        yield url
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
+    log = tmp_path_factory.mktemp("gateway-loadtest") / "gateway.log"
+    with running_gateway(f"dense={vllm_tiny_server},copy={vllm_tiny_server}", log) as started:
+        yield started.url
 
 
-def test_real_run_through_the_gateway(gateway, capsys):
+def test_real_run_through_the_gateway(gateway):
     code, out, err = run_cli(
-        [
-            "--target",
-            gateway,
-            "--models",
-            "dense,copy",
-            "--num-prompts",
-            "4",
-            "--input-len",
-            "8",
-            "--output-len",
-            str(OUTPUT_LEN),
-            "--warmup",
-            "1",
-            "--rate",
-            "20",
-            "--burstiness",
-            "0.5",
-            "--blocks",
-            "dense=6:0,copy=6:2",
-            "--json",
-            "--no-save-registry",
-        ],
-        capsys,
+        "loadtest",
+        "--target",
+        gateway,
+        "--models",
+        "dense,copy",
+        "--num-prompts",
+        "4",
+        "--input-len",
+        "8",
+        "--output-len",
+        str(OUTPUT_LEN),
+        "--warmup",
+        "1",
+        "--rate",
+        "20",
+        "--burstiness",
+        "0.5",
+        "--blocks",
+        "dense=6:0,copy=6:2",
+        "--json",
+        "--no-save-registry",
     )
     assert code == 0, err
     result = json.loads(out)

@@ -11,52 +11,30 @@ import json
 
 import pytest
 
-from depthprune.checksums import weights_sha256
-from depthprune.cli import main
+from depthprune.testing.cli import run_cli
+from depthprune.testing.variants import fake_checkpoint, register_example_base, register_example_variant
 from registry import open_registry
 
 BASE = "org/Tiny-Llama"
 SUBCOMMANDS = ("list", "show", "compare", "alias", "export", "rm")
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    """Run the console script in-process: (exit code, stdout, stderr)."""
-    try:
-        main(list(argv))
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code if isinstance(exit_.code, int) else 1
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
 @pytest.fixture
 def populated(tmp_path):
     """A registry with one base model, two variants, evaluations, a benchmark and an alias."""
     url = f"sqlite:///{tmp_path / 'registry.db'}"
-    checkpoint = tmp_path / "ckpt"
-    checkpoint.mkdir()
-    (checkpoint / "model.safetensors").write_bytes(b"weights")
-    (checkpoint / "pruning.json").write_text("{}")
+    checkpoint = fake_checkpoint(tmp_path / "ckpt")
     with open_registry(url) as registry:
-        registry.register_base_model(
-            BASE, revision=None, weights_sha256="b" * 64, num_blocks=8, architecture="llama"
-        )
+        register_example_base(registry, BASE, num_blocks=8)
         names = []
         for objective, removed, search in (("ppl", [1, 3], "greedy"), ("task_margin", [2, 5], "beam")):
-            variant = registry.register_variant(
+            variant = register_example_variant(
+                registry,
+                removed,
                 base_model=BASE,
-                removed_blocks=removed,
                 calibration={"objective": objective, "data": "c4", "samples": 8, "seq_len": 128, "seed": 0},
                 search=search,
-                search_options={},
-                calibration_loss=3.5,
-                dense_loss=3.0,
-                search_seconds=1.5,
-                block_forwards=100,
-                subset_evaluations=10,
-                checkpoint_path=str(checkpoint) if search == "greedy" else None,
-                checkpoint_sha256=weights_sha256(checkpoint) if search == "greedy" else None,
+                checkpoint=checkpoint if search == "greedy" else None,
             )
             registry.add_evaluation(
                 variant,
@@ -87,38 +65,38 @@ def populated(tmp_path):
 
 
 @pytest.mark.parametrize("subcommand", SUBCOMMANDS)
-def test_every_subcommand_has_help(capsys, subcommand):
-    code, out, _ = run(capsys, "variants", subcommand, "--help")
+def test_every_subcommand_has_help(subcommand):
+    code, out, _ = run_cli("variants", subcommand, "--help")
     assert code == 0 and "--registry" in out and "--json" in out
 
 
-def test_list_prints_a_table_and_json(capsys, populated):
-    code, out, _ = run(capsys, "variants", "list", "--registry", populated["url"])
+def test_list_prints_a_table_and_json(populated):
+    code, out, _ = run_cli("variants", "list", "--registry", populated["url"])
     assert code == 0
     assert all(name in out for name in populated["names"]) and "dense" in out and "■□■□■■■■" in out
-    code, out, _ = run(capsys, "variants", "list", "--registry", populated["url"], "--json", "--no-dense")
+    code, out, _ = run_cli("variants", "list", "--registry", populated["url"], "--json", "--no-dense")
     listed = json.loads(out)
     assert [entry["name"] for entry in listed] == populated["names"]
     assert listed[0]["aliases"] == ["ppl-best"] and listed[0]["objective"] == "ppl"
 
 
-def test_show_gives_the_variant_with_its_evaluations_and_benchmarks(capsys, populated):
-    code, out, _ = run(capsys, "variants", "show", "ppl-best", "--registry", populated["url"])
+def test_show_gives_the_variant_with_its_evaluations_and_benchmarks(populated):
+    code, out, _ = run_cli("variants", "show", "ppl-best", "--registry", populated["url"])
     assert code == 0 and populated["names"][0] in out and "Evaluations" in out and "Serving benchmarks" in out
-    code, out, _ = run(capsys, "variants", "show", "ppl-best", "--registry", populated["url"], "--json")
+    code, out, _ = run_cli("variants", "show", "ppl-best", "--registry", populated["url"], "--json")
     shown = json.loads(out)
     assert shown["variant"]["removed_blocks"] == [1, 3]
     assert [item["value"] for item in shown["evaluations"]] == [20.0]
     assert shown["serving_benchmarks"][0]["metrics"]["median_ttft_ms"] == 12.5
 
 
-def test_compare_puts_variants_side_by_side(capsys, populated):
+def test_compare_puts_variants_side_by_side(populated):
     first, second = populated["names"]
-    code, out, _ = run(capsys, "variants", "compare", "dense", first, second, "--registry", populated["url"])
+    code, out, _ = run_cli("variants", "compare", "dense", first, second, "--registry", populated["url"])
     assert code == 0
     assert "■■■■■■■■" in out and "■□■□■■■■" in out and "■■□■■□■■" in out
     assert "ppl/wikitext2/perplexity" in out and "TTFT p50 (ms)" in out and "1.5×" in out
-    code, out, _ = run(capsys, "variants", "compare", "--registry", populated["url"], "--json")
+    code, out, _ = run_cli("variants", "compare", "--registry", populated["url"], "--json")
     entries = json.loads(out)
     assert [entry["variant"]["name"] for entry in entries] == ["dense", first, second]
     assert [entry["evaluations"]["ppl/wikitext2/perplexity"] for entry in entries] == [15.0, 20.0, 21.0]
@@ -127,29 +105,29 @@ def test_compare_puts_variants_side_by_side(capsys, populated):
     assert [entry["measured_speedup"] for entry in entries] == [None, 1.5, None]
 
 
-def test_alias_sets_shows_lists_and_deletes(capsys, populated):
+def test_alias_sets_shows_lists_and_deletes(populated):
     url, second = populated["url"], populated["names"][1]
-    code, out, _ = run(capsys, "variants", "alias", "margin-best", second, "--registry", url)
+    code, out, _ = run_cli("variants", "alias", "margin-best", second, "--registry", url)
     assert code == 0 and f"margin-best -> {second}" in out
-    code, out, _ = run(capsys, "variants", "alias", "margin-best", "--registry", url, "--json")
+    code, out, _ = run_cli("variants", "alias", "margin-best", "--registry", url, "--json")
     assert json.loads(out)["variant"]["name"] == second
-    code, out, _ = run(capsys, "variants", "alias", "--registry", url, "--json")
+    code, out, _ = run_cli("variants", "alias", "--registry", url, "--json")
     assert json.loads(out) == {f"margin-best@{BASE}": second, f"ppl-best@{BASE}": populated["names"][0]}
-    code, out, _ = run(capsys, "variants", "alias", "margin-best", "--delete", "--registry", url)
+    code, out, _ = run_cli("variants", "alias", "margin-best", "--delete", "--registry", url)
     assert code == 0
-    code, _, err = run(capsys, "variants", "alias", "margin-best", "--registry", url)
+    code, _, err = run_cli("variants", "alias", "margin-best", "--registry", url)
     assert code == 2 and err.startswith("error: no variant or alias named 'margin-best'")
 
 
-def test_export_writes_json_and_csv(capsys, populated, tmp_path):
+def test_export_writes_json_and_csv(populated, tmp_path):
     url = populated["url"]
-    code, out, _ = run(capsys, "variants", "export", "--registry", url)
+    code, out, _ = run_cli("variants", "export", "--registry", url)
     document = json.loads(out)
     assert [variant["name"] for variant in document["variants"]] == ["dense", *populated["names"]]
     assert document["variants"][1]["serving_benchmarks"][0]["metrics"]["output_throughput"] == 900.0
     target = tmp_path / "out" / "registry.csv"
-    code, out, _ = run(
-        capsys, "variants", "export", "--format", "csv", "--out", str(target), "--registry", url, "--json"
+    code, out, _ = run_cli(
+        "variants", "export", "--format", "csv", "--out", str(target), "--registry", url, "--json"
     )
     assert code == 0 and json.loads(out)["variants"] == 3
     rows = list(csv.DictReader(io.StringIO(target.read_text())))
@@ -159,14 +137,14 @@ def test_export_writes_json_and_csv(capsys, populated, tmp_path):
     assert sorted(path.name for path in target.parent.iterdir()) == ["registry.csv"]  # no temporary left
 
 
-def test_rm_removes_variants_and_optionally_their_checkpoints(capsys, populated):
+def test_rm_removes_variants_and_optionally_their_checkpoints(populated):
     url, (first, second) = populated["url"], populated["names"]
-    code, _, err = run(capsys, "variants", "rm", second, "no-such-variant", "--registry", url)
+    code, _, err = run_cli("variants", "rm", second, "no-such-variant", "--registry", url)
     assert code == 2 and "no-such-variant" in err
     with open_registry(url) as registry:
         assert len(registry.list_variants()) == 2  # a typo in one name removes nothing
-    code, out, _ = run(
-        capsys, "variants", "rm", first, second, "--delete-checkpoint", "--registry", url, "--json"
+    code, out, _ = run_cli(
+        "variants", "rm", first, second, "--delete-checkpoint", "--registry", url, "--json"
     )
     assert code == 0 and [entry["name"] for entry in json.loads(out)] == [first, second]
     assert not populated["checkpoint"].exists()
@@ -185,20 +163,20 @@ def test_rm_removes_variants_and_optionally_their_checkpoints(capsys, populated)
         (("list", "--base", "org/Unknown"), "error: base model 'org/Unknown' is not registered"),
     ],
 )
-def test_bad_input_is_one_error_line_and_exit_2(capsys, populated, argv, message):
-    code, out, err = run(capsys, "variants", *argv, "--registry", populated["url"])
+def test_bad_input_is_one_error_line_and_exit_2(populated, argv, message):
+    code, out, err = run_cli("variants", *argv, "--registry", populated["url"])
     assert code == 2 and err.startswith(message) and err.count("\n") == 1
 
 
-def test_a_registry_url_that_does_not_connect_is_one_error_line(capsys):
-    code, _, err = run(capsys, "variants", "list", "--registry", "postgresql+psycopg://u:pw@127.0.0.1:1/x")
+def test_a_registry_url_that_does_not_connect_is_one_error_line():
+    code, _, err = run_cli("variants", "list", "--registry", "postgresql+psycopg://u:pw@127.0.0.1:1/x")
     assert code == 2 and err.startswith(
         "error: cannot connect to the registry at postgresql+psycopg://u:***@"
     )
     assert err.count("\n") == 1
 
 
-def test_the_environment_names_the_default_registry(capsys, populated, monkeypatch):
+def test_the_environment_names_the_default_registry(populated, monkeypatch):
     monkeypatch.setenv("DEPTHPRUNE_REGISTRY_URL", populated["url"])
-    code, out, _ = run(capsys, "variants", "list", "--json", "--no-dense")
+    code, out, _ = run_cli("variants", "list", "--json", "--no-dense")
     assert code == 0 and len(json.loads(out)) == 2

@@ -2,10 +2,10 @@
 
 Each algorithm in ``SEARCHES`` returns exactly M distinct valid blocks, is deterministic under a seed,
 rejects bad budgets and unknown options, and on small synthetic objectives where ``exhaustive`` knows
-the optimum lands within its documented gap. The synthetic objective is additive per-block costs plus
-pairwise interactions (strongest between neighbours, as in real models), with residual gradients and
-Block Influence consistent with the additive part, so CBO's surrogate and ShortGPT's criterion are
-meaningful on it.
+the optimum lands within its documented gap. The synthetic objective
+(:mod:`depthprune.testing.objectives`) is additive per-block costs plus pairwise interactions (strongest
+between neighbours, as in real models), with residual gradients and Block Influence consistent with the
+additive part, so CBO's surrogate and ShortGPT's criterion are meaningful on it.
 """
 
 from __future__ import annotations
@@ -17,69 +17,15 @@ import numpy as np
 import pytest
 
 from depthprune.errors import UserError
+from depthprune.testing.objectives import (  # tests/test_prune.py still takes SyntheticObjective from here
+    ScreenedSyntheticObjective,
+    SyntheticObjective,
+)
 from pruning.search import ALL_SEARCHES, OPTIONS, PRIOR_GUIDED, SEARCHES, STUDY_SEARCHES, TrackedObjective
 from pruning.search.base import SearchResult, SubsetObjective
 
 # Keep the slowest search quick in tests; everything else runs at the study's settings.
 FAST_OPTIONS = {"bayesian": {"trials": 60}}
-
-
-class SyntheticObjective:
-    """L(S) = dense + Σ_{i∈S} cost_i + Σ_{i<j∈S} interaction_ij over ``num_blocks`` blocks.
-
-    ``residual_gradients`` are per-sample noisy copies of −cost (removing block i moves α_i from 1 to 0
-    and raises sample s's loss by ≈ cost_i), so H = AᵀA/m ≈ cost·costᵀ and CBO's surrogate prefers cheap
-    blocks. ``block_influence`` is monotone in cost (blocks that change their input least are cheapest).
-    Counts how often each thing is computed, to check that searches share work.
-    """
-
-    def __init__(self, num_blocks: int = 10, interaction: float = 0.0, seed: int = 0, samples: int = 32):
-        rng = np.random.default_rng(seed)
-        self.num_blocks = num_blocks
-        self.dense = 2.0
-        self.costs = rng.uniform(0.05, 1.0, num_blocks)
-        pairs = rng.normal(0.0, 0.15, (num_blocks, num_blocks))
-        for block in range(num_blocks - 1):
-            # Neighbours interact most: removing two adjacent blocks is often cheaper than the sum.
-            pairs[block, block + 1] = rng.normal(-0.35, 0.25)
-        self.interactions = interaction * np.triu(pairs, 1)
-        self.gradients = -self.costs[None, :] * (1.0 + 0.05 * rng.standard_normal((samples, num_blocks)))
-        self.scored: dict[frozenset[int], int] = {}
-        self.prior_computations = 0
-        self._prior: np.ndarray | None = None
-
-    def loss(self, removed) -> float:
-        blocks = sorted(removed)
-        value = self.dense + float(self.costs[blocks].sum())
-        for first, second in itertools.combinations(blocks, 2):
-            value += float(self.interactions[first, second])
-        return value
-
-    def score(self, removed_blocks: frozenset[int]) -> float:
-        removed = frozenset(removed_blocks)
-        assert all(isinstance(block, int) and 0 <= block < self.num_blocks for block in removed)
-        self.scored[removed] = self.scored.get(removed, 0) + 1
-        return self.loss(removed)
-
-    def single_block_scores(self) -> np.ndarray:
-        if self._prior is None:  # memoised, as the evaluator does
-            self.prior_computations += 1
-            self._prior = np.array([self.score(frozenset({block})) for block in range(self.num_blocks)])
-        return self._prior.copy()
-
-    def residual_gradients(self) -> np.ndarray:
-        return self.gradients.copy()
-
-    def block_influence(self) -> np.ndarray:
-        return 0.5 * self.costs / self.costs.max()
-
-
-class ScreenedSyntheticObjective(SyntheticObjective):
-    """Adds EvoPress-style cheap screening: the loss plus a little noise (a smaller calibration sample)."""
-
-    def screen_score(self, removed_blocks: frozenset[int]) -> float:
-        noise = np.random.default_rng(sorted(removed_blocks)).normal(0.0, 0.02)
-        return self.loss(removed_blocks) + float(noise)
 
 
 def run(

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import subprocess
-import sys
 import time
 from collections import Counter
 
@@ -20,6 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from scipy.stats import chisquare
 
 from depthprune.testing.fake_vllm import MAX_MODEL_LEN, create_fake_app, serve_in_thread
+from depthprune.testing.imports import heavy_modules_loaded
+from depthprune.testing.servers import free_port
 from server import (
     BackendSpec,
     ExperimentSpec,
@@ -30,7 +30,6 @@ from server import (
     create_app,
     unit_hash,
 )
-from server.backends import free_port
 
 API_KEY = "test-key"
 ADMIN_TOKEN = "admin-secret"
@@ -473,12 +472,7 @@ def test_health_and_readiness(gateway):
 
 
 def test_importing_server_pulls_no_engine():
-    code = (
-        "import sys, server, server.cli; "
-        "print([m for m in ('torch', 'vllm', 'transformers') if m in sys.modules])"
-    )
-    output = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    assert output.strip() == "[]"
+    assert heavy_modules_loaded("import server, server.cli") == []
 
 
 def test_client_leaving_a_stream_releases_it(gateway):

@@ -6,39 +6,22 @@ Run: ``.venv/bin/python -m pytest tests/test_server_cli.py -q``
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
-import select
-import signal
 import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
 
 import httpx
 import pytest
 
-from depthprune.cli import main
 from depthprune.errors import UserError
+from depthprune.testing.cli import run_cli
 from depthprune.testing.fake_vllm import create_fake_app, serve_in_thread
-from server.backends import free_port
+from depthprune.testing.servers import free_port, running_gateway
+from depthprune.testing.variants import fake_checkpoint, register_example_base, register_example_variant
 from server.cli import parse_variant_list, resolve_backends
 
 
-def run_cli(args: list[str], capsys) -> tuple[int, str]:
-    try:
-        main(args)
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code
-    captured = capsys.readouterr()
-    return code, captured.out + captured.err
-
-
-def test_serve_help_explains_the_options(capsys):
-    code, output = run_cli(["serve", "--help"], capsys)
+def test_serve_help_explains_the_options():
+    code, output, _ = run_cli("serve", "--help")
     assert code == 0
     for option in ("--variants", "--registry", "--config", "--admin-token", "--api-key", "--json", "--port"):
         assert option in output
@@ -60,35 +43,11 @@ def registry_with_variant(tmp_path):
     """A registry with a base model (hub id) and one pruned variant aliased ppl-best, checkpoint on disk."""
     from registry import open_registry
 
-    checkpoint = tmp_path / "variant"
-    checkpoint.mkdir()
-    (checkpoint / "model.safetensors").write_bytes(b"weights")
-    from depthprune.checksums import weights_sha256
-
+    checkpoint = fake_checkpoint(tmp_path / "variant")
     url = f"sqlite:///{tmp_path / 'registry.db'}"
-    registry = open_registry(url)
-    registry.register_base_model(
-        "org/tiny-base",
-        revision="abc",
-        weights_sha256=hashlib.sha256(b"").hexdigest(),
-        num_blocks=6,
-        architecture="llama",
-    )
-    variant = registry.register_variant(
-        base_model="org/tiny-base",
-        removed_blocks=[1, 4],
-        calibration={"objective": "perplexity", "data": "demo:text", "samples": 4, "seq_len": 32, "seed": 0},
-        search="greedy",
-        search_options={},
-        calibration_loss=4.0,
-        dense_loss=3.5,
-        search_seconds=1.0,
-        block_forwards=5,
-        subset_evaluations=3,
-        checkpoint_path=str(checkpoint),
-        checkpoint_sha256=weights_sha256(checkpoint),
-    )
-    registry.set_alias("ppl-best", variant.name)
+    with open_registry(url) as registry:
+        register_example_base(registry)
+        variant = register_example_variant(registry, [1, 4], checkpoint=checkpoint, alias="ppl-best")
     return url, checkpoint, variant
 
 
@@ -103,13 +62,11 @@ def test_variants_resolve_through_the_registry(registry_with_variant):
     assert remote.url == "http://10.0.0.1:8001" and not remote.managed
 
 
-def test_changed_checkpoint_is_refused(registry_with_variant, capsys):
+def test_changed_checkpoint_is_refused(registry_with_variant):
     url, checkpoint, _ = registry_with_variant
     (checkpoint / "model.safetensors").write_bytes(b"tampered")
-    code, output = run_cli(
-        ["serve", "--variants", "ppl-best", "--registry", url, "--port", str(free_port())], capsys
-    )
-    assert code == 2 and output.startswith("error: cannot serve 'ppl-best': ") and "was modified" in output
+    code, _, error = run_cli("serve", "--variants", "ppl-best", "--registry", url, "--port", free_port())
+    assert code == 2 and error.startswith("error: cannot serve 'ppl-best': ") and "was modified" in error
 
 
 @pytest.mark.parametrize(
@@ -128,21 +85,21 @@ def test_changed_checkpoint_is_refused(registry_with_variant, capsys):
         ([], None, "no variants to serve"),
     ],
 )
-def test_mistakes_are_one_line_errors_before_anything_starts(tmp_path, capsys, args, config, message):
+def test_mistakes_are_one_line_errors_before_anything_starts(tmp_path, args, config, message):
     if config is not None:
         (tmp_path / "gw.yaml").write_text(json.dumps(config))  # JSON is YAML
         args = [*args, "--config", str(tmp_path / "gw.yaml")]
-    code, output = run_cli(["serve", *args, "--port", str(free_port())], capsys)
-    assert code == 2 and output.startswith("error: ") and message in output, output
+    code, _, error = run_cli("serve", *args, "--port", free_port())
+    assert code == 2 and error.startswith("error: ") and message in error, error
 
 
-def test_port_in_use_is_reported(capsys):
+def test_port_in_use_is_reported():
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        code, output = run_cli(["serve", "--variants", "a=http://127.0.0.1:9", "--port", str(port)], capsys)
-    assert code == 2 and f"cannot listen on 127.0.0.1:{port}" in output
+        code, _, error = run_cli("serve", "--variants", "a=http://127.0.0.1:9", "--port", port)
+    assert code == 2 and f"cannot listen on 127.0.0.1:{port}" in error
 
 
 def test_serve_command_runs_a_gateway_until_interrupted(tmp_path):
@@ -150,57 +107,33 @@ def test_serve_command_runs_a_gateway_until_interrupted(tmp_path):
     port = free_port()
     config = tmp_path / "gateway.yaml"
     config.write_text("experiments:\n  canary:\n    arms:\n      - variant: far\n        weight: 1\n")
-    command = [
-        sys.executable,
-        "-m",
-        "depthprune",
-        "serve",
-        "--variants",
-        f"far={backend.url}",
-        "--port",
-        str(port),
-        "--config",
-        str(config),
-        "--api-key",
-        "k",
-        "--json",
-        "--log-level",
-        "warning",
-    ]
-    process = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "DEPTHPRUNE_HOME": str(tmp_path)},
-        cwd=Path(__file__).parent.parent,
-    )
+    options = ("--config", str(config), "--api-key", "k", "--log-level", "warning")
+    env = {"DEPTHPRUNE_HOME": str(tmp_path)}
     try:
-        ready, _, _ = select.select([process.stdout], [], [], 60)
-        assert ready, process.stderr.read()
-        summary = json.loads(process.stdout.readline())
-        assert summary["url"] == f"http://127.0.0.1:{port}" and summary["variants"]["far"]["up"]
-        assert summary["experiments"] == ["canary"]
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                response = httpx.post(
-                    f"{summary['url']}/v1/completions",
-                    json={"model": "canary", "prompt": "w5"},
-                    headers={"authorization": "Bearer k"},
-                )
-                break
-            except httpx.ConnectError:
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
-        assert response.status_code == 200 and response.headers["x-depthprune-variant"] == "far"
+        with running_gateway(
+            f"far={backend.url}",
+            tmp_path / "serve.log",
+            *options,
+            port=port,
+            env=env,
+            timeout_s=60,
+            stop_timeout_s=30,
+        ) as gateway:
+            summary = gateway.summary
+            assert summary["url"] == f"http://127.0.0.1:{port}" and summary["variants"]["far"]["up"]
+            assert summary["experiments"] == ["canary"]
+            response = httpx.post(
+                f"{gateway.url}/v1/completions",
+                json={"model": "canary", "prompt": "w5"},
+                headers={"authorization": "Bearer k"},
+            )
+            assert response.status_code == 200 and response.headers["x-depthprune-variant"] == "far"
+        assert gateway.process.returncode == 0  # stopped as Ctrl-C stops it: cleanly
     finally:
-        process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=30) == 0
         backend.stop()
 
 
-def test_broken_config_files_are_one_line_errors(tmp_path, capsys):
+def test_broken_config_files_are_one_line_errors(tmp_path):
     cases = {
         "bad.yaml": ("variants: [a=http://127.0.0.1:9\n", "is not valid yaml"),
         "list.yaml": ("- a\n- b\n", "must hold a mapping"),
@@ -216,9 +149,7 @@ def test_broken_config_files_are_one_line_errors(tmp_path, capsys):
     }
     for name, (text, message) in cases.items():
         (tmp_path / name).write_text(text)
-        code, output = run_cli(
-            ["serve", "--config", str(tmp_path / name), "--port", str(free_port())], capsys
-        )
-        assert code == 2 and output.startswith("error: ") and message in output, output
-    code, output = run_cli(["serve", "--config", str(tmp_path / "missing.yaml")], capsys)
-    assert code == 2 and "does not exist" in output
+        code, _, error = run_cli("serve", "--config", tmp_path / name, "--port", free_port())
+        assert code == 2 and error.startswith("error: ") and message in error, error
+    code, _, error = run_cli("serve", "--config", tmp_path / "missing.yaml")
+    assert code == 2 and "does not exist" in error

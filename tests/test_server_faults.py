@@ -11,14 +11,13 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import time
 
 import httpx
 import pytest
 
 from depthprune.testing.fake_vllm import create_fake_app, serve_in_thread
+from depthprune.testing.servers import free_port, wait_until
 from server import BackendPool, BackendSpec, BackendStartError, GatewaySettings, VllmOptions, create_app
-from server.backends import free_port
 
 FAST_HEALTH = dict(health_interval_s=0.2, health_timeout_s=0.3)
 
@@ -27,16 +26,6 @@ def fake_process_options(tmp_path, **overrides) -> VllmOptions:
     """Managed backends that run the fake server instead of vLLM (same command line)."""
     options = dict(server_module="depthprune.testing.fake_vllm", start_timeout_s=60, log_dir=str(tmp_path))
     return VllmOptions(**{**options, **overrides})
-
-
-def wait_for(condition, timeout: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = condition()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def post(gateway, model: str, **headers) -> httpx.Response:
@@ -93,7 +82,7 @@ def test_remote_backend_death_gives_503_or_fallback_and_recovery_is_noticed():
         )
         # The backend comes back on the same address: the monitor notices without a restart of the gateway.
         backend_a = serve_in_thread(create_fake_app("a"), port_a)
-        wait_for(lambda: httpx.get(f"{gateway.url}/ready").status_code == 200, 10, "backend a back up")
+        wait_until(lambda: httpx.get(f"{gateway.url}/ready").status_code == 200, 10, "backend a back up")
         assert post(gateway, "a").status_code == 200
     finally:
         gateway.stop()
@@ -111,11 +100,11 @@ def test_backend_that_stops_answering_is_marked_down_and_back_up():
     gateway = serve_in_thread(create_app(settings), free_port())
     try:
         fake.state.hang_health = True
-        wait_for(lambda: post(gateway, "slow").status_code == 503, 10, "hung backend marked down")
+        wait_until(lambda: post(gateway, "slow").status_code == 503, 10, "hung backend marked down")
         assert "did not answer within" in post(gateway, "slow").json()["error"]["message"]
         assert post(gateway, "ok").status_code == 200
         fake.state.hang_health = False
-        wait_for(lambda: post(gateway, "slow").status_code == 200, 10, "backend back up")
+        wait_until(lambda: post(gateway, "slow").status_code == 200, 10, "backend back up")
     finally:
         gateway.stop()
         backend.stop()
@@ -145,14 +134,14 @@ def test_managed_backend_is_restarted_after_it_dies(tmp_path):
             state = httpx.get(f"{gateway.url}/ready").json()["backends"]["m"]
             return state["up"] and state["pid"] != first_pid and state["restarts"] == 1
 
-        wait_for(restarted, 60, "managed backend restarted")
+        wait_until(restarted, 60, "managed backend restarted")
         assert post(gateway, "m").status_code == 200
         assert metric(gateway, 'depthprune_gateway_backend_restarts_total{variant="m"}') == 1
         command_line = (tmp_path / "vllm-m.log").read_text()
         assert "--served-model-name m" in command_line and "--model /models/fake-m" in command_line
     finally:
         gateway.stop()
-    assert wait_for(lambda: not _alive(first_pid), 5, "old process gone")
+    assert wait_until(lambda: not _alive(first_pid), 5, "old process gone")
 
 
 def _alive(pid: int) -> bool:

@@ -8,18 +8,14 @@ Run: ``.venv/bin/python -m pytest tests/test_server_vllm.py -q``
 from __future__ import annotations
 
 import json
-import os
-import select
-import signal
-import subprocess
-import sys
-import time
+from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
-from server.backends import free_port
+from depthprune.testing.servers import running_gateway
+from depthprune.testing.variants import EXAMPLE_CALIBRATION, register_example_base, register_example_variant
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
@@ -40,28 +36,13 @@ def served_gateway(tiny_model_dirs, tmp_path_factory):
 
     dense = tiny_model_dirs("llama")
     work = tmp_path_factory.mktemp("gateway-e2e")
-    calibration = {"objective": "perplexity", "data": "demo:text", "samples": 4, "seq_len": 32, "seed": 0}
-    pruned = write_pruned_checkpoint(str(dense), [2, 3], work / "pruned-2-3", calibration=calibration)
+    pruned = write_pruned_checkpoint(str(dense), [2, 3], work / "pruned-2-3", calibration=EXAMPLE_CALIBRATION)
     registry_url = f"sqlite:///{work / 'registry.db'}"
-    registry = open_registry(registry_url)
-    registry.register_base_model(
-        str(dense), revision=None, weights_sha256=weights_sha256(dense), num_blocks=6, architecture="llama"
-    )
-    variant = registry.register_variant(
-        base_model=str(dense),
-        removed_blocks=[2, 3],
-        calibration=calibration,
-        search="greedy",
-        search_options={},
-        calibration_loss=5.5,
-        dense_loss=5.4,
-        search_seconds=0.1,
-        block_forwards=20,
-        subset_evaluations=9,
-        checkpoint_path=pruned.path,
-        checkpoint_sha256=pruned.weights_sha256,
-    )
-    registry.set_alias("ppl-best", variant.name)
+    with open_registry(registry_url) as registry:
+        register_example_base(registry, str(dense), weights_sha256=weights_sha256(dense))
+        register_example_variant(
+            registry, [2, 3], base_model=str(dense), checkpoint=Path(pruned.path), alias="ppl-best"
+        )
     (work / "chat.jinja").write_text(CHAT_TEMPLATE)
     config = work / "gateway.json"
     config.write_text(
@@ -78,18 +59,9 @@ def served_gateway(tiny_model_dirs, tmp_path_factory):
             }
         )
     )
-    port = free_port()
-    command = [
-        sys.executable,
-        "-m",
-        "depthprune",
-        "serve",
-        "--variants",
-        "dense,ppl-best",
+    options = [
         "--registry",
         registry_url,
-        "--port",
-        str(port),
         "--config",
         str(config),
         "--dtype",
@@ -101,44 +73,12 @@ def served_gateway(tiny_model_dirs, tmp_path_factory):
         "--vllm-arg=--enforce-eager",
         "--start-timeout",
         "600",
-        "--json",
         "--log-level",
         "warning",
     ]
-    env = {**os.environ, "DEPTHPRUNE_HOME": str(work)}
-    process = subprocess.Popen(
-        command, stdout=subprocess.PIPE, stderr=(work / "serve.err").open("wb"), env=env, text=True
-    )
-    try:
-        summary = _read_json_line(process, timeout=600, stderr=work / "serve.err")
-        url = summary["url"]
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{url}/ready", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        yield url, summary
-    finally:
-        process.send_signal(signal.SIGINT)
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-
-
-def _read_json_line(process: subprocess.Popen, timeout: float, stderr) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"depthprune serve exited with {process.returncode}:\n{stderr.read_text()[-4000:]}")
-        ready, _, _ = select.select([process.stdout], [], [], 1.0)
-        if ready:
-            line = process.stdout.readline()
-            if line.startswith("{"):
-                return json.loads(line)
-    pytest.fail(f"depthprune serve did not start within {timeout} s:\n{stderr.read_text()[-4000:]}")
+    env = {"DEPTHPRUNE_HOME": str(work)}
+    with running_gateway("dense,ppl-best", work / "serve.log", *options, env=env, timeout_s=600) as gateway:
+        yield gateway.url, gateway.summary
 
 
 @pytest.fixture()

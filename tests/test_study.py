@@ -89,32 +89,16 @@ def test_headline_comparison_separates_objectives_from_searches():
 @pytest.fixture(scope="module")
 def tiny_demo_like(tmp_path_factory, tiny_model_dirs):
     """A tiny llama with hand-made demo-style data: text and questions, calibration and test splits."""
-    import json
     import random
-    import shutil
 
-    directory = tmp_path_factory.mktemp("study-model") / "model"
-    shutil.copytree(tiny_model_dirs("llama"), directory)
-    (directory / "data").mkdir()
+    from depthprune.testing.data import demo_like_model, random_questions, random_texts
+
     rng = random.Random(1)
+    data = {}
     for split in ("calibration", "test"):
-        with open(directory / "data" / f"text_{split}.jsonl", "w") as handle:
-            for _ in range(12):
-                words = " ".join(f"w{rng.randrange(4, 256)}" for _ in range(40))
-                handle.write(json.dumps({"text": words}) + "\n")
-        with open(directory / "data" / f"qa_{split}.jsonl", "w") as handle:
-            for number in range(10):
-                handle.write(
-                    json.dumps(
-                        {
-                            "context": " ".join(f"w{rng.randrange(4, 256)}" for _ in range(5)),
-                            "choices": [f"w{rng.randrange(4, 256)}" for _ in range(3)],
-                            "label": number % 3,
-                        }
-                    )
-                    + "\n"
-                )
-    return directory
+        data[f"text_{split}"] = random_texts(rng, rows=12, words=40)
+        data[f"qa_{split}"] = random_questions(rng, rows=10, choices=3, context_words=5, labels="cycle")
+    return demo_like_model(tiny_model_dirs("llama"), tmp_path_factory.mktemp("study-model") / "model", data)
 
 
 @pytest.mark.slow

@@ -9,7 +9,13 @@ __all__ = ["run_cli"]
 
 
 def run_cli(*args: object) -> tuple[int, str, str]:
-    """Run the console script with ``args``; returns ``(exit code, stdout, stderr)``."""
+    """Run the console script with ``args`` (each turned into a string).
+
+    Only this call's output is returned: stdout and stderr are redirected while it runs.
+
+    Returns:
+        ``(exit code, stdout, stderr)``; a user mistake is exit code 2 with one ``error:`` line on stderr.
+    """
     from depthprune.cli import main
 
     out, err = io.StringIO(), io.StringIO()

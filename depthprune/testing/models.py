@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+__all__ = ["TINY_COMMON", "save_tiny_model", "tiny_config", "tiny_model", "tiny_tokenizer"]
+
 TINY_COMMON = dict(
     vocab_size=256,
     hidden_size=64,

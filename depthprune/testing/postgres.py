@@ -15,10 +15,11 @@ from __future__ import annotations
 import glob
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 from pathlib import Path
+
+from depthprune.testing.servers import free_port
 
 POSTGRES_BIN_GLOBS = (
     "/usr/lib/postgresql/*/bin",
@@ -41,13 +42,6 @@ def find_postgres_bin() -> Path | None:
         if (directory / "initdb").is_file() and (directory / "pg_ctl").is_file():
             return directory
     return None
-
-
-def free_port() -> int:
-    """A TCP port on loopback that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class TemporaryPostgres:
