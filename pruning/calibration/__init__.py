@@ -2,6 +2,8 @@
 
 * :mod:`~pruning.calibration.data` — data specs (``c4``, ``commonsense170k``, ``text:PATH``, ...)
   resolved to text samples or multiple-choice items;
+* :mod:`~pruning.calibration.offline_sources` — real English offline: CPython's documentation topics and cloze
+  items built from them (``pydoc``, ``pydoc-cloze``);
 * :mod:`~pruning.calibration.objectives` — ``OBJECTIVES`` (perplexity, KL, task margin) and the
   :class:`CalibrationConfig` the registry stores;
 * :mod:`~pruning.calibration.packing` — how batches are laid out for the blocks (choices packed);
