@@ -1,8 +1,8 @@
 """Evaluation of dense and pruned variants: perplexity suites and zero-shot accuracy through lm-eval.
 
-* :mod:`~pruning.evaluation.suites` — the suites (WikiText-2 / C4 / LAMBADA perplexity, lm-eval zero-shot, the
-  demo model's own, ``offline``: pydoc perplexity and pydoc-cloze accuracy), run on variants and recorded in the
-  registry;
+* :mod:`~pruning.evaluation.suites` — the suites (WikiText-2 / C4 / LAMBADA perplexity, lm-eval zero-shot,
+  the demo model's own, ``offline``: pydoc perplexity and pydoc-cloze accuracy), run on variants and recorded
+  in the registry;
 * :mod:`~pruning.evaluation.engines` — the two scoring engines (vLLM, torch) behind one interface;
 * :mod:`~pruning.evaluation.lm_eval_models` — lm-eval ``LM`` adapters over those engines;
 * ``tasks/`` — lm-eval task YAMLs of the project (the demo QA task, the pydoc cloze task).
