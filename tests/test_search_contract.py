@@ -5,7 +5,8 @@ rejects bad budgets and unknown options, and on small synthetic objectives where
 the optimum lands within its documented gap. The synthetic objective
 (:mod:`depthprune.testing.objectives`) is additive per-block costs plus pairwise interactions (strongest
 between neighbours, as in real models), with residual gradients and Block Influence consistent with the
-additive part, so CBO's surrogate and ShortGPT's criterion are meaningful on it.
+additive part, so CBO's surrogate and ShortGPT's criterion are meaningful on it, and a block-input similarity
+matrix (an arc turned by the blocks' costs) for LoRP's and LLM-Streamline's.
 """
 
 from __future__ import annotations
@@ -50,8 +51,11 @@ def relative_gap(loss: float, optimum: float, median: float) -> float:
 # Documented worst relative gap on the interacting objectives at the study's settings (0 = optimal,
 # 1 = a median random set); measured maxima over 12 objective seeds were: beam 0, genetic 0.08,
 # bayesian 0.08, evolution 0.17-0.21, greedy 0.31, cbo 0.30, fast_block_select 0.37, one_shot and
-# block_influence 0.69. The exact-or-near searches must be (near-)optimal; the one-shot criteria and CBO's
-# additive surrogate cannot see interactions, so they only have to beat a typical random set.
+# block_influence 0.69, streamline 0.84, lorp 1.86. The exact-or-near searches must be (near-)optimal; the
+# one-shot criteria and CBO's additive surrogate cannot see interactions, so they only have to beat a typical
+# random set. LoRP and LLM-Streamline choose by the shape of the similarity matrix, not by any block's cost:
+# LLM-Streamline takes the cheapest *contiguous* run; LoRP spreads its picks over clusters and keeps blocks
+# 0 and N-1, which on these objectives is often worse than a median random set.
 DOCUMENTED_GAP = {
     "exhaustive": 0.0,
     "greedy": 0.35,  # SLEB can be trapped by an early choice when neighbours interact
@@ -63,7 +67,15 @@ DOCUMENTED_GAP = {
     "cbo": 0.35,
     "one_shot": 0.75,
     "block_influence": 0.75,
+    "streamline": 0.9,
+    "lorp": 1.9,
 }
+
+SIMILARITY_STRUCTURE = {"lorp", "streamline"}
+"""Searches that cannot find even an additive optimum (they are held to their documented gap there too)."""
+
+MAX_BUDGET = {"lorp": 8, "streamline": 8}
+"""Largest M at N = 10 where it is not 9: both keep blocks 0 and N-1, as published."""
 
 
 def test_registry_of_searches_is_complete():
@@ -82,6 +94,10 @@ class TestSearchContract:
     @pytest.mark.parametrize("budget", [1, 3, 9])
     def test_returns_exactly_budget_distinct_valid_blocks(self, name, budget):
         objective = SyntheticObjective(interaction=1.0, seed=1)
+        if budget > MAX_BUDGET.get(name, budget):
+            with pytest.raises(UserError, match=f"choose M <= {MAX_BUDGET[name]}"):
+                run(name, objective, budget)
+            return
         result = run(name, objective, budget)
         assert isinstance(result, SearchResult)
         assert len(result.removed_blocks) == budget == len(set(result.removed_blocks))
@@ -108,10 +124,15 @@ class TestSearchContract:
             run(name, SyntheticObjective(), 3, no_such_option=1)
 
     def test_optimal_on_additive_objective(self, name):
-        """Without interactions every search here finds the optimum (one-shot included)."""
+        """Without interactions every search here finds the optimum (one-shot included), but for the two that
+        choose by similarity structure alone."""
         objective = SyntheticObjective(interaction=0.0, seed=3)
-        optimum, _median = optimum_and_median(objective, 4)
-        assert run(name, objective, 4).loss == pytest.approx(optimum)
+        optimum, median = optimum_and_median(objective, 4)
+        loss = run(name, objective, 4).loss
+        if name in SIMILARITY_STRUCTURE:
+            assert relative_gap(loss, optimum, median) <= DOCUMENTED_GAP[name]
+        else:
+            assert loss == pytest.approx(optimum)
 
     @pytest.mark.parametrize("seed", [0, 1, 2])
     def test_within_documented_gap_of_exhaustive(self, name, seed):

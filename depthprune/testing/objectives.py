@@ -24,7 +24,8 @@ class SyntheticObjective:
 
     ``residual_gradients`` are per-sample noisy copies of −cost (removing block i moves α_i from 1 to 0
     and raises sample s's loss by ≈ cost_i), so H = AᵀA/m ≈ cost·costᵀ and CBO's surrogate prefers cheap
-    blocks. ``block_influence`` is monotone in cost (blocks that change their input least are cheapest).
+    blocks. ``block_influence`` is monotone in cost (blocks that change their input least are cheapest), and
+    ``block_input_similarity`` places each block's input on an arc turned by the blocks' costs.
     Counts how often each thing is computed, to check that searches share work.
 
     Args:
@@ -81,6 +82,17 @@ class SyntheticObjective:
     def block_influence(self) -> np.ndarray:
         """ShortGPT's Block Influence per block, monotone in the block's cost."""
         return 0.5 * self.costs / self.costs.max()
+
+    def block_input_similarity(self) -> np.ndarray:
+        """``[N, N]`` cosines between block inputs of a residual stream that turns as far as a block costs.
+
+        The input of block i sits at the angle θ_i = (π/2)·Σ_{k<i} cost_k / Σ_k cost_k, and S[i, j] =
+        cos(θ_i − θ_j): a cheap block barely changes its input (as Block Influence says) and a cheap
+        contiguous run keeps the states at its two ends alike (LLM-Streamline's criterion). Symmetric, unit
+        diagonal, in [0, 1]; the pairwise interactions play no part (as hidden states cannot see them).
+        """
+        angles = np.concatenate([[0.0], np.cumsum(self.costs)[:-1]]) * (np.pi / 2) / self.costs.sum()
+        return np.cos(angles[:, None] - angles[None, :])
 
 
 class ScreenedSyntheticObjective(SyntheticObjective):

@@ -26,7 +26,8 @@ blocks skipped) — and much cheaper than a full forward per candidate:
 head on every position, one sequence per choice), no boundary cache, no memo and no packing.
 
 The evaluator also provides what some searches need besides scores: single-block scores (the prior),
-per-sample residual-branch gradients (CBO) and ShortGPT's Block Influence.
+per-sample residual-branch gradients (CBO), ShortGPT's Block Influence, and the block-input similarity
+matrix of LoRP and LLM-Streamline. The last two come from the dense reference pass itself (no extra forward).
 """
 
 from __future__ import annotations
@@ -50,6 +51,9 @@ from pruning.models import BlockStack, load_config, load_model, validate_removed
 
 MEMO_FORMAT = 1
 
+SIMILARITY_CHUNK_ELEMENTS = 2**25
+"""Floats per chunk of the block-input similarity (blocks × positions × hidden): 128 MiB in float32."""
+
 
 @dataclass
 class EvaluatorStats:
@@ -66,11 +70,14 @@ class EvaluatorStats:
     head_positions: int = 0
     """Positions sent through the LM head."""
     wall_seconds: float = 0.0
-    """Wall time spent scoring, in gradients and in Block Influence (start-up excluded)."""
+    """Wall time spent scoring, in gradients, and in a dense pass that naive mode runs only when Block
+    Influence or the block-input similarity is asked for (start-up excluded)."""
     setup_seconds: float = 0.0
     """Wall time of start-up: data, model and the dense reference pass."""
     reference_seconds: float = 0.0
     """Wall time of the dense reference pass alone (part of ``setup_seconds``)."""
+    similarity_seconds: float = 0.0
+    """Wall time of the block-input similarity matrix (part of ``reference_seconds``)."""
 
 
 def available_memory_bytes() -> int:
@@ -144,6 +151,7 @@ class SubsetEvaluator:
         self._memo: dict[frozenset[int], float] = {}
         self._single_scores: np.ndarray | None = None
         self._influence: np.ndarray | None = None
+        self._similarity: np.ndarray | None = None
         self._gradients: np.ndarray | None = None
         stack.model.requires_grad_(False)  # only the residual scales α ever need gradients
         budget = memory_budget_gb * 2**30 if memory_budget_gb is not None else None
@@ -196,10 +204,12 @@ class SubsetEvaluator:
         return self.stack.head(hidden)
 
     def _dense_pass(self) -> None:
-        """One dense forward over the data: boundary states, KL reference, Block Influence, dense loss."""
+        """One dense forward over the data: boundary states, KL reference, Block Influence, block-input
+        similarity, dense loss."""
         start = time.perf_counter()
         self._states, self._prepared, self._reference = [], [], []
         influence = torch.zeros(self.num_blocks, dtype=torch.float64)
+        similarity = torch.zeros(self.num_blocks, self.num_blocks, dtype=torch.float64)
         influence_tokens = 0.0
         losses = []
         bar = tqdm(self.run_batches, desc="dense reference pass", unit="batch", disable=not self.progress)
@@ -211,13 +221,18 @@ class SubsetEvaluator:
                 states = {}
                 # per token of every calibration sequence: a shared prompt token counts once per choice
                 weight = run.token_weight
+                block_inputs = []
                 for index, block in enumerate(self.stack.blocks):
                     if index in self.boundaries:
                         states[index] = hidden.to(self.cache_device)
+                    # Inputs the cache does not keep are held for this batch only, where the cache lives.
+                    block_inputs.append(states[index] if index in states else hidden.to(self.cache_device))
                     output = block(hidden, **prepared.block_kwargs[index])
                     cosine = torch.nn.functional.cosine_similarity(hidden.float(), output.float(), dim=-1)
                     influence[index] += ((1 - cosine).double() * weight).sum().cpu()
                     hidden = output
+                similarity += self._input_similarity_sums(block_inputs, weight)
+                del block_inputs
                 self._count_blocks(run, self.num_blocks)
                 influence_tokens += float(weight.sum())
                 reference = None
@@ -240,9 +255,44 @@ class SubsetEvaluator:
                         .cpu()
                     )
         self._influence = (influence / max(influence_tokens, 1)).numpy()
+        similarity /= max(influence_tokens, 1)
+        # Symmetric up to float rounding by construction; made exact, with LoRP's unit diagonal.
+        similarity = (similarity + similarity.T) / 2
+        similarity.fill_diagonal_(1.0)
+        self._similarity = similarity.numpy()
         if not self.naive:
             self._memo[frozenset()] = float(torch.cat(losses).double().mean())
         self.stats.reference_seconds += time.perf_counter() - start
+
+    def _input_similarity_sums(self, block_inputs: list[torch.Tensor], weight: torch.Tensor) -> torch.Tensor:
+        """``[N, N]`` Σ_t w_t · x̂_i,t · x̂_j,t over one batch's real positions (LoRP eqs. 3-4, unnormalised).
+
+        Args:
+            block_inputs: the N hidden states entering the blocks, ``[rows, width, hidden]`` each.
+            weight: ``[rows, width]`` token weights (0 on padding, which is therefore left out).
+
+        Returns:
+            The weighted sums of per-token cosines, float64 on the CPU.
+        """
+        start = time.perf_counter()
+        hidden_size = block_inputs[0].shape[-1]
+        flat_weight = weight.reshape(-1)
+        real_positions = torch.nonzero(flat_weight > 0).flatten()
+        per_chunk = max(1, SIMILARITY_CHUNK_ELEMENTS // (len(block_inputs) * hidden_size))
+        sums = torch.zeros(len(block_inputs), len(block_inputs), dtype=torch.float64)
+        for positions in real_positions.split(per_chunk):
+            features = torch.stack(
+                [
+                    state.reshape(-1, hidden_size)[positions.to(state.device)].to(self.device).float()
+                    for state in block_inputs
+                ]
+            )
+            # LoRP's per-token L2 normalisation, eps included (a zero state contributes 0, not NaN).
+            features = features / (features.norm(dim=-1, keepdim=True) + 1e-8)
+            weighted = features * flat_weight[positions].to(features.dtype)[None, :, None]
+            sums += torch.einsum("icd,jcd->ij", weighted, features).double().cpu()
+        self.stats.similarity_seconds += time.perf_counter() - start
+        return sums
 
     def _reference_for(self, batch_index: int):
         """``row -> dense log-probs [seq, vocab]`` of one batch (``kl`` only)."""
@@ -331,6 +381,20 @@ class SubsetEvaluator:
             self._dense_pass()
             self.stats.wall_seconds += time.perf_counter() - start
         return self._influence.copy()
+
+    def block_input_similarity(self) -> np.ndarray:
+        """``[N, N]`` S[i, j] = mean over real calibration tokens of cos(input of block i, input of block j).
+
+        LoRP's similarity matrix (and LLM-Streamline's criterion), from the dense reference pass: per-token
+        L2-normalised block inputs (``hidden_states[0..N-1]``; the final output is not used), weighted per
+        token as Block Influence is (padding left out, a shared prompt token once per choice), computed in
+        float32 and accumulated in float64; symmetric with a unit diagonal.
+        """
+        if self._similarity is None:  # naive mode skips the dense pass until something needs it
+            start = time.perf_counter()
+            self._dense_pass()
+            self.stats.wall_seconds += time.perf_counter() - start
+        return self._similarity.copy()
 
     def residual_gradients(self) -> np.ndarray:
         """``[samples, N]`` per-sample gradients dL_s/dα_i at α = 1, block output h + α_i·(block(h) − h).

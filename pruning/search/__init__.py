@@ -2,6 +2,12 @@
 
 ``SEARCHES[name](objective, budget, *, seed=0, progress=True, **options) -> SearchResult``; the key is
 the module's file name. Searches see only a :class:`SubsetObjective` (never a model).
+
+Three groups: the study's seven (``STUDY_SEARCHES``: one_shot, greedy, beam, genetic, bayesian, cbo,
+fast_block_select); the similarity baselines, one-shot criteria on the hidden states of the evaluator's
+dense pass that never look at the calibration loss while choosing (block_influence, ShortGPT; lorp, LoRP;
+streamline, LLM-Streamline's contiguous run); and the extras (evolution, EvoPress; exhaustive, the exact
+optimum for small N). ``ALL_SEARCHES`` (``--search all``) is every one but exhaustive.
 """
 
 from __future__ import annotations
@@ -16,7 +22,9 @@ from pruning.search import (
     fast_block_select,
     genetic,
     greedy,
+    lorp,
     one_shot,
+    streamline,
 )
 from pruning.search.base import ScreeningObjective, SearchResult, SubsetObjective, TrackedObjective
 
@@ -29,10 +37,12 @@ SEARCHES = {
     "cbo": cbo.search,
     "fast_block_select": fast_block_select.search,
     "block_influence": block_influence.search,
+    "lorp": lorp.search,
+    "streamline": streamline.search,
     "evolution": evolution.search,
     "exhaustive": exhaustive.search,
 }
-"""name -> search function; the study's seven first, then the structural and extra baselines."""
+"""name -> search function; the study's seven first, then the similarity baselines, then the extras."""
 
 OPTIONS = {
     "one_shot": one_shot.Options,
@@ -43,6 +53,8 @@ OPTIONS = {
     "cbo": cbo.Options,
     "fast_block_select": fast_block_select.Options,
     "block_influence": block_influence.Options,
+    "lorp": lorp.Options,
+    "streamline": streamline.Options,
     "evolution": evolution.Options,
     "exhaustive": exhaustive.Options,
 }

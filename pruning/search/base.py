@@ -46,6 +46,10 @@ class SubsetObjective(Protocol):
     def block_influence(self) -> np.ndarray:
         """``[N]`` ShortGPT Block Influence, 1 − mean cos(h_in, h_out) per block on the calibration data."""
 
+    def block_input_similarity(self) -> np.ndarray:
+        """``[N, N]`` mean over calibration tokens of cos(input of block i, input of block j), unit diagonal:
+        LoRP's similarity matrix (and LLM-Streamline's criterion, S[s, s + M])."""
+
 
 @runtime_checkable
 class ScreeningObjective(Protocol):
@@ -193,6 +197,7 @@ class TrackedObjective:
         self.used_prior = False
         self.used_gradients = False
         self.used_influence = False
+        self.used_similarity = False
         self.started = time.perf_counter()
 
     def score(self, removed_blocks: frozenset[int]) -> float:
@@ -212,6 +217,10 @@ class TrackedObjective:
     def block_influence(self) -> np.ndarray:
         self.used_influence = True
         return self.objective.block_influence()
+
+    def block_input_similarity(self) -> np.ndarray:
+        self.used_similarity = True
+        return self.objective.block_input_similarity()
 
     def __getattr__(self, name: str):
         # Optional extensions (screen_score, dense_loss, ...) pass straight through.

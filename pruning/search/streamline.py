@@ -1,0 +1,82 @@
+"""LLM-Streamline's layer selection (Chen et al., 2024): remove the contiguous run of M blocks whose input and
+output hidden states are most alike.
+
+score(s) = mean over calibration tokens of cos(input of block s, input of block s + M), the state before the
+run and the state after it; the run [s, s + M) with the highest score is removed (the first maximum on a
+tie). Only the selection: LLM-Streamline's replacement layer and its training are not part of it. Like
+Block Influence it is a one-shot similarity criterion that never looks at the calibration loss while
+choosing; it costs nothing beyond the evaluator's dense pass (``objective.block_input_similarity()``, where
+score(s) = S[s, s + M]) and one score of the result.
+
+It follows ``get_pruned_layer_streamline`` in LoRP's ``lib/layer_select.py`` (commit ff58fe1): the starts
+scored are s = 1 .. N − M − ``latter_barrier`` (default 1), so block 0 is never removed and the barrier's last
+blocks are kept; the state after the last block is never used. Deviations: the published list also holds a
+never-scored 0.0 for s = 0, which would win only if every scored cosine were ≤ 0 (or, when no start is
+allowed, remove blocks 0..M−1); here s = 0 is never chosen and no allowed start is a one-line error. S is
+averaged per token over our calibration data and computed in float32, as described in :mod:`.lorp`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from depthprune.errors import UserError
+from pruning.search.base import SearchResult, SubsetObjective, check_budget, finish, parse_options
+from pruning.search.lorp import similarity_matrix
+
+
+@dataclass
+class Options:
+    """Settings of LLM-Streamline's selection (the default is the published one)."""
+
+    latter_barrier: int = 1
+    """How many last blocks can never be removed (at least 1: the output of block N−1 is not compared)."""
+
+    def __post_init__(self):
+        if (
+            isinstance(self.latter_barrier, bool)
+            or not isinstance(self.latter_barrier, int)
+            or self.latter_barrier < 1
+        ):
+            raise ValueError(f"latter_barrier must be an integer >= 1, got {self.latter_barrier!r}")
+
+
+def search(
+    objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True, **options
+) -> SearchResult:
+    """Remove the contiguous ``budget`` blocks whose boundary states are most similar.
+
+    Args:
+        objective: provides ``block_input_similarity()`` and scores the result.
+        budget: M, the number of blocks to remove.
+        seed: unused (deterministic).
+        progress: unused.
+        **options: see :class:`Options`.
+
+    Returns:
+        The removal set [s, s + M), its calibration loss, and every allowed start's score as history.
+
+    Raises:
+        UserError: a bad budget or option, or no allowed start (M > N − 1 − ``latter_barrier``).
+    """
+    settings = parse_options(Options, options, "streamline")
+    check_budget(objective, budget)
+    num_blocks = objective.num_blocks
+    starts = range(1, num_blocks - budget - settings.latter_barrier + 1)
+    if not starts:
+        raise UserError(
+            f"streamline cannot remove {budget} contiguous blocks of {num_blocks} keeping block 0 and the "
+            f"last {settings.latter_barrier}: choose M <= {num_blocks - 1 - settings.latter_barrier}"
+        )
+    similarity = similarity_matrix(objective)
+    scores = [float(similarity[start, start + budget]) for start in starts]
+    best = starts[int(np.argmax(scores))]  # argmax: the first maximum, as list.index(max(...))
+    removed = list(range(best, best + budget))
+    history = [
+        {"step": 0, "starts": list(starts), "boundary_similarity": scores, "start": best, "removed": removed}
+    ]
+    result = finish(objective, removed, history, settings)
+    result.options.update(start=best, boundary_similarity=scores[best - starts[0]])
+    return result
