@@ -6,6 +6,10 @@ with ``BEGIN IMMEDIATE``: a transaction that reads first and upgrades to a write
 with "database is locked" instead of waiting, which the immediate lock avoids. What still fails
 transiently (a lock held longer than the timeout, a PostgreSQL serialization failure, two processes
 inserting the same new row) is retried by :func:`retrying`.
+
+A SQLite file is checked with ``PRAGMA quick_check`` when it is opened: a damaged file (a bad sector, a
+copy taken mid-write) is refused with one line naming it, before anything reads or writes it. Writing into
+a damaged b-tree can spread the damage; refusing keeps the file as it was for ``.recover``.
 """
 
 from __future__ import annotations
@@ -103,11 +107,40 @@ def create_registry_engine(url: str) -> Engine:
     try:
         with engine.connect() as connection:
             connection.execute(text("SELECT 1"))
+            if backend == "sqlite":
+                check_sqlite_integrity(connection, parsed.database or shown)
     except DBAPIError as error:
         engine.dispose()
         reason = str(error.orig).strip().splitlines()[0] if error.orig else str(error)
+        if backend == "sqlite" and "malformed" in reason:
+            raise UserError(damaged_registry_message(parsed.database or shown, reason)) from None
         raise UserError(f"cannot connect to the registry at {shown}: {reason}") from None
+    except UserError:
+        engine.dispose()
+        raise
     return engine
+
+
+def check_sqlite_integrity(connection, database: str) -> None:
+    """Refuse a damaged SQLite file: ``PRAGMA quick_check`` must answer ``ok``.
+
+    quick_check reads every page of a registry-sized file in milliseconds (it skips the index-content
+    comparison of ``integrity_check``), so it runs on every open.
+
+    Raises:
+        UserError: one line naming the file and the first problem found.
+    """
+    problems = [row[0] for row in connection.exec_driver_sql("PRAGMA quick_check").fetchall()]
+    if problems != ["ok"]:
+        raise UserError(damaged_registry_message(database, problems[0] if problems else "no answer"))
+
+
+def damaged_registry_message(database: str, problem: str) -> str:
+    """The one-line refusal of a damaged SQLite registry, with the way out."""
+    return (
+        f"the registry {database} is damaged ({problem.strip().splitlines()[0]}); nothing was read or "
+        f"written. Restore a backup, or salvage it: sqlite3 {database} .recover | sqlite3 repaired.db"
+    )
 
 
 def is_transient(error: Exception) -> bool:
