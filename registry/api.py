@@ -15,11 +15,14 @@ Typical use::
     registry.resolve("ppl-best")             # also: a name, an id, "dense", "ppl-best@<base model>"
 
 Variants, evaluations and serving benchmarks of the dense model are attached to the base model;
-``resolve("dense")`` returns it as a :class:`VariantInfo` with ``is_dense=True``.
+``resolve("dense")`` returns it as a :class:`VariantInfo` with ``is_dense=True``. A healed variant is
+registered like any other, from a record that names its ``parent`` and carries its ``healing``; it is then
+resolved, aliased, evaluated and served as any variant, and ``VariantInfo.parent`` keeps the lineage.
 """
 
 from __future__ import annotations
 
+import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -94,8 +97,18 @@ _STORED_AS_GIVEN = (
     "search_seconds",
     "block_forwards",
     "subset_evaluations",
+    "healing",
 )
 """Fields of a :class:`VariantRecord` that its row stores unchanged (the rest are derived or conditional)."""
+MAX_NAME_LENGTH = 128
+"""Longest variant name :func:`registry.naming.check_name` accepts."""
+
+
+def healed_variant_name(parent_name: str, method: str, identity: str) -> str:
+    """A readable, unique default name for a healed variant: ``<parent name>-lora-1a2b3c``."""
+    method_part = re.sub(r"[^a-z0-9]+", "-", method.lower()).strip("-") or "healed"
+    suffix = f"-{method_part}-{identity[:6]}"
+    return parent_name[: MAX_NAME_LENGTH - len(suffix)] + suffix
 
 
 class Registry:
@@ -203,18 +216,21 @@ class Registry:
 
         On an update, every field takes the record's value, except that ``checkpoint_path`` and
         ``checkpoint_sha256`` given as ``None`` keep the recorded checkpoint, and ``name=None`` keeps
-        the recorded name.
+        the recorded name. A healed variant (a record with ``parent`` and ``healing``) is its own row,
+        told apart from its parent by the parent and the healing settings (not the measurements).
 
         Args:
             record: the variant (see :class:`VariantRecord` for its fields); its ``base_model`` must be
                 registered, and its removed blocks must leave at least one of the base model's blocks.
+                A ``parent`` must be a registered variant of the same base model with the same removed
+                blocks.
 
         Returns:
             The stored :class:`VariantInfo`.
 
         Raises:
-            UserError: an unregistered base model, removed blocks out of its range, or a name taken by
-                another variant.
+            UserError: an unregistered base model, removed blocks out of its range, a name taken by
+                another variant, or a parent that is unknown, dense, or has other blocks.
         """
         if not isinstance(record, VariantRecord):
             raise TypeError(f"register_variant takes a VariantRecord, got {type(record).__name__}")
@@ -225,24 +241,30 @@ class Registry:
         """Insert or update the row of ``record`` (inside a write transaction)."""
         base = self._find_base(session, record.base_model)
         removed = parse_removed_blocks(record.removed_blocks, base.num_blocks)
-        identity = identity_hash(base.model, removed, record.calibration, record.search)
+        parent = None if record.parent is None else self._find_parent(session, base, removed, record)
+        if parent is None:
+            identity = identity_hash(base.model, removed, record.calibration, record.search)
+        else:  # the parent's own identity would be the one above: the healing settings tell them apart
+            lineage = {"parent": parent.identity, "healing": record.healing_settings()}
+            identity = identity_hash(base.model, removed, record.calibration, record.search, lineage)
         row = session.scalar(select(VariantRow).where(VariantRow.identity == identity))
         if record.name is not None:
             self._check_name_free(session, record.name, row.id if row is not None else None)
         if row is None:
-            row = VariantRow(
-                identity=identity,
-                base_model_id=base.id,
-                created_at=utc_now(),
-                name=record.name
-                or auto_variant_name(base.model, record.objective, record.search, removed, identity),
-            )
+            if record.name is not None:
+                name = record.name
+            elif parent is not None:
+                name = healed_variant_name(parent.name, record.healing["method"], identity)
+            else:
+                name = auto_variant_name(base.model, record.objective, record.search, removed, identity)
+            row = VariantRow(identity=identity, base_model_id=base.id, created_at=utc_now(), name=name)
             session.add(row)
         elif record.name is not None:
             row.name = record.name
         row.base_weights_sha256 = base.weights_sha256
         row.removed_blocks, row.kept_to_original = removed, kept_to_original(removed, base.num_blocks)
         row.objective = record.objective
+        row.parent_id = None if parent is None else parent.id
         for what in _STORED_AS_GIVEN:
             setattr(row, what, getattr(record, what))
         if record.checkpoint_path is not None or record.checkpoint_sha256 is not None:
@@ -250,6 +272,22 @@ class Registry:
         row.versions, row.updated_at = versions, utc_now()
         session.flush()
         return self._variant_info(session, base, row)
+
+    def _find_parent(
+        self, session: Session, base: BaseModelRow, removed: list[int], record: VariantRecord
+    ) -> VariantRow:
+        """The row of ``record.parent``: a variant of the same base model with the same removed blocks."""
+        parent_base, parent = self._find(session, record.parent)
+        if parent is None:
+            raise UserError(
+                f"the parent of a healed variant is a pruned variant, not the dense model ({record.parent!r})"
+            )
+        if parent_base.id != base.id or list(parent.removed_blocks) != removed:
+            raise UserError(
+                f"a healed variant keeps its parent's blocks: {record.parent!r} is {parent_base.model} "
+                f"without {list(parent.removed_blocks)}, the record {base.model} without {removed}"
+            )
+        return parent
 
     def resolve(self, name: VariantReference) -> VariantInfo:
         """The variant named by an id, a name, an alias, ``dense``, or ``NAME@BASE``.
@@ -290,6 +328,17 @@ class Registry:
                 )
                 found.extend(self._variant_info(session, base, row, aliases.get(row.id, [])) for row in rows)
             return found
+
+    def healed_from(self, variant: VariantReference) -> list[VariantInfo]:
+        """The variants healed from ``variant`` (its children in the lineage), by registration order."""
+        with self._reading() as session:
+            base, row = self._find(session, variant)
+            if row is None:
+                return []
+            children = session.scalars(
+                select(VariantRow).where(VariantRow.parent_id == row.id).order_by(VariantRow.id)
+            )
+            return [self._variant_info(session, base, child) for child in children]
 
     def set_alias(self, alias: str, variant: VariantReference) -> VariantInfo:
         """Point ``alias`` (per base model) at a variant, or at ``dense``; moves an existing alias.
@@ -344,7 +393,8 @@ class Registry:
             return found
 
     def remove_variant(self, name: VariantReference, *, delete_checkpoint: bool = False) -> VariantInfo:
-        """Delete a variant with its aliases, evaluations and serving benchmarks.
+        """Delete a variant with its aliases, evaluations and serving benchmarks; variants healed from it
+        stay, without a parent.
 
         Args:
             name: the variant's id or name (not an alias, so that an alias never deletes by surprise).
@@ -366,6 +416,10 @@ class Registry:
                     f"with `depthprune variants alias {name} --delete`"
                 )
             info = self._variant_info(session, base, row)
+            # A healed variant outlives its parent (its weights stand on their own); only the link goes.
+            for child in session.scalars(select(VariantRow).where(VariantRow.parent_id == row.id)):
+                child.parent_id = None
+            session.flush()
             session.delete(row)
             return info
 
@@ -678,6 +732,9 @@ class Registry:
             is_dense=False,
             base_weights_sha256=row.base_weights_sha256,
             updated_at=_utc(row.updated_at),
+            parent=None if row.parent_id is None else session.get(VariantRow, row.parent_id).name,
+            parent_id=row.parent_id,
+            healing=None if row.healing is None else dict(row.healing),
         )
 
     def _dense_info(

@@ -16,12 +16,17 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from depthprune.errors import UserError
 from depthprune.options import JsonOption, RegistryOption
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from registry.records import VariantInfo
 
 app = typer.Typer(
     help="List, inspect, compare, alias, export and remove the pruned variants in the registry.",
@@ -107,7 +112,7 @@ def list_command(
             variant.mask(),
             _number(variant.objective),
             _number(variant.calibration.get("data")),
-            variant.search,
+            variant.search if variant.healing is None else f"{variant.search}+{variant.healing['method']}",
             _number(variant.calibration_loss),
             _number(variant.dense_loss),
             _number(variant.search_seconds, 3),
@@ -116,29 +121,10 @@ def list_command(
     _console().print(table)
 
 
-@app.command("show")
-def show(
-    name: Annotated[str, typer.Argument(help="Variant id, name, alias, 'dense' or NAME@BASE.")],
-    registry_url: RegistryOption = None,
-    as_json: JsonOption = False,
-) -> None:
-    """Show everything recorded about one variant, with its evaluations and serving benchmarks."""
-    with _open(registry_url) as registry:
-        variant = registry.resolve(name)
-        evaluations = registry.evaluations(variant)
-        benchmarks = registry.serving_benchmarks(variant)
-    if as_json:
-        _print_json(
-            {
-                "variant": variant.to_dict(),
-                "evaluations": [item.to_dict() for item in evaluations],
-                "serving_benchmarks": [item.to_dict() for item in benchmarks],
-            }
-        )
-        return
+def _variant_fields(variant: VariantInfo, healed: list[VariantInfo]) -> Table:
+    """The one-variant table of ``variants show``: every recorded field, lineage included."""
     from rich.table import Table
 
-    console = _console()
     fields = Table(title=f"Variant {variant.name}", show_header=False)
     fields.add_column("field", style="bold")
     fields.add_column("value", overflow="fold")
@@ -156,12 +142,49 @@ def show(
     fields.add_row("search time (s)", _number(variant.search_seconds))
     fields.add_row("block forwards", _number(variant.block_forwards))
     fields.add_row("subset evaluations", _number(variant.subset_evaluations))
+    if variant.healing is not None:
+        from registry.compare import healing_summary
+
+        parent = "— (removed)" if variant.parent is None else f"{variant.parent} (id {variant.parent_id})"
+        fields.add_row("healed from", parent)
+        fields.add_row("healing", healing_summary(variant.healing))
+        fields.add_row("healing record", json.dumps(variant.healing, sort_keys=True))
+    if healed:
+        fields.add_row("healed variants", ", ".join(item.name for item in healed))
     fields.add_row("checkpoint", _number(variant.checkpoint_path))
     fields.add_row("checkpoint sha256", _number(variant.checkpoint_sha256))
     fields.add_row("aliases", ", ".join(variant.aliases) or "—")
     fields.add_row("created", _number(variant.created_at))
     fields.add_row("versions", " ".join(f"{key}={value}" for key, value in variant.versions.items()) or "—")
-    console.print(fields)
+    return fields
+
+
+@app.command("show")
+def show(
+    name: Annotated[str, typer.Argument(help="Variant id, name, alias, 'dense' or NAME@BASE.")],
+    registry_url: RegistryOption = None,
+    as_json: JsonOption = False,
+) -> None:
+    """Show everything recorded about one variant, with its evaluations and serving benchmarks."""
+    with _open(registry_url) as registry:
+        variant = registry.resolve(name)
+        evaluations = registry.evaluations(variant)
+        benchmarks = registry.serving_benchmarks(variant)
+        healed = registry.healed_from(variant)
+    if as_json:
+        _print_json(
+            {
+                "variant": variant.to_dict(),
+                "healed_variants": [item.name for item in healed],
+                "evaluations": [item.to_dict() for item in evaluations],
+                "serving_benchmarks": [item.to_dict() for item in benchmarks],
+            }
+        )
+        return
+    from rich.table import Table
+
+    console = _console()
+    console.print(_variant_fields(variant, healed))
     if evaluations:
         table = Table(title="Evaluations", header_style="bold")
         for column in ("suite", "task", "metric", "value", "settings", "when"):

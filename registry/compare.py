@@ -114,6 +114,40 @@ def _number(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
+def healing_summary(healing: dict | None) -> str:
+    """``lora, 200 steps on pydoc (heal split); held-out loss 3.1 → 2.7`` of a healing record, or ``—``."""
+    if healing is None:
+        return "—"
+    data = healing.get("data", "?")
+    split = f" ({healing['train_split']} split)" if healing.get("train_split") else ""
+    summary = f"{healing['method']}, {_number(healing.get('steps'))} steps on {data}{split}"
+    if healing.get("heldout_loss") is not None:
+        before = _number(healing.get("parent_heldout_loss"))
+        summary += f"; held-out loss {before} → {_number(healing['heldout_loss'])}"
+    return summary
+
+
+def _lineage_rows(entries: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
+    """The parent and healing rows, when any of the variants is a healed one."""
+    if not any(entry["variant"].get("healing") for entry in entries):
+        return []
+
+    def parent(entry: dict[str, Any]) -> str:
+        if entry["variant"].get("healing") is None:
+            return "—"
+        return entry["variant"].get("parent") or "— (removed)"
+
+    def healing_loss(entry: dict[str, Any], key: str) -> str:
+        return _number((entry["variant"].get("healing") or {}).get(key))
+
+    return [
+        ("healed from", [parent(entry) for entry in entries]),
+        ("healing", [healing_summary(entry["variant"].get("healing")) for entry in entries]),
+        ("healing train loss", [healing_loss(entry, "train_loss") for entry in entries]),
+        ("healing held-out loss", [healing_loss(entry, "heldout_loss") for entry in entries]),
+    ]
+
+
 def _calibration_budget(entry: dict[str, Any]) -> str:
     calibration = entry["variant"]["calibration"]
     if calibration.get("samples") is None and calibration.get("seq_len") is None:
@@ -152,6 +186,7 @@ def comparison_rows(entries: list[dict[str, Any]]) -> list[tuple[str, list[str]]
         row("dense loss", variant_field("dense_loss")),
         row("search time (s)", variant_field("search_seconds", 3)),
         row("block forwards", variant_field("block_forwards")),
+        *_lineage_rows(entries),
     ]
     evaluation_keys = sorted({key for entry in entries for key in entry["evaluations"]})
     rows.extend(

@@ -3,7 +3,8 @@
 :class:`VariantRecord` is the one description of a pruned variant: ``prune`` builds it,
 :meth:`registry.api.Registry.register_variant` stores it, and ``pruning.json`` next to the checkpoint
 carries it (``dataclasses.asdict``). The pruning side imports it from here; the registry never imports
-pruning.
+pruning. A *healed* variant (``depthprune heal``) is a record like its parent's, removal and calibration
+included, plus ``parent`` (the pruned variant it was trained from) and ``healing`` (how, and how well).
 
 What the registry API returns are plain dataclasses, detached from the database session. Every one has
 ``to_dict()`` giving JSON-ready values (timestamps as ISO 8601 strings), which is what
@@ -29,6 +30,17 @@ from registry.naming import (
     optional_float,
     required_text,
 )
+
+HEALING_MEASUREMENTS = (
+    "wall_seconds",
+    "train_loss",
+    "train_loss_first",
+    "heldout_loss",
+    "parent_heldout_loss",
+    "device",
+)
+"""Keys of a healing record that say how a run went, not what it was asked to do: left out of the
+variant's identity, so that healing again with the same settings updates the same variant."""
 
 
 def _jsonable(value: Any) -> Any:
@@ -88,8 +100,16 @@ class VariantRecord:
     checkpoint_sha256: str | None = None
     """:func:`depthprune.checksums.weights_sha256` of that checkpoint, checked before serving."""
     name: str | None = None
-    """Name to register it under; None generates one (``llama-3-8b-ppl-greedy-m7-1a2b3c``) or, when
-    registering again, keeps the recorded one."""
+    """Name to register it under; None generates one (``llama-3-8b-ppl-greedy-m7-1a2b3c``, or the parent's
+    name plus method and hash for a healed variant) or, when registering again, keeps the recorded one."""
+    parent: str | None = None
+    """For a healed variant: the registry name of the pruned variant it was trained from (same base model
+    and removed blocks); None for a variant that pruning produced."""
+    healing: dict | None = None
+    """For a healed variant: how it was trained from ``parent`` (``depthprune heal``): ``method``
+    (``lora`` or ``distill``), ``data`` and the splits used, ``steps``, ``seed``, ``hyperparameters``, and
+    the measurements :data:`HEALING_MEASUREMENTS` (wall time, final training and held-out loss, the
+    parent's held-out loss). None exactly when ``parent`` is None."""
 
     def __post_init__(self) -> None:
         self.base_model = required_text(self.base_model, "base_model")
@@ -112,11 +132,28 @@ class VariantRecord:
             self.checkpoint_sha256 = required_text(self.checkpoint_sha256, "checkpoint_sha256")
         if self.name is not None:
             check_name(self.name, "variant name")
+        self._check_lineage()
+
+    def _check_lineage(self) -> None:
+        if (self.parent is None) != (self.healing is None):
+            raise UserError("a healed variant names both its parent and its healing record, or neither")
+        if self.parent is None:
+            return
+        self.parent = required_text(self.parent, "parent")
+        self.healing = json_dict(self.healing, "healing")
+        if not isinstance(self.healing.get("method"), str) or not self.healing["method"]:
+            raise UserError(f"the healing record must name its method, got {self.healing!r}")
 
     @property
     def objective(self) -> str:
         """The calibration objective (``ppl``, ``task_margin``, ...)."""
         return self.calibration["objective"]
+
+    def healing_settings(self) -> dict | None:
+        """What the healing run was asked to do: the healing record without its measurements."""
+        if self.healing is None:
+            return None
+        return {key: value for key, value in self.healing.items() if key not in HEALING_MEASUREMENTS}
 
 
 @dataclass
@@ -145,7 +182,8 @@ class BaseModelInfo(_Record):
 
 @dataclass
 class VariantInfo(_Record):
-    """A pruned variant, or the dense base model itself (``is_dense``, no removed blocks)."""
+    """A pruned variant (healed ones name their ``parent``), or the dense base model itself (``is_dense``,
+    no removed blocks)."""
 
     id: int | None
     """Registry id; ``None`` for the dense model, which has no variant row."""
@@ -195,6 +233,12 @@ class VariantInfo(_Record):
     """Weights checksum of the base model this variant was pruned from."""
     updated_at: datetime | None = None
     """When last registered (UTC)."""
+    parent: str | None = None
+    """For a healed variant: the name of the variant it was trained from (None also once that is removed)."""
+    parent_id: int | None = None
+    """Registry id of ``parent``."""
+    healing: dict | None = None
+    """For a healed variant: how it was trained from its parent (see :attr:`VariantRecord.healing`)."""
 
     @property
     def objective(self) -> str | None:

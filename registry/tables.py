@@ -4,6 +4,7 @@ The schema itself is created and evolved by the Alembic migrations in ``registry
 classes must stay in step with them (``tests/test_registry.py`` compares the two).
 Evaluations and serving benchmarks point at a base model and, for a pruned variant, at the variant:
 ``variant_id IS NULL`` means the dense base model itself, which is always servable as ``dense``.
+A healed variant points at the pruned variant it was trained from (``variants.parent_id``).
 """
 
 from __future__ import annotations
@@ -43,7 +44,8 @@ class BaseModelRow(Base):
 
 
 class VariantRow(Base):
-    """A pruned variant: which blocks went, under which calibration configuration and search."""
+    """A pruned variant: which blocks went, under which calibration configuration and search; for a healed
+    variant also its parent and how it was healed."""
 
     __tablename__ = "variants"
     __table_args__ = (
@@ -53,7 +55,8 @@ class VariantRow(Base):
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(256))
-    # sha256 of (base, removed set, calibration, search): registering the same again updates this row.
+    # sha256 of (base, removed set, calibration, search), plus the parent and the healing settings for a
+    # healed variant: registering the same again updates this row.
     identity: Mapped[str] = mapped_column(String(64))
     base_model_id: Mapped[int] = mapped_column(ForeignKey("base_models.id", ondelete="CASCADE"), index=True)
     base_weights_sha256: Mapped[str] = mapped_column(String(64))
@@ -73,6 +76,10 @@ class VariantRow(Base):
     versions: Mapped[dict] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    # No ON DELETE action: SQLite does not report one declared inline, so the schema comparison could not
+    # see it. Registry.remove_variant unlinks the children first: a healed variant outlives its parent.
+    parent_id: Mapped[int | None] = mapped_column(ForeignKey("variants.id"), index=True)
+    healing: Mapped[dict | None] = mapped_column(JSON(none_as_null=True))
 
     base: Mapped[BaseModelRow] = relationship(back_populates="variants")
 
