@@ -21,6 +21,7 @@ COMMANDS = {
     "demo-model": "depthprune.demo.cli:demo_model",
     "checkpoint": "pruning.cli:checkpoint",
     "prune": "pruning.cli:prune",
+    "heal": "pruning.cli:heal",
     "bench-evaluator": "pruning.cli:bench_evaluator",
     "eval": "pruning.cli:evaluate",
     "study": "pruning.cli:study",

@@ -1,5 +1,5 @@
-"""Command-line functions of the pruning side: ``checkpoint``, ``prune``, ``bench-evaluator``, ``eval`` and
-``study``.
+"""Command-line functions of the pruning side: ``checkpoint``, ``prune``, ``heal``, ``bench-evaluator``,
+``eval`` and ``study``.
 
 Each function's typed signature is its command line (typer). Options every command shares (registry, dtype,
 device, seed, ``--json``) come from :mod:`depthprune.options`; options several commands of this module share
@@ -292,6 +292,132 @@ def prune(
         progress=True,
     )
     run_prune(config, on_variant=lambda outcome: _print_variant(outcome, as_json))
+
+
+# ------------------------------------------------------------------------------------------------- heal
+
+
+HealDataOption = Annotated[
+    str,
+    typer.Option(
+        help="Text to train on: pydoc, demo:text, text:PATH, c4, wikitext2, ... (its heal split when it has "
+        "one, else calibration; held-out loss on the test split)."
+    ),
+]
+"""``heal --data``."""
+HealMethodOption = Annotated[
+    str,
+    typer.Option(
+        help="lora (causal-LM loss through LoRA adapters) or distill (KL from the dense model's "
+        "next-token distribution)."
+    ),
+]
+"""``heal --method``."""
+HealStepsOption = Annotated[int, typer.Option(help="Optimizer steps.")]
+HealLrOption = Annotated[
+    float, typer.Option("--lr", help="Peak learning rate (warm-up 5%, cosine decay to a tenth).")
+]
+LoraRankOption = Annotated[int, typer.Option(help="LoRA rank r (at most the hidden size).")]
+LoraAlphaOption = Annotated[float, typer.Option(help="LoRA alpha (the update is scaled by alpha / r).")]
+LoraTargetsOption = Annotated[
+    str | None,
+    typer.Option(help="Block modules that get adapters, comma-separated (default: every linear projection)."),
+]
+HealBatchOption = Annotated[int, typer.Option(help="Token windows per step.")]
+HealSeqLenOption = Annotated[int, typer.Option(help="Tokens per window (capped at the model's context).")]
+EvalDataOption = Annotated[
+    str | None,
+    typer.Option(help="Text whose test split gives the held-out loss (default: --data's own test split)."),
+]
+EvalWindowsOption = Annotated[int, typer.Option(help="Held-out windows, at most (evenly spread).")]
+DistillTopKOption = Annotated[
+    int | None, typer.Option(help="distill: teacher logits kept per position (default 64).")
+]
+LmLossWeightOption = Annotated[
+    float | None, typer.Option(help="distill: weight of the causal-LM loss added to the KL (default 0).")
+]
+FullFinetuneOption = Annotated[
+    bool,
+    typer.Option("--full-finetune", help="distill: train the kept blocks themselves, not LoRA adapters."),
+]
+SaveEveryOption = Annotated[
+    int, typer.Option(help="Save the training state every N steps (Ctrl-C saves too).")
+]
+
+
+def _print_healed(outcome, as_json: bool) -> None:
+    """The healed variant as one JSON line, or its losses and name in words."""
+    from dataclasses import asdict
+
+    if as_json:
+        print(json.dumps(asdict(outcome)), flush=True)
+        return
+    losses = outcome.losses
+    print(
+        f"healed {outcome.parent} with {outcome.method} "
+        f"({outcome.steps} steps, {outcome.wall_seconds:.1f} s): "
+        f"held-out loss {losses['heldout_before']:.4f} -> {losses['heldout']:.4f}, training loss "
+        f"{losses['train_first']:.4f} -> {losses['train']:.4f} -> {outcome.name} ({outcome.checkpoint})",
+        flush=True,
+    )
+
+
+def heal(
+    variant: Annotated[str, typer.Argument(help="The pruned variant to heal: registry name, alias or id.")],
+    data: HealDataOption,
+    method: HealMethodOption = "lora",
+    steps: HealStepsOption = 200,
+    lr: HealLrOption = 1e-4,
+    lora_rank: LoraRankOption = 8,
+    lora_alpha: LoraAlphaOption = 16.0,
+    lora_targets: LoraTargetsOption = None,
+    batch_size: HealBatchOption = 8,
+    seq_len: HealSeqLenOption = 512,
+    eval_data: EvalDataOption = None,
+    eval_windows: EvalWindowsOption = 64,
+    distill_top_k: DistillTopKOption = None,
+    lm_loss_weight: LmLossWeightOption = None,
+    full_finetune: FullFinetuneOption = False,
+    save_every: SaveEveryOption = 50,
+    seed: SeedOption = 0,
+    out: CheckpointsOption = None,
+    registry: RegistryOption = None,
+    dtype: DtypeOption = "float32",
+    device: DeviceOption = "cpu",
+    as_json: JsonOption = False,
+) -> None:
+    """Recover a pruned variant's quality with LoRA or distillation; register the result as its child.
+
+    The adapters are merged: the healed model is an ordinary checkpoint of the variant's shape. Ctrl-C is
+    safe: run the same command again and training resumes to the same weights.
+    """
+    from pruning.healing.config import DEFAULT_LORA_TARGETS, HealConfig
+    from pruning.healing.heal import heal as run_heal
+
+    config = HealConfig(
+        variant=variant,
+        data=data,
+        method=method,
+        steps=steps,
+        lr=lr,
+        lora_rank=lora_rank,
+        lora_alpha=lora_alpha,
+        lora_targets=_comma_list(lora_targets) if lora_targets is not None else DEFAULT_LORA_TARGETS,
+        batch_size=batch_size,
+        seq_len=seq_len,
+        eval_data=eval_data,
+        eval_windows=eval_windows,
+        distill_top_k=distill_top_k,
+        lm_loss_weight=lm_loss_weight,
+        full_finetune=full_finetune,
+        save_every=save_every,
+        seed=seed,
+        device=device,
+        dtype=dtype,
+        registry_url=registry,
+        out=out,
+    )
+    _print_healed(run_heal(config), as_json)
 
 
 # ------------------------------------------------------------------------------------------------ study

@@ -1,0 +1,196 @@
+"""What a healing run is asked to do: :class:`HealConfig`, every field checked before anything is loaded.
+
+``HealConfig.settings()`` is the part of the run that decides the healed weights (method, data and splits,
+steps, seed, hyper-parameters): it keys the run directory that makes Ctrl-C resumable, and it is what
+the registry's ``healing`` record holds besides the run's measurements.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from depthprune.errors import UserError
+from pruning.calibration.data import HEAL_SOURCES, TEXT, parse_spec
+
+METHODS = ("lora", "distill")
+"""``lora``: causal-LM loss through LoRA adapters; ``distill``: KL from the dense model's next-token
+distribution (through LoRA adapters, or the kept blocks themselves with ``full_finetune``)."""
+DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+"""Every linear projection of a Llama/Qwen/Mistral/Gemma block: attention and MLP."""
+DEFAULT_DISTILL_TOP_K = 64
+"""Teacher logits kept per position: memory stays bounded on a 128k vocabulary."""
+DTYPES = ("float32", "bfloat16", "float16")
+HELD_OUT_SPLIT = "test"
+"""The split the held-out loss is measured on."""
+
+
+def training_split(spec: str) -> str:
+    """The split healing trains on: the source's ``heal`` split when it has one, else ``calibration``."""
+    return "heal" if parse_spec(spec).source in HEAL_SOURCES else "calibration"
+
+
+def _positive_int(value: object, option: str, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise UserError(f"{option} must be an integer >= {minimum}, got {value!r}")
+
+
+def _positive_number(value: object, option: str) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value <= 0
+    ):
+        raise UserError(f"{option} must be a positive number, got {value!r}")
+
+
+def _text_spec(spec: str, option: str) -> None:
+    parsed = parse_spec(spec)
+    if parsed.kind != TEXT:
+        raise UserError(
+            f"{option} {spec!r} is multiple-choice data; healing trains and measures on text "
+            "(e.g. pydoc, demo:text, text:PATH, c4)"
+        )
+
+
+@dataclass
+class HealConfig:
+    """One ``heal`` run: which variant, on which text, how, and where the result goes."""
+
+    variant: str
+    """The pruned variant to heal: registry name, alias or id (not ``dense``)."""
+    data: str
+    """Text data spec to train on (its ``heal`` split when it has one, else ``calibration``)."""
+    method: str = "lora"
+    """One of :data:`METHODS`."""
+    steps: int = 200
+    """Optimizer steps."""
+    lr: float = 1e-4
+    """Peak learning rate (linear warm-up over the first 5 % of the steps, then cosine decay to a tenth)."""
+    lora_rank: int = 8
+    """Rank r of the LoRA adapters; at most the model's hidden size."""
+    lora_alpha: float = 16.0
+    """LoRA scaling numerator (the update is scaled by alpha / r)."""
+    lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
+    """Names of the linear modules in the blocks that get adapters."""
+    batch_size: int = 8
+    """Token windows per optimizer step."""
+    seq_len: int = 512
+    """Tokens per window (capped at the model's context)."""
+    eval_data: str | None = None
+    """Text spec of the held-out loss (its ``test`` split); None: the training spec's own."""
+    eval_windows: int = 64
+    """At most this many held-out windows, evenly spread over the held-out text."""
+    distill_top_k: int | None = None
+    """``distill``: teacher logits kept per position (default :data:`DEFAULT_DISTILL_TOP_K`)."""
+    lm_loss_weight: float | None = None
+    """``distill``: weight of the causal-LM loss added to the KL (default 0)."""
+    full_finetune: bool = False
+    """``distill``: train every weight of the kept blocks instead of LoRA adapters."""
+    save_every: int = 50
+    """Save the training state every this many steps (and on Ctrl-C, and at the end)."""
+    seed: int = 0
+    """Seed of the adapters' initialisation and of the data order."""
+    device: str = "cpu"
+    """torch device of the training."""
+    dtype: str = "float32"
+    """dtype the student (and teacher) run in; the checkpoint is saved in the parent's own dtype."""
+    registry_url: str | None = None
+    """Registry URL; None = the default (``DEPTHPRUNE_REGISTRY_URL`` or SQLite under DEPTHPRUNE_HOME)."""
+    out: Path | None = None
+    """Parent directory of the healed checkpoint; None = ``DEPTHPRUNE_HOME/variants``."""
+    progress: bool = True
+    """Show a progress bar with the loss (on stderr)."""
+    stop_after: int | None = None
+    """Testing hook: behave as if Ctrl-C came right after this many steps (state saved, then interrupted)."""
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise UserError(f"--method must be one of {', '.join(METHODS)}, got {self.method!r}")
+        _text_spec(self.data, "--data")
+        if self.eval_data is not None:
+            _text_spec(self.eval_data, "--eval-data")
+        for option, value in (("--steps", self.steps), ("--batch-size", self.batch_size)):
+            _positive_int(value, option)
+        for option, value in (("--eval-windows", self.eval_windows), ("--save-every", self.save_every)):
+            _positive_int(value, option)
+        _positive_int(self.seq_len, "--seq-len", minimum=2)
+        _positive_int(self.seed, "--seed", minimum=0)
+        _positive_number(self.lr, "--lr")
+        if self.dtype not in DTYPES:
+            raise UserError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}")
+        if self.stop_after is not None:
+            _positive_int(self.stop_after, "stop_after")
+        self._check_method_options()
+
+    def _check_method_options(self) -> None:
+        if self.method != "distill":
+            given = [
+                option
+                for option, value in (
+                    ("--distill-top-k", self.distill_top_k),
+                    ("--lm-loss-weight", self.lm_loss_weight),
+                    ("--full-finetune", self.full_finetune or None),
+                )
+                if value is not None
+            ]
+            if given:
+                raise UserError(f"{given[0]} applies to --method distill only")
+        else:
+            self.distill_top_k = DEFAULT_DISTILL_TOP_K if self.distill_top_k is None else self.distill_top_k
+            self.lm_loss_weight = 0.0 if self.lm_loss_weight is None else self.lm_loss_weight
+            _positive_int(self.distill_top_k, "--distill-top-k")
+            if not math.isfinite(self.lm_loss_weight) or self.lm_loss_weight < 0:
+                raise UserError(f"--lm-loss-weight must be >= 0, got {self.lm_loss_weight!r}")
+        if not self.full_finetune:
+            _positive_int(self.lora_rank, "--lora-rank")
+            _positive_number(self.lora_alpha, "--lora-alpha")
+            self.lora_targets = tuple(target.strip() for target in self.lora_targets if target.strip())
+            if not self.lora_targets:
+                raise UserError("--lora-targets names no module")
+
+    @property
+    def uses_lora(self) -> bool:
+        """Whether adapters are trained (else the kept blocks themselves)."""
+        return not self.full_finetune
+
+    @property
+    def held_out_data(self) -> str:
+        """The spec the held-out loss is measured on."""
+        return self.eval_data or self.data
+
+    def hyperparameters(self, seq_len: int) -> dict:
+        """The training's settings as recorded (``seq_len``: the window length actually used)."""
+        return {
+            "lr": self.lr,
+            "schedule": "linear warm-up 5%, cosine to 0.1",
+            "optimizer": "adamw",
+            "weight_decay": 0.0,
+            "grad_clip": 1.0,
+            "batch_size": self.batch_size,
+            "seq_len": seq_len,
+            "lora_rank": self.lora_rank if self.uses_lora else None,
+            "lora_alpha": self.lora_alpha if self.uses_lora else None,
+            "lora_targets": list(self.lora_targets) if self.uses_lora else None,
+            "lora_dropout": 0.0 if self.uses_lora else None,
+            "full_finetune": self.full_finetune,
+            "distill_top_k": self.distill_top_k,
+            "lm_loss_weight": self.lm_loss_weight,
+            "eval_windows": self.eval_windows,
+            "dtype": self.dtype,
+        }
+
+    def settings(self, seq_len: int) -> dict:
+        """What decides the healed weights: the healing record without its measurements."""
+        return {
+            "method": self.method,
+            "data": self.data,
+            "train_split": training_split(self.data),
+            "eval_data": self.held_out_data,
+            "eval_split": HELD_OUT_SPLIT,
+            "steps": self.steps,
+            "seed": self.seed,
+            "hyperparameters": self.hyperparameters(seq_len),
+        }

@@ -1,0 +1,228 @@
+"""The ``heal`` pipeline: pruned variant → trained, merged checkpoint → a new variant whose parent it is.
+
+``depthprune heal VARIANT --data pydoc --method lora --steps 200`` runs here:
+
+1. :func:`plan_heal` checks everything before any weights load: the variant exists, is not ``dense``, has
+   its checkpoint with the registered sha256, the LoRA rank fits the hidden size, the data is text with a
+   training split apart from the held-out one (:mod:`pruning.healing.data`). A mistake is a one-line
+   error, with nothing written and the registry unchanged.
+2. The held-out loss of the parent is measured, adapters are put on (:mod:`pruning.healing.train`), the
+   dense base model is loaded as the teacher for ``distill``, and the loop trains with its state under
+   ``DEPTHPRUNE_HOME/runs/heal-<key>/``, the key a hash of the parent's weights and the run's settings.
+3. The held-out loss is measured again, the adapters are merged and the checkpoint written
+   (:mod:`pruning.healing.merge`) to ``OUT/<parent>-<method>-<key>``; then the healed variant is registered
+   with its parent, and the run's state gives way to ``done.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from depthprune import settings as depthprune_settings
+from depthprune.errors import UserError
+from pruning.checkpoint import PRUNING_FILE
+from pruning.healing.config import HealConfig
+from pruning.healing.data import HealingData, load_healing_data
+from pruning.healing.state import DONE_FILE, RUN_FILE, STATE_FILE, TrainingState, run_directory, write_json
+from registry.records import VariantInfo, VariantRecord
+
+PARENT_RECORD_FIELDS = (
+    "base_model",
+    "removed_blocks",
+    "calibration",
+    "search",
+    "search_options",
+    "calibration_loss",
+    "dense_loss",
+    "search_seconds",
+    "block_forwards",
+    "subset_evaluations",
+)
+"""Fields of the parent's record that the healed variant carries unchanged (its removal and how it was
+chosen)."""
+
+
+@dataclass
+class HealOutcome:
+    """What ``heal`` reports (its ``--json`` line)."""
+
+    id: int
+    name: str
+    checkpoint: str
+    parent: str
+    method: str
+    steps: int
+    wall_seconds: float
+    losses: dict
+    """``train`` (mean over the last tenth of the steps), ``train_first`` (the first step's),
+    ``heldout`` and ``heldout_before`` (the parent's), mean next-token NLL on the held-out windows."""
+
+
+@dataclass
+class HealPlan:
+    """Everything checked and derived before the weights load."""
+
+    config: HealConfig
+    parent: VariantInfo
+    teacher: str
+    """Directory (or hub id) of the dense base model: the teacher of ``distill``."""
+    tokenizer: object
+    data: HealingData
+    settings: dict
+    """:meth:`HealConfig.settings` with the data's facts: what decides the weights."""
+    run_dir: Path
+    out: Path
+    """The healed checkpoint's directory."""
+
+    @property
+    def parent_dir(self) -> Path:
+        return Path(self.parent.checkpoint_path)
+
+
+def _resolve_parent(registry, config: HealConfig) -> VariantInfo:
+    parent = registry.resolve(config.variant)
+    if parent.is_dense:
+        raise UserError(
+            f"{config.variant!r} is the dense base model; heal a pruned variant "
+            "(see `depthprune variants list`)"
+        )
+    registry.verify_checkpoint(parent)
+    if not (Path(parent.checkpoint_path) / PRUNING_FILE).is_file():
+        raise UserError(f"checkpoint {parent.checkpoint_path} of {parent.name!r} has no {PRUNING_FILE}")
+    return parent
+
+
+def plan_heal(config: HealConfig, registry) -> HealPlan:
+    """Check a run against the registry, the variant's config and the data; load no weights.
+
+    Raises:
+        UserError: an unknown or dense variant, a missing or modified checkpoint, a LoRA rank above the
+            hidden size, data that is not text or whose training split is the held-out one, an output
+            directory that is not a depthprune checkpoint.
+    """
+    from transformers import AutoTokenizer
+
+    from pruning.models import load_config
+
+    parent = _resolve_parent(registry, config)
+    model_config = load_config(parent.checkpoint_path)
+    if config.uses_lora and config.lora_rank > model_config.hidden_size:
+        raise UserError(
+            f"--lora-rank {config.lora_rank} is larger than the hidden size {model_config.hidden_size}"
+        )
+    seq_len = min(config.seq_len, int(getattr(model_config, "max_position_embeddings", config.seq_len)))
+    tokenizer = AutoTokenizer.from_pretrained(parent.checkpoint_path)
+    data = load_healing_data(config, tokenizer, seq_len)
+    settings = {**config.settings(seq_len), **data.facts()}
+    identity = json.dumps({"parent": parent.checkpoint_sha256, "settings": settings}, sort_keys=True)
+    key = hashlib.sha256(identity.encode()).hexdigest()[:16]
+    out_root = Path(config.out).expanduser() if config.out else depthprune_settings.variants_dir()
+    out = out_root / f"{parent.name}-{config.method}-{key[:8]}"
+    if out.exists() and not (out / PRUNING_FILE).is_file():
+        raise UserError(f"{out} exists and is not a depthprune checkpoint; move it or choose another --out")
+    base = registry.get_base_model(parent.base_model)
+    teacher = base.path or base.model
+    return HealPlan(config, parent, teacher, tokenizer, data, settings, run_directory(key), out)
+
+
+def _finished(plan: HealPlan) -> VariantRecord | None:
+    """The record of an earlier run of the same plan whose checkpoint is still intact, else None."""
+    from depthprune.checksums import weights_sha256
+
+    done = plan.run_dir / DONE_FILE
+    if not done.is_file() or not (plan.out / PRUNING_FILE).is_file():
+        return None
+    record = VariantRecord(**json.loads(done.read_text())["variant"])
+    try:
+        intact = weights_sha256(plan.out) == record.checkpoint_sha256
+    except FileNotFoundError:
+        intact = False
+    return record if intact and record.checkpoint_path == str(plan.out.resolve()) else None
+
+
+def _healing_record(plan: HealPlan, state: TrainingState, before: float, after: float) -> dict:
+    last = state.losses[-max(1, len(state.losses) // 10) :]
+    return {
+        **plan.settings,
+        "wall_seconds": round(state.wall_seconds, 3),
+        "train_loss": sum(last) / len(last),
+        "train_loss_first": state.losses[0],
+        "heldout_loss": after,
+        "parent_heldout_loss": before,
+        "device": plan.config.device,
+    }
+
+
+def _train_and_write(plan: HealPlan) -> VariantRecord:
+    """Train, merge and write the healed checkpoint of ``plan``; returns its record."""
+    from pruning.healing.merge import merged_model, write_healed_checkpoint
+    from pruning.healing.train import heldout_loss, train, trainable_model, underlying_causal_lm
+    from pruning.models import load_model
+
+    config = plan.config
+    student, _ = load_model(plan.parent.checkpoint_path, dtype=config.dtype, device=config.device)
+    before = heldout_loss(student, plan.data.heldout_windows, config.batch_size, config.device)
+    model = trainable_model(student, config)
+    teacher = None
+    if config.method == "distill":
+        teacher, _ = load_model(plan.teacher, dtype=config.dtype, device=config.device)
+        teacher.requires_grad_(False)
+    plan.run_dir.mkdir(parents=True, exist_ok=True)
+    write_json(plan.run_dir / RUN_FILE, {"parent": plan.parent.name, "settings": plan.settings})
+    try:
+        state = train(model, teacher, plan.data, config, plan.run_dir)
+    except KeyboardInterrupt:
+        print(
+            f"training state saved in {plan.run_dir}; run the same command again to resume", file=sys.stderr
+        )
+        raise
+    after = heldout_loss(
+        underlying_causal_lm(model), plan.data.heldout_windows, config.batch_size, config.device
+    )
+    record = VariantRecord(
+        **{name: getattr(plan.parent, name) for name in PARENT_RECORD_FIELDS},
+        parent=plan.parent.name,
+        healing=_healing_record(plan, state, before, after),
+    )
+    written = write_healed_checkpoint(merged_model(model), plan.tokenizer, plan.parent_dir, plan.out, record)
+    return written.variant
+
+
+def heal(config: HealConfig) -> HealOutcome:
+    """Run ``config``: train the variant, write the healed checkpoint, register it as the variant's child.
+
+    Interrupted runs resume: run the same command again and training continues from the last saved step
+    to the same weights. A run that finished is not repeated: its checkpoint is registered again.
+
+    Returns:
+        The registered healed variant and its losses.
+    """
+    from registry import open_registry
+
+    with open_registry(config.registry_url) as registry:
+        plan = plan_heal(config, registry)
+        record = _finished(plan) or _train_and_write(plan)
+        variant = registry.register_variant(record)
+    write_json(plan.run_dir / DONE_FILE, {"variant": dataclasses.asdict(record)})
+    (plan.run_dir / STATE_FILE).unlink(missing_ok=True)  # the checkpoint holds the result now
+    healing = record.healing
+    return HealOutcome(
+        id=variant.id,
+        name=variant.name,
+        checkpoint=record.checkpoint_path,
+        parent=plan.parent.name,
+        method=config.method,
+        steps=config.steps,
+        wall_seconds=healing["wall_seconds"],
+        losses={
+            "train": healing["train_loss"],
+            "train_first": healing["train_loss_first"],
+            "heldout": healing["heldout_loss"],
+            "heldout_before": healing["parent_heldout_loss"],
+        },
+    )
