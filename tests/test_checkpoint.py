@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -14,6 +12,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
 from depthprune.checksums import weights_sha256
 from depthprune.errors import UserError
+from depthprune.testing.generation import transformers_greedy, vllm_greedy
 from pruning.checkpoint import PrunedCheckpoint, write_pruned_checkpoint
 from pruning.models import BlockStack
 from registry.records import VariantRecord
@@ -164,19 +163,6 @@ def test_cli_json(tiny_model_dirs, tmp_path, run_cli):
     assert record["variant"] is None  # chosen by hand: no calibration to file it under
 
 
-def transformers_greedy(directory: Path, prompt: list[int], max_tokens: int) -> tuple[list[int], list[float]]:
-    """Greedy tokens by full forwards, and the top-1 minus top-2 logit gap at each step."""
-    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
-    tokens, gaps = list(prompt), []
-    with torch.no_grad():
-        for _ in range(max_tokens):
-            logits = model(torch.tensor([tokens]), use_cache=False).logits[0, -1]
-            top = torch.topk(logits, 2).values
-            gaps.append(float(top[0] - top[1]))
-            tokens.append(int(logits.argmax()))
-    return tokens[len(prompt) :], gaps
-
-
 @pytest.mark.slow
 @pytest.mark.vllm
 def test_vllm_greedy_tokens_equal_transformers(tiny_model_dirs, tmp_path):
@@ -187,22 +173,11 @@ def test_vllm_greedy_tokens_equal_transformers(tiny_model_dirs, tmp_path):
             str(tiny_model_dirs(architecture)), removed, tmp_path / architecture
         ).path
     max_tokens = 8
-    request = tmp_path / "request.json"
-    request.write_text(
-        json.dumps({"models": list(variants.values()), "prompts": PROMPTS, "max_tokens": max_tokens})
-    )
-    result = tmp_path / "result.json"
-    completed = subprocess.run(
-        [sys.executable, "-m", "depthprune.testing.vllm_greedy", str(request), str(result)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    generated = json.loads(result.read_text())
+    generated = vllm_greedy(list(variants.values()), PROMPTS, max_tokens, work_dir=tmp_path)
     for architecture, directory in variants.items():
-        for prompt, vllm_tokens in zip(PROMPTS, generated[directory]):
-            expected, gaps = transformers_greedy(Path(directory), prompt, max_tokens)
+        model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
+        for prompt, vllm_tokens in zip(PROMPTS, generated[str(directory)]):
+            expected, gaps = transformers_greedy(model, prompt, max_tokens)
             for step, (ours, theirs) in enumerate(zip(vllm_tokens, expected)):
                 if ours != theirs:
                     # Random tiny models can have near-ties; a flip there is float noise, not a bug.

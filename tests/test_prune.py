@@ -6,10 +6,11 @@ import json
 import random
 
 import pytest
-from test_search_contract import SyntheticObjective
 
-from depthprune.cli import main
 from depthprune.errors import UserError
+from depthprune.testing.cli import run_cli
+from depthprune.testing.data import random_questions, random_texts, write_jsonl
+from depthprune.testing.objectives import SyntheticObjective
 from pruning.calibration.objectives import CalibrationConfig
 from pruning.prune import (
     PruneConfig,
@@ -27,32 +28,16 @@ def files(tmp_path_factory, tiny_model_dirs):
     """A tiny 6-block llama plus hand-made text and question files in its vocabulary."""
     root = tmp_path_factory.mktemp("prune-data")
     rng = random.Random(0)
-
-    def words(count):
-        return " ".join(f"w{rng.randrange(4, 256)}" for _ in range(count))
-
-    text = root / "text.jsonl"
-    text.write_text("".join(json.dumps({"text": words(60)}) + "\n" for _ in range(6)))
-    questions = root / "qa.jsonl"
-    rows = []
-    for _ in range(6):
-        count = rng.choice([2, 3])
-        rows.append(
-            {"context": words(5), "choices": [words(2) for _ in range(count)], "label": rng.randrange(count)}
-        )
-    questions.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    text = write_jsonl(root / "text.jsonl", random_texts(rng, rows=6, words=60))
+    rows = random_questions(rng, rows=6, choices=(2, 3), context_words=5, choice_words=2)
+    questions = write_jsonl(root / "qa.jsonl", rows)
     return {"model": str(tiny_model_dirs("llama")), "text": f"text:{text}", "mc": f"mc:{questions}"}
 
 
-def cli(capsys, *argv):
+def cli(*argv):
     """Run ``depthprune prune ...``; returns (exit code, stdout lines, stderr)."""
-    try:
-        main(["prune", *argv])
-        code = 0
-    except SystemExit as exit_:
-        code = exit_.code
-    captured = capsys.readouterr()
-    return code, [line for line in captured.out.splitlines() if line.strip()], captured.err
+    code, out, err = run_cli("prune", *argv)
+    return code, [line for line in out.splitlines() if line.strip()], err
 
 
 def base_args(files, out, *extra):
@@ -116,16 +101,15 @@ def test_parse_option_assignments():
         (["--drop", "2", "--search", "beam", "-o", "depth=2"], "no selected search has an option 'depth'"),
     ],
 )
-def test_bad_input_is_one_line_before_heavy_work(files, tmp_path, capsys, extra, message):
-    code, out, err = cli(capsys, *base_args(files, tmp_path / "out", *extra))
+def test_bad_input_is_one_line_before_heavy_work(files, tmp_path, extra, message):
+    code, out, err = cli(*base_args(files, tmp_path / "out", *extra))
     assert code == 2 and not out
     assert err.startswith("error: ") and message in err and err.count("\n") == 1
     assert not (tmp_path / "out").exists()
 
 
-def test_bad_data_and_model_fail_early(files, tmp_path, capsys):
+def test_bad_data_and_model_fail_early(files, tmp_path):
     code, _, err = cli(
-        capsys,
         "--model",
         files["model"],
         "--objective",
@@ -139,7 +123,6 @@ def test_bad_data_and_model_fail_early(files, tmp_path, capsys):
     )
     assert code == 2 and err.startswith("error: ")
     code, _, err = cli(
-        capsys,
         "--model",
         str(tmp_path / "missing"),
         "--objective",
@@ -174,7 +157,7 @@ def test_run_searches_shares_the_prior_and_counts_per_search():
 
 
 @pytest.mark.slow
-def test_prune_all_on_a_tiny_model_writes_and_registers(files, tmp_path, capsys):
+def test_prune_all_on_a_tiny_model_writes_and_registers(files, tmp_path):
     from pruning.calibration.scorer import build_evaluator
     from pruning.checkpoint import PrunedCheckpoint
     from registry import open_registry
@@ -195,7 +178,7 @@ def test_prune_all_on_a_tiny_model_writes_and_registers(files, tmp_path, capsys)
         "3",
         "--json",
     )
-    code, lines, err = cli(capsys, *args)
+    code, lines, err = cli(*args)
     assert code == 0, err
     reports = [json.loads(line) for line in lines]
     assert [report["search"] for report in reports] == [*ALL_SEARCHES, "exhaustive"]
@@ -236,7 +219,7 @@ def test_prune_all_on_a_tiny_model_writes_and_registers(files, tmp_path, capsys)
     assert cbo["options"]["exact"] is True
 
     # Re-running the same command re-scores nothing (memo + Optuna storage) and reuses the checkpoints.
-    code, lines, err = cli(capsys, *args)
+    code, lines, err = cli(*args)
     assert code == 0, err
     again = [json.loads(line) for line in lines]
     for first, second in zip(reports, again):
