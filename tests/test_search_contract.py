@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from depthprune.errors import UserError
-from depthprune.testing.objectives import (  # tests/test_prune.py still takes SyntheticObjective from here
+from depthprune.testing.objectives import (
     ScreenedSyntheticObjective,
     SyntheticObjective,
 )
