@@ -5,7 +5,8 @@ Sub-packages by job:
 * :mod:`pruning.calibration` — data sources, objectives, packing and the exact subset scorer;
 * :mod:`pruning.search` — one file per search algorithm, listed in ``SEARCHES``;
 * :mod:`pruning.evaluation` — perplexity suites and zero-shot accuracy through lm-eval, on vLLM or torch;
-* :mod:`pruning.study` — the study grid, its statistics, report and figures.
+* :mod:`pruning.study` — the study grid, its statistics, report and figures;
+* :mod:`pruning.healing` — recover a pruned variant's quality with LoRA or distillation.
 
 At the top: :mod:`pruning.models` (block access per architecture), :mod:`pruning.checkpoint` (mask → HF
 checkpoint), :mod:`pruning.prune` (the ``prune`` pipeline) and :mod:`pruning.cli` (its commands). Names are
@@ -29,6 +30,8 @@ _EXPORTS = {
     "VariantRecord": "registry.records",
     "EvalSettings": "pruning.evaluation.suites",
     "evaluate_variants": "pruning.evaluation.suites",
+    "HealConfig": "pruning.healing.config",
+    "heal": "pruning.healing.heal",
     "StudyConfig": "pruning.study.grid",
     "run_study": "pruning.study.grid",
 }
