@@ -293,3 +293,33 @@ def test_lorp_and_streamline_on_the_tiny_model(demo_evaluator):
     assert first.options["cluster_count"] in (2, 3, 4)
     chosen = streamline.search(demo_evaluator, 3, progress=False).removed_blocks
     assert list(chosen) == list(range(chosen[0], chosen[0] + 3)) and chosen[0] >= 1
+
+
+# ------------------------------------------------------------------------------------ the study figure
+
+
+def test_study_report_draws_the_similarity_with_its_clusters(tmp_path):
+    import matplotlib
+
+    from pruning.study.figures import similarity_figure
+    from pruning.study.grid import CellResult
+    from pruning.study.tables import StudyView
+
+    matplotlib.use("Agg")
+    result = run_lorp(hand_made_similarity(), 3, num_clusters=4)
+    checkpoint = tmp_path / "variant"
+    checkpoint.mkdir()
+    (checkpoint / "pruning.json").write_text(json.dumps({"scores": {"search_options": result.options}}))
+
+    def cell(search: str) -> CellResult:
+        return CellResult(
+            key=search, objective="perplexity", data="demo:text", drop=3, search=search, seed=0,
+            prior="single_block", removed_blocks=list(result.removed_blocks), calibration_loss=1.0,
+            dense_loss=1.0, search_seconds=0.1, block_forwards=1, subset_evaluations=1, variant=None,
+            checkpoint=str(checkpoint),
+        )  # fmt: skip
+
+    summary = {"seeds": [0], "searches": ["lorp", "greedy"], "drops": [3], "num_blocks": 10}
+    assert similarity_figure(tmp_path, StudyView(summary, [cell("greedy")], {})) == []
+    drawn = similarity_figure(tmp_path, StudyView(summary, [cell("greedy"), cell("lorp")], {}))
+    assert drawn == [tmp_path / "similarity.png"] and drawn[0].stat().st_size > 0

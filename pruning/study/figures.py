@@ -4,13 +4,16 @@
 
 * ``heatmap_m{M}.png`` — removed blocks per (calibration, search) for each budget M;
 * ``tradeoff.png`` — perplexity vs mean accuracy of every variant;
-* ``rank_correlation.png`` — perplexity rank vs accuracy rank per (calibration, M).
+* ``rank_correlation.png`` — perplexity rank vs accuracy rank per (calibration, M);
+* ``similarity.png`` — when the study ran ``lorp``: per calibration, the block-input similarity matrix S
+  LoRP saw, its clusters boxed along the diagonal (as LoRP's figures draw them), RLS and K in the title.
 
 matplotlib is imported inside the functions (with the ``Agg`` backend), so importing the report costs nothing.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -174,10 +177,62 @@ def rank_correlation_figure(directory: Path, view: StudyView) -> list[Path]:
     return [_save(figure, directory / "rank_correlation.png")]
 
 
+def _lorp_records(view: StudyView) -> dict[str, dict]:
+    """Per calibration, the options LoRP recorded in ``pruning.json`` (lowest M and seed first)."""
+    records: dict[str, dict] = {}
+    cells = sorted(
+        (c for c in view.main if c.search == "lorp" and c.checkpoint), key=lambda c: (c.drop, c.seed)
+    )
+    for cell in cells:
+        label = calibration_label(cell, view.multiple_data)
+        path = Path(cell.checkpoint) / "pruning.json"
+        if label in records or not path.is_file():
+            continue
+        options = (json.loads(path.read_text()).get("scores") or {}).get("search_options") or {}
+        if options.get("block_input_similarity") and options.get("cluster_labels"):
+            records[label] = options
+    return records
+
+
+def _similarity_panel(axes, name: str, options: dict) -> None:
+    """S as a heatmap, each run of consecutive blocks of one cluster boxed on the diagonal."""
+    from matplotlib.patches import Rectangle
+
+    similarity, labels = options["block_input_similarity"], options["cluster_labels"]
+    image = axes.imshow(similarity, cmap="viridis", vmin=min(0.0, min(map(min, similarity))), vmax=1)
+    start = 0
+    for index in range(1, len(labels) + 1):
+        if index == len(labels) or labels[index] != labels[start]:
+            width = index - start
+            axes.add_patch(
+                Rectangle((start - 0.5, start - 0.5), width, width, fill=False, color="red", lw=1.5)
+            )
+            start = index
+    axes.set_title(f"{name}: RLS {fmt(options.get('rls'))}, K = {options['cluster_count']}")
+    axes.set_xlabel("block (input)")
+    axes.set_ylabel("block (input)")
+    axes.figure.colorbar(image, ax=axes, shrink=0.8)
+
+
+def similarity_figure(directory: Path, view: StudyView) -> list[Path]:
+    """``similarity.png``: LoRP's S per calibration with its clusters (nothing when lorp did not run)."""
+    import matplotlib.pyplot as plt
+
+    records = _lorp_records(view)
+    if not records:
+        return []
+    figure, axes_grid = plt.subplots(1, len(records), figsize=(5 * len(records), 4.4), squeeze=False)
+    for axes, (name, options) in zip(axes_grid.flat, sorted(records.items()), strict=True):
+        _similarity_panel(axes, name, options)
+    figure.tight_layout()
+    return [_save(figure, directory / "similarity.png")]
+
+
 FIGURES: tuple[Callable[[Path, StudyView], list[Path]], ...] = (
     heatmap_figures,
     tradeoff_figure,
     rank_correlation_figure,
+    similarity_figure,
 )
 """The report's figures in drawing order; each writes its PNG files and returns their paths."""
 
