@@ -289,6 +289,8 @@ class BackendPool:
         self._health_client: httpx.AsyncClient | None = None
         self._monitor: asyncio.Task | None = None
         self._restarts: set[asyncio.Task] = set()
+        self._checks: dict[str, asyncio.Task] = {}  # health checks after a failed request, by backend
+        self.trace_configs: list = []  # aiohttp TraceConfigs of the request path (the proxy's reuse tracer)
         self.started = False
 
     def __getitem__(self, name: str) -> Backend:
@@ -339,7 +341,8 @@ class BackendPool:
         # where httpx/httpcore cost ~3 ms (measured here), and on a CPU host the gateway competes with
         # the engines for cores. No connection limit: the proxy must never queue behind its own pool.
         self.session = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=60),
+            connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=settings.upstream_keepalive_s),
+            trace_configs=self.trace_configs or None,
             timeout=aiohttp.ClientTimeout(
                 total=None, sock_connect=settings.connect_timeout_s, sock_read=settings.request_timeout_s
             ),
@@ -353,7 +356,7 @@ class BackendPool:
 
     async def close(self) -> None:
         """Stop the monitor and restarts, close the clients and stop every managed process."""
-        tasks = [t for t in (self._monitor, *self._restarts) if t is not None]
+        tasks = [t for t in (self._monitor, *self._restarts, *self._checks.values()) if t is not None]
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -400,11 +403,23 @@ class BackendPool:
         self._changed(backend)
         self.maybe_restart(backend)
 
-    def report_failure(self, backend: Backend, error: Exception) -> None:
-        """A proxied request could not reach the backend: mark it down now and let the monitor heal it."""
-        backend.mark_down(f"request failed: {type(error).__name__}: {error}".rstrip(": "))
-        self._changed(backend)
-        self.maybe_restart(backend)
+    def suspect(self, backend: Backend, error: Exception) -> None:
+        """A proxied request failed on its way to ``backend``: check its ``/health`` now.
+
+        Only a failed check marks it down (and restarts a managed one), as the monitor's would: a request
+        can fail on a pooled connection the backend had just closed, which says nothing about the backend.
+        """
+        log.info(
+            "request to backend %s failed (%s: %s); checking its health",
+            backend.name,
+            type(error).__name__,
+            error,
+        )
+        if backend.restarting or backend.name in self._checks:
+            return
+        task = asyncio.create_task(self.check(backend), name=f"check-{backend.name}")
+        self._checks[backend.name] = task
+        task.add_done_callback(lambda _: self._checks.pop(backend.name, None))
 
     def maybe_restart(self, backend: Backend) -> None:
         """Schedule a restart of a managed backend unless one runs or the backoff has not passed."""

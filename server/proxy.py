@@ -223,7 +223,7 @@ class Proxy:
                 upstream = await self._send(endpoint, data, headers, backend)
             except aiohttp.ClientConnectorError as error:
                 # Nothing reached the backend, so trying the fallback cannot run the request twice.
-                self.pool.report_failure(backend, error)
+                self.pool.suspect(backend, error)
                 if fallback_from is not None or route.fallback is None or not self.pool[route.fallback].up:
                     raise self._unavailable(backend) from None
                 in_flight.labels(backend.name).dec()
@@ -233,10 +233,10 @@ class Proxy:
                 try:
                     upstream = await self._send(endpoint, data, headers, backend)
                 except UPSTREAM_ERRORS as second:
-                    self.pool.report_failure(backend, second)
+                    self.pool.suspect(backend, second)
                     raise self._unavailable(backend) from None
             except UPSTREAM_ERRORS as error:
-                self.pool.report_failure(backend, error)
+                self.pool.suspect(backend, error)
                 raise self._unavailable(backend) from None
 
             accounting = Accounting(self._labels(route, backend.name), endpoint, started)
@@ -247,7 +247,7 @@ class Proxy:
             try:
                 body = await upstream.read()
             except UPSTREAM_ERRORS as error:
-                self.pool.report_failure(backend, error)
+                self.pool.suspect(backend, error)
                 raise self._unavailable(backend) from None
             finally:
                 upstream.release()
@@ -333,7 +333,7 @@ class Proxy:
                     yield pending
             except UPSTREAM_ERRORS as error:
                 status = "503"
-                self.pool.report_failure(backend, error)
+                self.pool.suspect(backend, error)
                 message = f"variant '{backend.name}' stopped answering mid-stream: {type(error).__name__}"
                 yield f"data: {json.dumps(error_body(503, message, code='backend_unavailable'))}\n\n".encode()
             except (asyncio.CancelledError, GeneratorExit):

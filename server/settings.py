@@ -114,6 +114,16 @@ class VllmOptions:
             raise UserError(f"first_port must be a TCP port, got {self.first_port}")
 
 
+POSITIVE_DURATIONS = (
+    "request_timeout_s",
+    "connect_timeout_s",
+    "upstream_keepalive_s",
+    "body_timeout_s",
+    "health_interval_s",
+    "health_timeout_s",
+)
+
+
 @dataclass
 class GatewaySettings:
     """Everything :func:`server.app.create_app` needs."""
@@ -132,12 +142,21 @@ class GatewaySettings:
     """When set, ``/v1/*`` requests need ``Authorization: Bearer <api_key>``."""
     admin_token: str | None = None
     """When set, enables ``/admin/*`` (runtime experiment changes) behind this bearer token."""
+    metrics_auth: bool = False
+    """Require the API key on ``/metrics`` and ``/metrics/backends/*`` too (open by default, as Prometheus
+    scrapes usually are); needs ``api_key``."""
     max_body_bytes: int = 1 << 20
     """Largest request body accepted; larger bodies get 413."""
     request_timeout_s: float = 600.0
     """Longest a backend may take between two bytes of a response before the request fails with 503."""
     connect_timeout_s: float = 5.0
     """Longest a connection to a backend may take."""
+    upstream_keepalive_s: float = 2.0
+    """Idle connections to the backends are closed after this many seconds. Keep it below the backends'
+    own keep-alive (vLLM: 5 s, uvicorn's default), so that the gateway never sends a request on a
+    connection the backend is closing."""
+    body_timeout_s: float = 30.0
+    """Longest a client may take to send its request body; a stalled body gets 408."""
     health_interval_s: float = 5.0
     """Seconds between health checks of every backend."""
     health_timeout_s: float = 3.0
@@ -163,9 +182,12 @@ class GatewaySettings:
             raise UserError(f"port must be in 1..65535, got {self.port}")
         if self.max_body_bytes < 1024:
             raise UserError(f"max_body_bytes must be at least 1024, got {self.max_body_bytes}")
-        for name in ("request_timeout_s", "connect_timeout_s", "health_interval_s", "health_timeout_s"):
-            if getattr(self, name) <= 0:
-                raise UserError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in POSITIVE_DURATIONS:
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and 0 < value < float("inf")):
+                raise UserError(f"{name} must be a positive number of seconds, got {value!r}")
+        if self.metrics_auth and not self.api_key:
+            raise UserError("metrics_auth (--metrics-auth) needs an API key (--api-key) to require")
 
 
 def load_config_file(path: str | Path) -> dict[str, Any]:
@@ -199,8 +221,11 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         "port",
         "api_key",
         "admin_token",
+        "metrics_auth",
         "max_body_bytes",
         "request_timeout_s",
+        "upstream_keepalive_s",
+        "body_timeout_s",
         "health_interval_s",
         "restart",
         "registry",
