@@ -144,8 +144,11 @@ def build_settings(options: dict[str, Any], file_config: dict[str, Any]) -> Gate
         port=int(pick("port", 8000)),
         api_key=pick("api_key"),
         admin_token=pick("admin_token"),
+        metrics_auth=bool(pick("metrics_auth", False)),
         max_body_bytes=int(pick("max_body_bytes", 1 << 20)),
         request_timeout_s=float(pick("request_timeout_s", 600.0)),
+        upstream_keepalive_s=float(pick("upstream_keepalive_s", 2.0)),
+        body_timeout_s=float(pick("body_timeout_s", 30.0)),
         health_interval_s=float(pick("health_interval_s", 5.0)),
         restart=bool(pick("restart", True)),
     )
@@ -175,6 +178,14 @@ ApiKeyOption = Annotated[
 AdminTokenOption = Annotated[
     str | None,
     typer.Option(envvar="DEPTHPRUNE_ADMIN_TOKEN", help="Enable /admin/experiments behind this bearer token."),
+]
+MetricsAuthOption = Annotated[
+    bool | None,
+    typer.Option(
+        "--metrics-auth/--no-metrics-auth",
+        help="Require the API key on /metrics and /metrics/backends/* too [default: open, as Prometheus "
+        "scrapes usually are].",
+    ),
 ]
 VllmDtypeOption = Annotated[
     str | None, typer.Option(help="vLLM --dtype of every process (auto, float32, bfloat16).")
@@ -214,6 +225,7 @@ def serve(
     config: ConfigOption = None,
     api_key: ApiKeyOption = None,
     admin_token: AdminTokenOption = None,
+    metrics_auth: MetricsAuthOption = None,
     dtype: VllmDtypeOption = None,
     max_model_len: Annotated[int | None, typer.Option(help="vLLM --max-model-len of every process.")] = None,
     kv_cache_gib: KvCacheOption = None,
@@ -238,6 +250,7 @@ def serve(
         port=port,
         api_key=api_key,
         admin_token=admin_token,
+        metrics_auth=metrics_auth,
         dtype=dtype,
         max_model_len=max_model_len,
         kv_cache_gib=kv_cache_gib,
