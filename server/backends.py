@@ -6,6 +6,13 @@ one after another (engines compete for memory while they warm up) and each waite
 answers, or a remote server given by URL. A monitor task probes every backend; one that died or stopped
 answering is marked down (the gateway answers its requests with 503 or sends them to a fallback arm) and a
 managed one is killed and started again with exponential backoff, while the others keep serving.
+
+Each managed server runs under :mod:`server.supervisor`, the leader of its own process group: it dies with
+the gateway (even ``kill -9``), and when the server dies it takes the engine workers along.
+:meth:`Backend.stop` reaps the whole group, also once its leader is dead. With an API key, every managed
+server gets it (``VLLM_API_KEY`` in its environment, not on its command line where ``ps`` shows it), so
+that a local process cannot bypass the gateway; health checks and proxied requests send it to every
+backend.
 """
 
 from __future__ import annotations
@@ -28,11 +35,15 @@ import httpx
 from depthprune.errors import UserError
 from depthprune.settings import home_dir
 from server.settings import BackendSpec, GatewaySettings, VllmOptions
+from server.supervisor import group_members
 
 log = logging.getLogger("depthprune.server")
 
 LOG_TAIL_LINES = 30
 STOP_GRACE_S = 15.0
+SUPERVISOR_GRACE_S = 10.0
+"""Seconds a supervisor gives the server's processes between SIGTERM and SIGKILL (less than STOP_GRACE_S)."""
+SUPERVISOR = Path(__file__).with_name("supervisor.py")
 MAX_RESTART_BACKOFF_S = 60.0
 # A slow /health under load is not a death: only this many timeouts in a row mark a backend down.
 TIMEOUTS_BEFORE_DOWN = 2
@@ -70,6 +81,24 @@ def log_tail(path: Path | None, lines: int = LOG_TAIL_LINES) -> str:
     return "\n".join(text.splitlines()[-lines:])
 
 
+def kill_orphaned_group(group: int) -> None:
+    """SIGKILL what is left of the process group of a leader that has exited and been reaped.
+
+    Its pid cannot have been reused while members of its group live; a live process with that pid means
+    the group is gone and the number belongs to someone else, so nothing is killed then.
+    """
+    try:
+        os.kill(group, 0)
+        return  # a live process holds the pid: not our group any more
+    except PermissionError:
+        return  # held by another user's process
+    except ProcessLookupError:
+        pass
+    for pid in group_members(group):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+
+
 class Backend:
     """One variant's server and what the gateway knows about its state."""
 
@@ -79,8 +108,10 @@ class Backend:
         options: VllmOptions,
         port: int | None = None,
         gpu_memory_utilization: float | None = None,
+        api_key: str | None = None,
     ):
         self.spec = spec
+        self.api_key = api_key
         self.name = spec.name
         self.options = options
         self.port = port
@@ -132,11 +163,29 @@ class Backend:
         return command + list(opts.extra_args)
 
     def environment(self) -> dict[str, str]:
-        """The process environment: ours, the CPU KV-cache size, and the configured extras."""
+        """The process environment: ours, the CPU KV-cache size, the configured extras and the API key."""
         env = dict(os.environ)
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.options.kv_cache_gib))
         env.update(self.options.env)
+        if self.api_key:
+            # vLLM reads it as --api-key; in the environment it is not shown by ps to other users.
+            env["VLLM_API_KEY"] = self.api_key
         return env
+
+    def supervised_command(self) -> list[str]:
+        """:meth:`command` under :mod:`server.supervisor`, tied to this gateway process."""
+        return [
+            sys.executable,
+            "-I",
+            "-S",
+            str(SUPERVISOR),
+            "--parent",
+            str(os.getpid()),
+            "--grace",
+            str(SUPERVISOR_GRACE_S),
+            "--",
+            *self.command(),
+        ]
 
     def spawn(self) -> None:
         """Start the server process (returns at once; :meth:`wait_healthy` waits for it)."""
@@ -151,9 +200,11 @@ class Backend:
                 f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(self.command())}\n".encode()
             )
             log_file.flush()
-            # Own session: stopping the gateway kills the server and its engine workers together.
+            # Own session: the supervisor leads the group of the server and its engine workers, so that one
+            # signal to the group reaches them all. It must be spawned from a thread that lives as long as
+            # the gateway (the event loop's): the parent-death signal fires when the spawning thread ends.
             self.process = subprocess.Popen(
-                self.command(),
+                self.supervised_command(),
                 stdout=log_file,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -187,19 +238,25 @@ class Backend:
         )
 
     def stop(self) -> None:
-        """Stop the process group: SIGTERM, then SIGKILL after a grace period. Safe to call twice."""
+        """Stop the process group: SIGTERM, then SIGKILL after a grace period. Safe to call twice.
+
+        A leader that is already dead (killed, crashed) does not end it: whatever is left of its group (an
+        engine worker whose server was killed) is killed too.
+        """
         process, self.process = self.process, None
         self.up = False
-        if process is None or process.poll() is not None:
+        if process is None:
             return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGTERM)
-        try:
-            process.wait(timeout=STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
+        if process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+                os.killpg(process.pid, signal.SIGTERM)
+            try:
+                process.wait(timeout=STOP_GRACE_S)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+        kill_orphaned_group(process.pid)
 
     # -- health -------------------------------------------------------------------------------
     async def probe(self, client: httpx.AsyncClient, timeout_s: float) -> str | None:
@@ -283,7 +340,9 @@ class BackendPool:
                 port = options.first_port + managed_index
             if spec.managed:
                 managed_index += 1
-            self.backends[spec.name] = Backend(spec, options, port, fraction if spec.managed else None)
+            self.backends[spec.name] = Backend(
+                spec, options, port, fraction if spec.managed else None, settings.api_key
+            )
         self.client: httpx.AsyncClient | None = None
         self.session = None  # aiohttp.ClientSession of the request path, made in open()
         self._health_client: httpx.AsyncClient | None = None
@@ -296,6 +355,10 @@ class BackendPool:
     def __getitem__(self, name: str) -> Backend:
         return self.backends[name]
 
+    def backend_headers(self) -> dict[str, str]:
+        """Headers of every request to a backend: the API key, which managed servers require."""
+        return {"Authorization": f"Bearer {self.settings.api_key}"} if self.settings.api_key else {}
+
     # -- lifecycle ----------------------------------------------------------------------------
     async def start_backends(self, progress: Callable[[str], None] | None = None) -> None:
         """Start managed backends one after another and check remote ones.
@@ -303,7 +366,7 @@ class BackendPool:
         A managed backend that does not come up stops everything already started and raises
         :class:`BackendStartError`; a remote one that does not answer is only marked down (it may come later).
         """
-        async with httpx.AsyncClient() as client:
+        async with httpx.AsyncClient(headers=self.backend_headers()) as client:
             try:
                 for backend in self.backends.values():
                     if progress:
@@ -341,6 +404,7 @@ class BackendPool:
         # where httpx/httpcore cost ~3 ms (measured here), and on a CPU host the gateway competes with
         # the engines for cores. No connection limit: the proxy must never queue behind its own pool.
         self.session = aiohttp.ClientSession(
+            headers=self.backend_headers(),
             connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=settings.upstream_keepalive_s),
             trace_configs=self.trace_configs or None,
             timeout=aiohttp.ClientTimeout(
@@ -348,8 +412,10 @@ class BackendPool:
             ),
         )
         # Control traffic (health, model info, backend metrics) is rare and keeps httpx.
-        self.client = httpx.AsyncClient(timeout=settings.request_timeout_s)
-        self._health_client = httpx.AsyncClient(timeout=settings.health_timeout_s)
+        self.client = httpx.AsyncClient(timeout=settings.request_timeout_s, headers=self.backend_headers())
+        self._health_client = httpx.AsyncClient(
+            timeout=settings.health_timeout_s, headers=self.backend_headers()
+        )
         if not self.started:
             await self.start_backends()
         self._monitor = asyncio.create_task(self._monitor_loop(), name="depthprune-backend-monitor")

@@ -1,0 +1,241 @@
+"""Processes of managed backends under faults: nothing outlives the gateway, nothing of a dead server lingers.
+
+The fast tests run the fake vLLM server (:mod:`depthprune.testing.fake_vllm`) as the managed backend, with an
+``EngineCore`` stand-in: a child in the server's process group that ignores SIGTERM, as a wedged engine
+worker does. The tests look for leftovers by a marker (the test's temporary directory) in the command lines.
+
+Run: ``.venv/bin/python -m pytest tests/test_reliability_processes.py -q -p no:cacheprovider``
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+import httpx
+import psutil
+import pytest
+
+from depthprune.testing.fake_vllm import create_fake_app, serve_in_thread
+from depthprune.testing.servers import free_port, read_json_line, start_logged, stop, wait_until
+from server import BackendPool, BackendSpec, GatewaySettings, VllmOptions, create_app
+
+FAST_HEALTH = dict(health_interval_s=0.2, health_timeout_s=0.5)
+
+SERVER_WITH_ENGINE = """\
+import subprocess, sys
+# The EngineCore stand-in: same process group, ignores SIGTERM, so only SIGKILL ends it.
+subprocess.Popen([sys.executable, "-c",
+    "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)", "engine-core"])
+from depthprune.testing.fake_vllm import main
+main()
+"""
+
+GATEWAY = """\
+import json, sys
+from server import BackendSpec, GatewaySettings, VllmOptions, serve_gateway
+options, names = json.loads(sys.argv[1]), sys.argv[2].split(",")
+backends = [BackendSpec(name, model_dir=options["model_root"] + "/" + name) for name in names]
+settings = GatewaySettings(backends=backends, vllm=VllmOptions(**options["vllm"]), port=int(sys.argv[3]))
+def ready(pool):
+    print(json.dumps({name: backend.status() for name, backend in pool.backends.items()}), flush=True)
+serve_gateway(settings, log_level="warning", show_progress=False, on_ready=ready)
+"""
+
+
+def engine_options(tmp_path: Path, **overrides) -> VllmOptions:
+    """Managed backends running the fake server with an engine stand-in (module in ``tmp_path``)."""
+    (tmp_path / "server_with_engine.py").write_text(SERVER_WITH_ENGINE)
+    python_path = os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))
+    options = dict(
+        server_module="server_with_engine",
+        start_timeout_s=60,
+        log_dir=str(tmp_path),
+        env={"PYTHONPATH": python_path},
+    )
+    return VllmOptions(**{**options, **overrides})
+
+
+def processes_of(tmp_path: Path, names: tuple[str, ...] = ("fake-m", "fake-n")) -> list[psutil.Process]:
+    """Live processes of the backends started for this test: servers, engine stand-ins and supervisors."""
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        try:
+            command_line = " ".join(process.info["cmdline"] or [])
+            if process.info["status"] == psutil.STATUS_ZOMBIE:
+                continue
+            mine = any(f"{tmp_path}/{name}" in command_line for name in names)
+            if mine or ("engine-core" in command_line and _descends_from_test_backend(process, tmp_path)):
+                found.append(process)
+        except psutil.Error:
+            continue
+    return found
+
+
+def engine_stand_ins() -> list[psutil.Process]:
+    """Every engine stand-in of this test session that is still alive (whatever its parent now)."""
+    found = []
+    for process in psutil.process_iter(["cmdline", "status"]):
+        try:
+            if process.info["status"] != psutil.STATUS_ZOMBIE and process.info["cmdline"][-1:] == [
+                "engine-core"
+            ]:
+                found.append(process)
+        except (psutil.Error, TypeError):
+            continue
+    return found
+
+
+def _descends_from_test_backend(process: psutil.Process, tmp_path: Path) -> bool:
+    try:
+        return any(str(tmp_path) in " ".join(parent.cmdline()) for parent in process.parents())
+    except psutil.Error:
+        return False
+
+
+def server_process(backend_pid: int) -> psutil.Process:
+    """The fake server (the one listening) among the backend's processes: its command names the module."""
+    leader = psutil.Process(backend_pid)
+    for process in [leader, *leader.children(recursive=True)]:
+        if "server_with_engine" in " ".join(process.cmdline()):
+            return process
+    raise AssertionError(f"no server process under {backend_pid}")
+
+
+@pytest.fixture
+def short_grace(monkeypatch):
+    """Supervisors of in-process gateways wait 2 s, not 10, for the stand-in that ignores SIGTERM."""
+    monkeypatch.setattr("server.backends.SUPERVISOR_GRACE_S", 2.0)
+
+
+@pytest.fixture(autouse=True)
+def no_stand_in_left_behind():
+    """Each test starts and ends with no engine stand-in alive (a leftover would hide the next failure)."""
+    for process in engine_stand_ins():
+        process.kill()
+    yield
+    leftovers = engine_stand_ins()
+    for process in leftovers:
+        process.kill()
+    assert not leftovers, f"engine stand-ins left behind: {[p.pid for p in leftovers]}"
+
+
+def test_stop_reaps_the_group_after_its_leader_was_killed(tmp_path):
+    settings = GatewaySettings(
+        backends=[BackendSpec("m", model_dir=str(tmp_path / "fake-m"))], vllm=engine_options(tmp_path)
+    )
+    pool = BackendPool(settings)
+    asyncio.run(pool.start_backends())
+    backend = pool["m"]
+    wait_until(lambda: len(engine_stand_ins()) == 1, 30, "the engine stand-in")
+    os.kill(backend.process.pid, signal.SIGKILL)
+    wait_until(lambda: backend.process.poll() is not None, 10, "the leader's death")
+    backend.stop()
+    wait_until(lambda: not processes_of(tmp_path) and not engine_stand_ins(), 5, "the whole group gone")
+
+
+def test_a_killed_server_takes_its_engine_with_it_and_is_restarted(tmp_path, short_grace):
+    settings = GatewaySettings(
+        backends=[
+            BackendSpec("m", model_dir=str(tmp_path / "fake-m")),
+            BackendSpec("n", model_dir=str(tmp_path / "fake-n")),
+        ],
+        vllm=engine_options(tmp_path),
+        **FAST_HEALTH,
+    )
+    gateway = serve_in_thread(create_app(settings), free_port())
+    try:
+        wait_until(lambda: len(engine_stand_ins()) == 2, 30, "two engine stand-ins")
+        first_pid = httpx.get(f"{gateway.url}/ready").json()["backends"]["m"]["pid"]
+        server = server_process(first_pid)
+        engines_before = {process.pid for process in engine_stand_ins()}
+        server.kill()  # kill -9 of the API server only
+        post = {"model": "n", "prompt": "w5", "max_tokens": 2}
+        assert httpx.post(f"{gateway.url}/v1/completions", json=post, timeout=30).status_code == 200
+
+        def restarted():
+            state = httpx.get(f"{gateway.url}/ready").json()["backends"]["m"]
+            return state["up"] and state["pid"] != first_pid and state["restarts"] >= 1
+
+        wait_until(restarted, 60, "backend m restarted")
+        engines_after = {process.pid for process in engine_stand_ins()}
+        assert len(engines_after) == 2 and len(engines_before & engines_after) == 1  # m's old engine is gone
+    finally:
+        gateway.stop()
+    wait_until(lambda: not processes_of(tmp_path), 20, "no process left after the gateway stopped")
+
+
+def test_kill_9_of_the_gateway_leaves_no_backend_process(tmp_path):
+    options = {
+        "model_root": str(tmp_path),
+        "vllm": {**engine_options(tmp_path).__dict__, "start_timeout_s": 60},
+    }
+    port = free_port()
+    command = [sys.executable, "-c", GATEWAY, json.dumps(options), "fake-m,fake-n", str(port)]
+    gateway = start_logged(command, tmp_path / "gateway.log", stdout_pipe=True)
+    try:
+        summary = read_json_line(gateway, tmp_path / "gateway.log", timeout_s=120)
+        assert all(state["up"] for state in summary.values())
+        assert len(processes_of(tmp_path)) >= 4 and len(engine_stand_ins()) == 2
+        os.kill(gateway.pid, signal.SIGKILL)
+        gateway.wait(timeout=10)
+        wait_until(lambda: not processes_of(tmp_path) and not engine_stand_ins(), 30, "every backend gone")
+    finally:
+        stop(gateway, timeout_s=5)
+        gateway.stdout.close()
+
+
+def test_managed_servers_get_the_gateway_key_in_their_environment_not_on_their_command_line(
+    tmp_path, short_grace
+):
+    settings = GatewaySettings(
+        backends=[BackendSpec("m", model_dir=str(tmp_path / "fake-m"))],
+        vllm=engine_options(tmp_path),
+        api_key="s3cret-key",
+    )
+    pool = BackendPool(settings)
+    asyncio.run(pool.start_backends())
+    try:
+        server = server_process(pool["m"].process.pid)
+        assert server.environ().get("VLLM_API_KEY") == "s3cret-key"
+        assert not any("s3cret-key" in " ".join(p.cmdline()) for p in processes_of(tmp_path))
+    finally:
+        pool.stop_processes()
+
+
+def test_health_checks_and_proxied_requests_carry_the_key(tmp_path):
+    """A backend that requires the key (as vLLM with VLLM_API_KEY does on /v1) is healthy and serves."""
+    fake = create_fake_app("guarded")
+    seen: list[str | None] = []
+
+    @fake.middleware("http")
+    async def require_key(request, call_next):
+        seen.append(request.headers.get("authorization"))
+        if request.url.path.startswith("/v1") and request.headers.get("authorization") != "Bearer k3y":
+            from fastapi.responses import JSONResponse
+
+            return JSONResponse({"error": {"message": "Unauthorized"}}, status_code=401)
+        return await call_next(request)
+
+    backend = serve_in_thread(fake, free_port())
+    settings = GatewaySettings(
+        backends=[BackendSpec("guarded", url=backend.url)], api_key="k3y", **FAST_HEALTH
+    )
+    gateway = serve_in_thread(create_app(settings), free_port())
+    try:
+        key = {"authorization": "Bearer k3y"}
+        response = httpx.post(
+            f"{gateway.url}/v1/completions",
+            json={"model": "guarded", "prompt": "w5", "max_tokens": 2},
+            headers=key,
+            timeout=30,
+        )
+        assert response.status_code == 200, response.text
+        assert seen and all(header == "Bearer k3y" for header in seen)
+    finally:
+        gateway.stop()
+        backend.stop()
