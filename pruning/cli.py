@@ -17,6 +17,9 @@ import typer
 
 from depthprune.options import DeviceOption, DtypeOption, JsonOption, RegistryOption, SeedOption
 
+# Help texts list the searches from their source, so a new search shows up without editing them.
+from pruning.search import SEARCHES, STUDY_SEARCHES
+
 ModelOption = Annotated[str, typer.Option(help="Hub id or local directory of the dense model.")]
 """The dense model a command starts from."""
 
@@ -235,9 +238,8 @@ def prune(
     search: Annotated[
         str,
         typer.Option(
-            help="Search algorithm: one_shot, greedy, beam, genetic, bayesian, cbo, fast_block_select, "
-            "block_influence, evolution, exhaustive; comma-separated for several, or 'all' (every one but "
-            "exhaustive) on one shared evaluator."
+            help=f"Search algorithm: {', '.join(SEARCHES)}; comma-separated for several, or 'all' (every one "
+            "but exhaustive) on one shared evaluator."
         ),
     ] = "greedy",
     seed: Annotated[int, typer.Option(help="Seed of the search(es).")] = 0,
@@ -426,8 +428,7 @@ def heal(
 StudySearchesOption = Annotated[
     str,
     typer.Option(
-        help="Searches, comma-separated, or 'all' (the study's seven: one_shot, greedy, beam, genetic, "
-        "bayesian, cbo, fast_block_select)."
+        help=f"Searches, comma-separated, or 'all' (the study's seven: {', '.join(STUDY_SEARCHES)})."
     ),
 ]
 """``study --searches``."""
