@@ -34,7 +34,8 @@ from pathlib import Path
 
 from depthprune.checksums import weights_sha256
 from depthprune.errors import UserError
-from pruning.models import load_config, validate_removed
+from pruning.model_sources import GgufSource
+from pruning.models import load_config, resolve, validate_removed
 from registry.records import VariantRecord
 
 PRUNING_FILE = "pruning.json"
@@ -77,6 +78,9 @@ class PrunedCheckpoint:
     variant: VariantRecord | None = None
     """The registry's record of the variant, with this checkpoint's path and sha256; None when no
     calibration objective chose the removed blocks."""
+    base_source: GgufSource | None = None
+    """The GGUF file the base model was converted from (path, sha256, size, architecture, name); None
+    when the base model is a Hugging Face checkpoint or hub id."""
 
     @classmethod
     def read(cls, directory: str | Path) -> PrunedCheckpoint:
@@ -100,6 +104,8 @@ class PrunedCheckpoint:
                 )
         elif fields["variant"] is not None:
             fields["variant"] = VariantRecord(**fields["variant"])
+        if fields.get("base_source") is not None:
+            fields["base_source"] = GgufSource(**fields["base_source"])
         return cls(**fields)
 
 
@@ -145,12 +151,16 @@ def scores_of(variant: VariantRecord) -> dict:
 
 
 def resolve_model_dir(model: str, revision: str | None = None) -> tuple[Path, str | None]:
-    """Local directory of a model given as a directory or a hub id, and its hub revision.
+    """Local directory of a model given as a directory, a hub id, a GGUF file or an embedded name, and its
+    hub revision.
 
     Hub ids go through the Hugging Face cache (``snapshot_download``), so the weights we hash are the
-    ones transformers loads.
+    ones transformers loads; a GGUF file is its converted checkpoint (:mod:`pruning.model_sources`).
     """
-    path = Path(model).expanduser()
+    resolved = resolve(model, revision)
+    path = Path(resolved.model).expanduser()
+    if resolved.source is not None:
+        return path, None
     if path.is_dir():
         return path, revision
     if path.exists() or model.startswith((".", "/", "~")):
@@ -195,8 +205,18 @@ def model_card(checkpoint: PrunedCheckpoint) -> str:
         f"(original indices {checkpoint.removed_blocks}); the remaining blocks are renumbered "
         f"0..{len(checkpoint.kept_to_original) - 1}.\n\n"
         f"Calibration configuration: {described}.\n\n"
+        f"{_source_line(checkpoint.base_source)}"
         f"See `{PRUNING_FILE}` for the kept-to-original block map, the base model's revision and "
         "weight hash, and the scores behind the choice.\n"
+    )
+
+
+def _source_line(source: GgufSource | None) -> str:
+    if source is None:
+        return ""
+    return (
+        f"The base model was dequantised to float32 from the GGUF file `{Path(source.path).name}` "
+        f"({source.architecture}, sha256 `{source.sha256}`).\n\n"
     )
 
 
@@ -215,7 +235,7 @@ def write_pruned_checkpoint(
     """Write the variant of ``model`` without ``removed_blocks`` to ``out``.
 
     Args:
-        model: hub id or local directory of the dense model.
+        model: hub id, local directory, ``PATH.gguf`` or embedded model name of the dense model.
         removed_blocks: original indices of the blocks to remove.
         out: directory to create.
         revision: hub revision of ``model``.
@@ -237,7 +257,10 @@ def write_pruned_checkpoint(
     out = Path(out).expanduser()
     if out.exists() and not overwrite and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"{out} already exists; choose another --out or pass --overwrite")
+    base_source = resolve(model, revision).source
     model_dir, revision = resolve_model_dir(model, revision)
+    if base_source is not None:  # a GGUF: recorded by its converted directory, as prune records it
+        model = str(model_dir.resolve())
     config = load_config(str(model_dir))
     removed = sorted(validate_removed(removed_blocks, config.num_hidden_layers))
     if scores is None:
@@ -267,6 +290,7 @@ def write_pruned_checkpoint(
             created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
             depthprune_version=depthprune.__version__,
             variant=variant,
+            base_source=base_source,
         )
         (staging / PRUNING_FILE).write_text(json.dumps(asdict(checkpoint), indent=2) + "\n")
         (staging / "README.md").write_text(model_card(checkpoint))

@@ -29,6 +29,7 @@ import torch
 from torch import nn
 
 from depthprune.errors import UserError
+from pruning.model_sources import ResolvedModel, resolve_model
 
 # model_type -> the causal-LM class name transformers uses for it.
 SUPPORTED_ARCHITECTURES = {
@@ -48,12 +49,27 @@ def check_supported(config: Any) -> None:
         raise UserError(f"unsupported architecture {model_type!r}; supported: {supported}")
 
 
+def resolve(model: str, revision: str | None = None) -> ResolvedModel:
+    """Resolve a model spec (:func:`pruning.model_sources.resolve_model`); a revision fits hub ids only."""
+    resolved = resolve_model(model)
+    if resolved.source is not None and revision is not None:
+        raise UserError(f"--revision names a hub revision; {model!r} is a GGUF file: leave --revision out")
+    return resolved
+
+
 def load_config(model: str, revision: str | None = None):
-    """The transformers config of a hub id or local directory, or a one-line :class:`UserError`."""
+    """The transformers config of a model spec, or a one-line :class:`UserError`.
+
+    Args:
+        model: hub id, local directory, ``PATH.gguf`` or an embedded model name such as ``smollm2-135m``
+            (a GGUF is converted once and cached; see :mod:`pruning.model_sources`).
+        revision: hub revision (branch, tag or commit).
+    """
     from transformers import AutoConfig
 
+    resolved = resolve(model, revision)
     try:
-        config = AutoConfig.from_pretrained(model, revision=revision)
+        config = AutoConfig.from_pretrained(resolved.model, revision=revision)
     except (OSError, ValueError) as error:
         raise UserError(
             f"{model!r} is not a model directory or a hub id that can be loaded: {str(error).splitlines()[0]}"
@@ -66,7 +82,7 @@ def load_model(model: str, *, dtype: str = "float32", device: str = "cpu", revis
     """Load a supported causal LM and its tokenizer in eval mode.
 
     Args:
-        model: hub id or local directory.
+        model: hub id, local directory, ``PATH.gguf`` or an embedded model name such as ``smollm2-135m``.
         dtype: torch dtype name (``float32``, ``bfloat16``, ``float16``).
         device: torch device.
         revision: hub revision (branch, tag or commit).
@@ -77,12 +93,13 @@ def load_model(model: str, *, dtype: str = "float32", device: str = "cpu", revis
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     load_config(model, revision)
+    path = resolve(model, revision).model
     torch_dtype = getattr(torch, dtype, None)
     if not isinstance(torch_dtype, torch.dtype):
         raise UserError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16")
-    causal_lm = AutoModelForCausalLM.from_pretrained(model, revision=revision, dtype=torch_dtype)
+    causal_lm = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=torch_dtype)
     causal_lm.to(device).eval()
-    tokenizer = AutoTokenizer.from_pretrained(model, revision=revision)
+    tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
     return causal_lm, tokenizer
 
 

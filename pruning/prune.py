@@ -52,7 +52,7 @@ class PruneConfig:
     """One ``prune`` run: a calibration configuration, a budget, and the searches to run on it."""
 
     model: str
-    """Hub id or local directory of the dense model."""
+    """Hub id, local directory, ``PATH.gguf`` or embedded model name (``smollm2-135m``) of the dense model."""
     calibration: CalibrationConfig
     """What the searches minimise, on which data."""
     drop: int
@@ -184,13 +184,24 @@ def parse_option_assignments(assignments: list[str], searches: tuple[str, ...]) 
 
 
 def slug(text: str, limit: int = 40) -> str:
-    """A file-name-safe short form of a model id or path."""
+    """A file-name-safe short form of a model id or path (a converted GGUF: its embedded or file name)."""
+    from pruning.model_sources import read_source
+
+    source = read_source(text) if Path(text).is_dir() else None
+    text = source.label if source is not None else text
     tail = Path(text.rstrip("/")).name if Path(text).exists() else text.replace("/", "-")
     return re.sub(r"[^A-Za-z0-9._-]+", "-", tail).strip("-").lower()[:limit] or "model"
 
 
 def canonical_model(model: str) -> str:
-    """Local directories as absolute paths (so a run keyed by model matches from any directory)."""
+    """Local directories as absolute paths (so a run keyed by model matches from any directory).
+
+    A GGUF file or an embedded model name (``smollm2-135m``) becomes the directory of its converted
+    checkpoint (:func:`pruning.model_sources.resolve_model`), which every engine loads.
+    """
+    from pruning.model_sources import resolve_model
+
+    model = resolve_model(model).model
     path = Path(model).expanduser()
     return str(path.resolve()) if path.exists() else model
 
