@@ -20,7 +20,13 @@ from depthprune.options import DeviceOption, DtypeOption, JsonOption, RegistryOp
 # Help texts list the searches from their source, so a new search shows up without editing them.
 from pruning.search import SEARCHES, STUDY_SEARCHES
 
-ModelOption = Annotated[str, typer.Option(help="Hub id or local directory of the dense model.")]
+ModelOption = Annotated[
+    str,
+    typer.Option(
+        help="The dense model: hub id, local directory, a .gguf file, or smollm2-135m (the embedded "
+        "SmolLM2-135M-Instruct)."
+    ),
+]
 """The dense model a command starts from."""
 
 ObjectiveOption = Annotated[str, typer.Option(help="Calibration objective: perplexity, task_margin or kl.")]
@@ -265,6 +271,14 @@ def prune(
         typer.Option(help="Replace a checkpoint directory of this run that holds a different removal set."),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON line per variant.")] = False,
+    shortcuts: Annotated[
+        bool,
+        typer.Option(
+            "--shortcuts/--no-shortcuts",
+            help="The evaluator's exact shortcuts (cached base boundaries, shared prefixes, early-stopped "
+            "rankings); --no-shortcuts scores every candidate in full, to check that nothing changes.",
+        ),
+    ] = True,
 ) -> None:
     """Choose M blocks to remove under a calibration configuration, write and register the pruned model.
 
@@ -292,6 +306,7 @@ def prune(
         memory_budget_gb=memory_budget_gb,
         overwrite=overwrite,
         progress=True,
+        shortcuts=shortcuts,
     )
     run_prune(config, on_variant=lambda outcome: _print_variant(outcome, as_json))
 

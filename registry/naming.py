@@ -54,10 +54,25 @@ def normalise_model(model: str) -> str:
 
 
 def model_slug(model: str) -> str:
-    """A short, name-safe form of a base model (``meta-llama/Llama-3-8B`` -> ``llama-3-8b``)."""
-    tail = model.rstrip("/").split("/")[-1] or "model"
+    """A short, name-safe form of a base model (``meta-llama/Llama-3-8B`` -> ``llama-3-8b``).
+
+    A checkpoint converted from a GGUF file (a ``source.json`` beside its config) is named after its source
+    (``smollm2-135m``), not after its cache directory's hash.
+    """
+    tail = _converted_label(model) or model.rstrip("/").split("/")[-1] or "model"
     slug = re.sub(r"[^a-z0-9.+-]+", "-", tail.lower()).strip("-.")
     return slug[:48] or "model"
+
+
+def _converted_label(model: str) -> str | None:
+    """The embedded name or GGUF file name recorded in a converted checkpoint's ``source.json``, if any."""
+    try:
+        source = json.loads((Path(model).expanduser() / "source.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(source, dict):
+        return None
+    return source.get("embedded_name") or Path(str(source.get("path", ""))).name.removesuffix(".gguf") or None
 
 
 def _to_json_value(value: Any) -> Any:

@@ -303,7 +303,10 @@ def open_engine(model: str, engine: str = "auto", *, dtype: str = "float32", max
     Returns:
         A :class:`VllmEngine` or :class:`TorchEngine`.
     """
+    from pruning.model_sources import resolve_model
+
     engine = resolve_engine(engine)
+    model = resolve_model(model).model  # a GGUF file or an embedded name: its converted checkpoint
     if engine == "vllm":
         return VllmEngine(model, dtype=dtype, max_length=max_length)
     device = os.environ.get("DEPTHPRUNE_DEVICE") or ("cuda" if _cuda_available() else "cpu")

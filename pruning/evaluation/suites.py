@@ -404,8 +404,12 @@ def resolve_targets(names: Sequence[str], registry) -> list[EvalTarget]:
     does not know is registered from its ``pruning.json`` when that names a calibration, else evaluated
     without being recorded.
     """
+    from pruning.model_sources import EMBEDDED_MODELS, resolve_model
+
     targets = []
     for name in names:
+        if name in EMBEDDED_MODELS or name.endswith(".gguf"):
+            name = resolve_model(name).model  # evaluated (and registered) as its converted checkpoint
         directory = Path(name).expanduser()
         if directory.is_dir():
             if not (directory / "config.json").is_file():
