@@ -52,6 +52,10 @@ def test_config_checks():
     for field, value in (("samples", 0), ("seq_len", 1), ("seed", -1), ("samples", 2.5)):
         with pytest.raises(UserError, match=f"calibration {field} must be an integer"):
             CalibrationConfig("perplexity", "c4", **{field: value})
+    assert CalibrationConfig("perplexity", "c4").sampling == "documents"
+    assert CalibrationConfig("perplexity", "c4", sampling="stream").sampling == "stream"
+    with pytest.raises(UserError, match="unknown sampling 'windows'; use one of documents, stream"):
+        CalibrationConfig("perplexity", "c4", sampling="windows")
 
 
 def test_objectives_share_one_signature():

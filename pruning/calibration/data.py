@@ -8,9 +8,10 @@ Specs (``DATA_SOURCES`` lists them with their kind):
   ``wikitext-2-raw-v1`` (train / test), LAMBADA (``cimec/lambada`` validation for calibration,
   ``EleutherAI/lambada_openai`` test for evaluation, the split lm-eval scores).
 * ``commonsense170k`` — the LLM-Adapters ``ft-training_set/commonsense_170k.json`` mixture (BoolQ, PIQA,
-  SIQA, HellaSwag, WinoGrande, ARC, OBQA) the study calibrates the task margin on. Each row is turned into a
-  multiple-choice item: the choices are the label set of the instruction's ``Answer format: a/b/...`` line,
-  the correct one is the word after ``the correct answer is``. ``commonsense170k@FILE`` reads a local copy.
+  SIQA, HellaSwag, WinoGrande, ARC, OBQA) the study calibrates the task margin on. Each row becomes the item
+  PuDDing scores: the question, the option *texts* parsed from the instruction, the correct one's index
+  (:mod:`pruning.calibration.commonsense`). ``commonsense170k:PATH`` (or ``commonsense170k@PATH``) reads a
+  local copy of the published file.
 * ``demo:text`` / ``demo:qa`` — the held-out splits of the demo model (``data/text_*.jsonl`` and
   ``data/qa_*.jsonl``); ``demo:text@DIR`` names the demo model directory explicitly.
 * ``pydoc`` / ``pydoc-cloze`` — real English that installs with Python, offline: the documentation topics
@@ -18,14 +19,28 @@ Specs (``DATA_SOURCES`` lists them with their kind):
   them (passage, its true final word, three distractors from the same split). They alone have a ``heal``
   split besides ``calibration`` and ``test``; topics are split by a stable hash of their name, so the splits
   never overlap. Provenance, deduplication and counts: :mod:`pruning.calibration.offline_sources`.
-* ``text:PATH`` — a local ``.txt`` file (documents separated by blank lines) or ``.jsonl`` with a ``text``
-  field.
-* ``mc:PATH`` — a local JSONL of ``{"context": ..., "choices": [...], "label": i}``.
+* ``text:PATH`` — a local ``.txt`` file (one document per non-blank line) or ``.jsonl`` (one document per
+  record, its ``text`` field).
+* ``mc:PATH`` — a local JSONL of ``{"context": ..., "choices": [...], "label": i}`` (optionally
+  ``"scoring": "sentence"``, see :class:`ChoiceItem`).
 
-Text samples are cut SLEB/SparseGPT-style: documents are shuffled with the seed, tokenized and concatenated
-(the EOS token between documents), the stream is cut into non-overlapping windows of ``seq_len`` tokens, and
-``samples`` of them are drawn at random with the seed. The same seed gives the same windows.
-Multiple-choice items are drawn at random (without replacement) with the seed.
+Text samples (``sampling``, :data:`SAMPLINGS`):
+
+* ``documents`` (the default, the study's and SLEB's way): one document per instance. Documents are visited
+  in an order shuffled with the seed; each is tokenized as the model reads a sequence (with the tokenizer's
+  special tokens, e.g. Llama's BOS), a document shorter than ``seq_len`` tokens is skipped (and counted), a
+  longer one is truncated to its first ``seq_len`` tokens, until ``samples`` instances are taken. SLEB's C4
+  loader draws random documents the same way; the study takes 64 instances truncated to 2048 tokens.
+* ``stream`` (SparseGPT's windows, the earlier default): documents shuffled with the seed, tokenized without
+  special tokens and concatenated (the EOS token between documents), the stream cut into non-overlapping
+  windows of ``seq_len`` tokens, ``samples`` of them drawn at random with the seed.
+
+The same seed gives the same samples. Multiple-choice items are drawn at random (without replacement) with the
+seed.
+
+Documents: a hub row is one document, but WikiText-2's rows are lines, so its calibration split is cut into
+articles (a new one at each ``" = Title = "`` heading) and its test split is every line joined with
+``"\n\n"``, one document, as SLEB and SparseGPT evaluate it.
 
 Splits: ``calibration`` and ``test`` for every source (a local file gives the whole file for either),
 ``heal`` for ``HEAL_SOURCES`` only.
@@ -58,10 +73,17 @@ DATA_SOURCES: dict[str, tuple[str, str]] = {
     "pydoc-cloze": (MULTIPLE_CHOICE, "cloze items from Python's documentation topics (offline)"),
     "demo:text": (TEXT, "the demo model's held-out text (data/text_*.jsonl)"),
     "demo:qa": (MULTIPLE_CHOICE, "the demo model's held-out questions (data/qa_*.jsonl)"),
-    "text:PATH": (TEXT, "a local .txt (blank-line separated) or .jsonl with a 'text' field"),
+    "text:PATH": (TEXT, "a local .txt (one document per line) or .jsonl (one per record, field 'text')"),
     "mc:PATH": (MULTIPLE_CHOICE, "a local .jsonl of {context, choices, label}"),
+    "commonsense170k:PATH": (MULTIPLE_CHOICE, "a local copy of commonsense_170k.json"),
 }
 SPLITS = ("calibration", "heal", "test")
+SAMPLINGS = ("documents", "stream")
+"""How text instances are cut: one document each (default), or windows of the joined stream."""
+ANSWER_SCORING = "answer"
+SENTENCE_SCORING = "sentence"
+SCORINGS = (ANSWER_SCORING, SENTENCE_SCORING)
+"""How a multiple-choice item's choices are scored (see :class:`ChoiceItem`)."""
 HEAL_SOURCES = ("pydoc", "pydoc-cloze", "text", "mc")
 """Sources with a ``heal`` split (training text for healing); the local files give the whole file."""
 
@@ -79,11 +101,12 @@ class DataSpec:
     spec: str
     """The string as given, e.g. ``"demo:qa@/models/demo"``."""
     source: str
-    """The source name: a key of :data:`DATA_SOURCES`, or ``"text"`` / ``"mc"`` for the path specs."""
+    """The source name: a key of :data:`DATA_SOURCES`, or ``"text"`` / ``"mc"`` for the path specs
+    (``commonsense170k:PATH`` is source ``commonsense170k`` with a path)."""
     kind: str
     """``"text"`` or ``"multiple_choice"``."""
     path: str | None = None
-    """The local file (``text:``, ``mc:``, ``commonsense170k@``) or demo directory (``demo:*@``), if any."""
+    """The local file (``text:``, ``mc:``, ``commonsense170k:``) or demo directory (``demo:*@``), if any."""
 
 
 @dataclass(frozen=True)
@@ -91,21 +114,36 @@ class ChoiceItem:
     """One multiple-choice question."""
 
     context: str
-    """The question (goes after ``Question:`` in the prompt)."""
+    """The question (goes after ``Question:`` in the prompt), or a sentence with a ``_`` blank."""
     choices: tuple[str, ...]
     """The candidate answers (at least two)."""
     label: int
     """Index of the correct choice."""
+    scoring: str = ANSWER_SCORING
+    """``answer``: ℓ is the mean log-probability of the choice's tokens after the prompt
+    ``"Question: {context}\\nAnswer:"`` (PuDDing's); ``sentence``: the choice fills the blank ``_`` of
+    ``context`` and ℓ is the mean log-probability of every token of the filled sentence after its first
+    (PuDDing's WinoGrande)."""
+
+    def __post_init__(self):
+        if self.scoring not in SCORINGS:
+            raise UserError(f"unknown scoring {self.scoring!r}; use one of {', '.join(SCORINGS)}")
 
 
 @dataclass
 class TextSamples:
-    """Calibration text: ``samples`` token windows of equal length."""
+    """Calibration text: ``samples`` token sequences of equal length."""
 
     input_ids: list[list[int]]
-    """``samples`` windows of ``seq_len`` token ids each."""
+    """``samples`` sequences of ``seq_len`` token ids each."""
     source: str
     """The spec they came from."""
+    sampling: str = "documents"
+    """How they were cut (:data:`SAMPLINGS`)."""
+    skipped: int = 0
+    """``documents`` sampling: documents visited and skipped for being shorter than ``seq_len`` tokens."""
+    documents: list[int] | None = None
+    """``documents`` sampling: index of each instance's document in the source's split."""
 
     kind = TEXT
 
@@ -136,7 +174,7 @@ def parse_spec(spec: str) -> DataSpec:
     if not isinstance(spec, str) or not spec.strip():
         raise UserError(f"empty data spec; use one of: {known_specs()}")
     spec = spec.strip()
-    for prefix, source in (("text:", "text"), ("mc:", "mc")):
+    for prefix, source in (("text:", "text"), ("mc:", "mc"), ("commonsense170k:", "commonsense170k")):
         if spec.startswith(prefix):
             path = spec[len(prefix) :]
             if not path:
@@ -179,7 +217,7 @@ def _read_jsonl(path: Path) -> list[tuple[int, dict]]:
 
 
 def read_text_file(path: str | Path) -> list[str]:
-    """Documents of a local text source: JSONL lines with a ``text`` field, or blank-line separated text."""
+    """Documents of a local text source: one per JSONL record (its ``text`` field) or per non-blank line."""
     path = Path(path).expanduser()
     if path.suffix == ".jsonl":
         documents = []
@@ -190,7 +228,7 @@ def read_text_file(path: str | Path) -> list[str]:
     else:
         if not path.is_file():
             raise UserError(f"data file {str(path)!r} does not exist")
-        documents = re.split(r"\n\s*\n", path.read_text(encoding="utf-8"))
+        documents = path.read_text(encoding="utf-8").splitlines()
     documents = [document for document in documents if document.strip()]
     if not documents:
         raise UserError(f"data file {str(path)!r} has no text")
@@ -212,7 +250,10 @@ def choice_item_from_row(row: dict, where: str) -> ChoiceItem:
         raise UserError(
             f"{where}: 'label' must be an integer index into the {len(choices)} choices, got {label!r}"
         )
-    return ChoiceItem(context, tuple(choices), label)
+    scoring = row.get("scoring", ANSWER_SCORING)
+    if scoring not in SCORINGS:
+        raise UserError(f"{where}: 'scoring' must be one of {', '.join(SCORINGS)}, got {scoring!r}")
+    return ChoiceItem(context, tuple(choices), label, scoring)
 
 
 def read_choice_file(path: str | Path) -> list[ChoiceItem]:
@@ -222,47 +263,6 @@ def read_choice_file(path: str | Path) -> list[ChoiceItem]:
     if not items:
         raise UserError(f"data file {str(path)!r} has no items")
     return items
-
-
-# ------------------------------------------------------------------------------------------ Commonsense-170k
-
-_ANSWER_FORMAT = re.compile(r"Answer format:\s*([^\n]+)", re.IGNORECASE)
-_CORRECT_ANSWER = re.compile(r"the correct answer is\s*([^\s.,;]+)", re.IGNORECASE)
-
-
-def parse_commonsense_row(row: dict, where: str = "commonsense170k") -> ChoiceItem:
-    """Turn one LLM-Adapters Commonsense-170k row into a :class:`ChoiceItem`.
-
-    A row looks like ``{"instruction": "...\\n\\nAnswer format: option1/option2", "input": "",
-    "output": "the correct answer is option2", "answer": "option2"}``. The choices are the label set of
-    the ``Answer format`` line, the label is the position of the word after ``the correct answer is``
-    (from ``output``, else ``answer``), and the context is the instruction (plus ``input`` when non-empty).
-
-    Raises:
-        UserError: no label set, no answer, or an answer outside the label set.
-    """
-    instruction = row.get("instruction")
-    if not isinstance(instruction, str):
-        raise UserError(f"{where}: expected a string field 'instruction'")
-    found = _ANSWER_FORMAT.search(instruction)
-    if not found:
-        raise UserError(f"{where}: no 'Answer format: ...' label set in the instruction")
-    choices = tuple(label.strip() for label in found.group(1).split("/") if label.strip())
-    if len(choices) < 2:
-        raise UserError(f"{where}: the answer format {found.group(1)!r} lists fewer than two labels")
-    answer_text = row.get("output") if isinstance(row.get("output"), str) else ""
-    answer = _CORRECT_ANSWER.search(answer_text)
-    chosen = answer.group(1) if answer else row.get("answer")
-    if not isinstance(chosen, str):
-        raise UserError(f"{where}: no 'the correct answer is ...' in the output and no 'answer' field")
-    lowered = [choice.lower() for choice in choices]
-    if chosen.strip().lower() not in lowered:
-        raise UserError(f"{where}: answer {chosen!r} is not one of the labels {list(choices)}")
-    context = instruction.strip()
-    extra = row.get("input")
-    if isinstance(extra, str) and extra.strip():
-        context = f"{context}\n{extra.strip()}"
-    return ChoiceItem(context, choices, lowered.index(chosen.strip().lower()))
 
 
 # ----------------------------------------------------------------------------------------------- the hub
@@ -296,8 +296,9 @@ def _hub_text(spec: DataSpec, split: str) -> list[str]:
         rows = _hub_rows(
             spec, local, "wikitext", "wikitext-2-raw-v1", split="train" if split == "calibration" else "test"
         )
-        # WikiText lines are paragraphs and headings; join them into one document as the literature does.
-        return ["".join(row["text"] for row in rows)]
+        lines = [row["text"] for row in rows]
+        # SLEB/SparseGPT evaluate on every line joined with blank lines; calibration draws whole articles.
+        return ["\n\n".join(lines)] if split == "test" else wikitext_articles(lines)
     if spec.source == "lambada":
         if split == "calibration":
             rows = _hub_rows(spec, local, "cimec/lambada", split="validation")
@@ -307,17 +308,44 @@ def _hub_text(spec: DataSpec, split: str) -> list[str]:
     raise AssertionError(spec.source)
 
 
+def wikitext_articles(lines: list[str]) -> list[str]:
+    """WikiText rows (lines) grouped into articles: a new one starts at each top-level ``" = Title = "``."""
+    articles: list[list[str]] = []
+    for line in lines:
+        if _WIKITEXT_TITLE.match(line) or not articles:
+            articles.append([])
+        articles[-1].append(line)
+    return ["".join(article) for article in articles if "".join(article).strip()]
+
+
+_WIKITEXT_TITLE = re.compile(r"^ = [^=].* = \n?$")
+
+
+def read_commonsense_file(path: str | Path) -> list[dict]:
+    """The rows of a local ``commonsense_170k.json`` (a JSON list of objects; JSONL is read too)."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise UserError(f"Commonsense-170k file {str(path)!r} does not exist")
+    text = path.read_text(encoding="utf-8")
+    try:
+        rows = json.loads(text)
+    except json.JSONDecodeError:
+        rows = [row for _, row in _read_jsonl(path)]
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        raise UserError(f"{str(path)!r} is not a Commonsense-170k file (a JSON list of objects)")
+    return rows
+
+
 def _hub_commonsense(spec: DataSpec) -> list[ChoiceItem]:
+    from pruning.calibration.commonsense import parse_commonsense_row
+
     if spec.path:
-        path = Path(spec.path).expanduser()
-        if not path.is_file():
-            raise UserError(f"Commonsense-170k file {str(path)!r} does not exist")
-        rows = json.loads(path.read_text(encoding="utf-8"))
-        where = str(path)
+        rows = read_commonsense_file(spec.path)
+        where = str(Path(spec.path).expanduser())
     else:
         rows = _hub_rows(
             spec,
-            "demo:qa, mc:PATH or commonsense170k@/path/to/commonsense_170k.json; "
+            "demo:qa, mc:PATH or commonsense170k:/path/to/commonsense_170k.json; "
             "or pydoc-cloze (cloze items from Python's documentation)",
             "json",
             data_files=COMMONSENSE_170K_URL,
@@ -418,15 +446,50 @@ def text_windows(documents: list[str], tokenizer, seq_len: int) -> list[list[int
     return [stream[start : start + seq_len] for start in range(0, len(stream) - seq_len + 1, seq_len)]
 
 
-def sample_text(
-    spec: str, tokenizer, samples: int, seq_len: int, seed: int, split: str = "calibration"
+def sample_documents(
+    documents: list[str], tokenizer, samples: int, seq_len: int, seed: int, spec: str = "text"
 ) -> TextSamples:
-    """``samples`` random windows of ``seq_len`` tokens, deterministic in ``seed`` (see the module docstring).
+    """``samples`` documents, one per instance, each truncated to ``seq_len`` tokens (the study's way).
+
+    Documents are visited in an order shuffled with ``seed`` and tokenized with the tokenizer's special tokens
+    (as the model reads a sequence); one shorter than ``seq_len`` tokens is skipped and counted.
 
     Raises:
-        UserError: the source has fewer than ``samples`` windows of that length.
+        UserError: fewer than ``samples`` documents have ``seq_len`` tokens; names how many were skipped.
     """
-    documents = load_documents(spec, split)
+    order = list(range(len(documents)))
+    random.Random(seed).shuffle(order)
+    taken: list[list[int]] = []
+    indices: list[int] = []
+    skipped = 0
+    for index in order:
+        # verbose=False: documents longer than the model's context are expected; they are truncated here.
+        ids = tokenizer(documents[index], verbose=False)["input_ids"]
+        if len(ids) < seq_len:
+            skipped += 1
+            continue
+        taken.append(list(ids[:seq_len]))
+        indices.append(index)
+        if len(taken) == samples:
+            break
+    if len(taken) < samples:
+        raise UserError(
+            f"data {spec!r} has only {len(taken)} documents of at least {seq_len} tokens ({skipped} of its "
+            f"{len(documents)} documents are shorter and were skipped), fewer than the {samples} samples "
+            f"asked for: lower --samples or --seq-len, or cut windows from the joined text with "
+            f"--sampling stream"
+        )
+    return TextSamples(taken, spec, "documents", skipped, indices)
+
+
+def sample_stream_windows(
+    documents: list[str], tokenizer, samples: int, seq_len: int, seed: int, spec: str = "text"
+) -> TextSamples:
+    """``samples`` random windows of ``seq_len`` tokens of the documents joined (SparseGPT's windows).
+
+    Raises:
+        UserError: the documents have fewer than ``samples`` windows of that length.
+    """
     rng = random.Random(seed)
     order = list(range(len(documents)))
     rng.shuffle(order)
@@ -448,7 +511,38 @@ def sample_text(
             f"{samples} samples asked for: lower the samples or the sequence length"
         )
     picked = sorted(rng.sample(range(len(windows)), samples))
-    return TextSamples([windows[index] for index in picked], spec)
+    return TextSamples([windows[index] for index in picked], spec, "stream")
+
+
+def sample_text(
+    spec: str,
+    tokenizer,
+    samples: int,
+    seq_len: int,
+    seed: int,
+    split: str = "calibration",
+    sampling: str = "documents",
+) -> TextSamples:
+    """``samples`` instances of ``seq_len`` tokens of a text source, deterministic in ``seed``.
+
+    Args:
+        spec: a text data spec.
+        tokenizer: the model's tokenizer.
+        samples: instances to draw.
+        seq_len: tokens per instance.
+        seed: seed of the draw.
+        split: the source's split.
+        sampling: ``documents`` (one document per instance, the default) or ``stream`` (windows of the joined
+            documents); see the module docstring.
+
+    Raises:
+        UserError: an unknown sampling, or too little text for the draw.
+    """
+    if sampling not in SAMPLINGS:
+        raise UserError(f"unknown sampling {sampling!r}; use one of {', '.join(SAMPLINGS)}")
+    documents = load_documents(spec, split)
+    draw = sample_documents if sampling == "documents" else sample_stream_windows
+    return draw(documents, tokenizer, samples, seq_len, seed, spec)
 
 
 def sample_choices(spec: str, samples: int, seed: int, split: str = "calibration") -> ChoiceSamples:
@@ -468,9 +562,18 @@ def sample_choices(spec: str, samples: int, seed: int, split: str = "calibration
 
 
 def load_samples(
-    spec: str, tokenizer, samples: int, seq_len: int, seed: int, split: str = "calibration"
+    spec: str,
+    tokenizer,
+    samples: int,
+    seq_len: int,
+    seed: int,
+    split: str = "calibration",
+    sampling: str = "documents",
 ) -> TextSamples | ChoiceSamples:
-    """Resolve a spec to calibration samples of its kind (text windows or multiple-choice items)."""
+    """Resolve a spec to calibration samples of its kind (text instances or multiple-choice items).
+
+    ``sampling`` applies to text only (:func:`sample_text`).
+    """
     if parse_spec(spec).kind == TEXT:
-        return sample_text(spec, tokenizer, samples, seq_len, seed, split)
+        return sample_text(spec, tokenizer, samples, seq_len, seed, split, sampling)
     return sample_choices(spec, samples, seed, split)

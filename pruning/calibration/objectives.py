@@ -18,8 +18,10 @@ mean of the per-sample losses; lower is better.
 
 * ``perplexity`` — mean next-token NLL of a text window (its exp is the perplexity).
 * ``task_margin`` — PuDDing's task likelihood margin: with ℓ(choice) the mean log-probability of the answer
-  tokens given ``"Question: {context}\\nAnswer: {choice}"``, an item with correct choice c scores
-  Σ_{j≠c} (ℓ_c − ℓ_j); its loss is the negated margin (more negative = better).
+  tokens given ``"Question: {context}\\nAnswer: {choice}"`` (for a fill-in-the-blank item, of the sentence
+  with the blank filled: PuDDing's WinoGrande), an item with correct choice c scores Σ_{j≠c} (ℓ_c − ℓ_j); its
+  loss is the negated margin (more negative = better). The choices are answer *texts*
+  (:mod:`pruning.calibration.commonsense` parses them out of Commonsense-170k's instructions).
 * ``kl`` — KL(dense ‖ pruned) of the next-token distribution, averaged over a window's positions (EvoPress).
 """
 
@@ -30,7 +32,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from depthprune.errors import UserError
-from pruning.calibration.data import MULTIPLE_CHOICE, TEXT, ChoiceSamples, TextSamples, parse_spec
+from pruning.calibration.data import (
+    MULTIPLE_CHOICE,
+    SAMPLINGS,
+    SENTENCE_SCORING,
+    TEXT,
+    ChoiceSamples,
+    TextSamples,
+    parse_spec,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -222,17 +232,24 @@ class CalibrationConfig:
     objective: str
     """A key of :data:`OBJECTIVES`: ``perplexity``, ``task_margin`` or ``kl``."""
     data: str
-    """A data spec (:mod:`pruning.calibration.data`): ``c4``, ``wikitext2``, ``lambada``, ``commonsense170k``,
-    ``demo:text``, ``demo:qa``, ``text:PATH`` or ``mc:PATH``; its kind must suit the objective."""
+    """A data spec (:mod:`pruning.calibration.data`): ``c4``, ``wikitext2``, ``lambada``, ``commonsense170k``
+    (``commonsense170k:PATH`` for a local copy), ``pydoc``, ``pydoc-cloze``, ``demo:text``, ``demo:qa``,
+    ``text:PATH`` or ``mc:PATH``; its kind must suit the objective."""
     samples: int = 64
-    """Calibration samples: text windows, or multiple-choice items (the study uses 64)."""
+    """Calibration samples: text instances, or multiple-choice items (the study uses 64)."""
     seq_len: int = 2048
-    """Tokens per text window; the longest a question plus answer may be (the study truncates to 2048)."""
+    """Tokens per text instance; the longest a question plus answer may be (the study truncates to 2048)."""
     seed: int = 0
     """Seed of the sample draw."""
+    sampling: str = "documents"
+    """Text only: ``documents`` (one document per instance, truncated to ``seq_len``, shorter ones skipped:
+    the study's and SLEB's way) or ``stream`` (random windows of all documents joined, SparseGPT's). See
+    :mod:`pruning.calibration.data`."""
 
     def __post_init__(self):
         get_objective(self.objective).check_data(self.data)
+        if self.sampling not in SAMPLINGS:
+            raise UserError(f"unknown sampling {self.sampling!r}; use one of {', '.join(SAMPLINGS)}")
         for name, lowest in (("samples", 1), ("seq_len", 2), ("seed", 0)):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < lowest:
@@ -265,13 +282,21 @@ def text_batches(samples: TextSamples, batch_size: int) -> list[CalibrationBatch
     return batches
 
 
-def encode_choice(tokenizer, context: str, choice: str, seq_len: int) -> tuple[list[int], int]:
+def encode_choice(
+    tokenizer, context: str, choice: str, seq_len: int, scoring: str = "answer"
+) -> tuple[list[int], int]:
     """Token ids of ``Question: {context}\\nAnswer: {choice}`` and where the answer starts.
 
     The prompt and the answer are tokenized separately (as lm-eval does with context and continuation) so
     that the answer tokens are the same whatever precedes them; a prompt too long for ``seq_len`` loses its
-    beginning, never the answer.
+    beginning, never the answer. With ``scoring="sentence"`` the choice fills the blank ``_`` of ``context``
+    and every token of the sentence after the first is scored (PuDDing's WinoGrande): the start is 1.
     """
+    if scoring == SENTENCE_SCORING:
+        ids = tokenizer(context.replace("_", choice))["input_ids"][-seq_len:]
+        if len(ids) < 2:
+            raise UserError(f"sentence {context[:40]!r} with {choice!r} is too short to score")
+        return ids, 1
     prompt = tokenizer(PROMPT_TEMPLATE.format(context=context))["input_ids"]
     answer = tokenizer(ANSWER_TEMPLATE.format(choice=choice), add_special_tokens=False)["input_ids"]
     if not answer:
@@ -292,7 +317,7 @@ def choice_batches(
     import torch
 
     encoded = [
-        [encode_choice(tokenizer, item.context, choice, seq_len) for choice in item.choices]
+        [encode_choice(tokenizer, item.context, choice, seq_len, item.scoring) for choice in item.choices]
         for item in samples.items
     ]
     groups, current, current_sequences = [], [], 0
