@@ -14,6 +14,7 @@ Suites (``--suite``, comma-separated or one of):
 * ``zero-shot`` — HellaSwag, WinoGrande, ARC-Easy, ARC-Challenge, PIQA, BoolQ through lm-eval 0.4.13
   (``lm_eval.simple_evaluate``, 0-shot, lm-eval's own task definitions) with the project's
   :mod:`pruning.evaluation.lm_eval_models` models; ``acc`` and, where the task defines it, ``acc_norm``.
+  The study reports one of them per task (:data:`PRIMARY_METRICS`): ``acc_norm`` where defined, as the paper.
 * ``demo`` — the demo model's local stand-ins: ``demo_text`` perplexity on ``data/text_test.jsonl`` (same
   protocol) and ``demo_qa`` accuracy, an lm-eval multiple-choice task defined by this project
   (``pruning/tasks/demo_qa.yaml``) over ``data/qa_test.jsonl``.
@@ -48,6 +49,21 @@ PERPLEXITY_TASKS = {"wikitext2": "wikitext2", "c4": "c4", "lambada": "lambada"}
 ZERO_SHOT_TASKS = ("hellaswag", "winogrande", "arc_easy", "arc_challenge", "piqa", "boolq")
 """lm-eval task names of the study's zero-shot suite."""
 ACCURACY_METRICS = ("acc", "acc_norm")
+PRIMARY_METRICS = {
+    "hellaswag": "acc_norm",
+    "arc_easy": "acc_norm",
+    "arc_challenge": "acc_norm",
+    "piqa": "acc_norm",
+    "winogrande": "acc",
+    "boolq": "acc",
+    "demo_qa": "acc_norm",
+    "pydoc_cloze": "acc_norm",
+}
+"""Task -> the accuracy the study reports: lm-eval's ``acc_norm`` where the task defines it, else ``acc``.
+
+That rule gives the paper's choice for its six tasks (its dense HellaSwag 79.3 is ``acc_norm``; WinoGrande
+and BoolQ define only ``acc``), and it is applied unchanged to the project's own tasks: ``demo_qa`` and
+``pydoc_cloze`` define both, so they report ``acc_norm``."""
 SUITES = ("perplexity", "zero-shot", "demo", "offline", "all")
 SUITE_PERPLEXITY_TASKS = {
     "perplexity": tuple(PERPLEXITY_TASKS),
@@ -128,6 +144,14 @@ class EvalTarget:
     """The registry's ``VariantInfo`` that receives the results (None: not recorded)."""
     demo_dir: Path | None
     """The demo model directory when this is the demo model or one of its variants."""
+
+
+def primary_metric(task: str, measured: Sequence[str] = ()) -> str:
+    """The accuracy metric reported for ``task``: :data:`PRIMARY_METRICS`, else ``acc_norm`` when it was
+    measured (``measured`` lists the metrics there are), else ``acc``."""
+    if task in PRIMARY_METRICS:
+        return PRIMARY_METRICS[task]
+    return "acc_norm" if "acc_norm" in measured else "acc"
 
 
 # ------------------------------------------------------------------------------------------------ suites
