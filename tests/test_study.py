@@ -182,6 +182,8 @@ def test_study_config_rejects_bad_grids(tiny_demo_like, tmp_path):
         StudyConfig(model=str(tiny_demo_like), drops=(2,), searches=("greedy",))
     with pytest.raises(UserError, match="unknown search"):
         StudyConfig(model=str(tiny_demo_like), drops=(2,), searches=("greedy", "magic"))
+    with pytest.raises(UserError, match="unknown --sampling 'windows'"):
+        StudyConfig(model=str(tiny_demo_like), drops=(2,), searches=("greedy", "beam"), sampling="windows")
     with pytest.raises(UserError, match="cannot remove 6 of 6"):
         plan_study(
             StudyConfig(model=str(tiny_demo_like), drops=(6,), searches=("greedy", "beam"), out=tmp_path)
@@ -196,3 +198,19 @@ def test_study_config_rejects_bad_grids(tiny_demo_like, tmp_path):
                 out=tmp_path,
             )
         )
+
+
+def test_study_searches_groups():
+    from depthprune.errors import UserError
+    from pruning.search import STUDY_SEARCHES
+    from pruning.study.grid import STUDY_BASELINES, study_searches
+
+    assert study_searches("study") == STUDY_SEARCHES and len(STUDY_SEARCHES) == 7
+    assert study_searches("all") == STUDY_SEARCHES + ("block_influence", "lorp", "streamline")
+    assert STUDY_BASELINES == ("block_influence", "lorp", "streamline")
+    assert study_searches("greedy, study,evolution")[:2] == ("greedy", "one_shot")
+    assert study_searches("study,evolution")[-1] == "evolution"
+    with pytest.raises(UserError, match="unknown search 'magic'"):
+        study_searches("study,magic")
+    with pytest.raises(UserError, match="no search given"):
+        study_searches(" , ")

@@ -1,6 +1,8 @@
 """The study grid: every (calibration, budget, search, seed) cell pruned, evaluated and reported.
 
-``depthprune study --model M --drop 4,6 --objectives perplexity,task_margin --searches all`` runs here:
+``depthprune study --model M --drop 4,6 --objectives perplexity,task_margin --searches study`` runs here
+(``--searches`` takes ``study``, the paper's seven, ``all``, those and the structural baselines, or names;
+:func:`study_searches`):
 
 1. :func:`plan_study` expands the grid and checks every cell (objective/data kinds, budgets, search options)
    before any weights are loaded;
@@ -15,6 +17,9 @@
 Options beyond the study itself: several ``--seeds``; ``--random-prior-control`` re-runs the prior-guided
 searches with a seeded random prior; ``--cross-controls`` runs every objective on every data source of its
 kind given with ``--data`` (so objective and data are varied separately, which the study could not afford).
+
+Scaling out: ``--worker`` runs the same grid as one of several workers (on one machine or many) that share
+the registry as a work queue; see :mod:`pruning.study.worker`.
 """
 
 from __future__ import annotations
@@ -30,6 +35,31 @@ from depthprune.errors import UserError
 DEFAULT_DATA = {"text": "c4", "multiple_choice": "commonsense170k"}
 """Calibration data per data kind for a hub model (the study's C4 and Commonsense-170k)."""
 MANIFEST = "cells.json"
+STUDY_BASELINES = ("block_influence", "lorp", "streamline")
+"""What ``--searches all`` adds to the paper's seven: the structural baselines (ShortGPT's Block Influence,
+LoRP, LLM-Streamline), which choose from hidden-state similarity and never look at the calibration loss."""
+
+
+def study_searches(text: str) -> tuple[str, ...]:
+    """``--searches``: ``study`` (the paper's seven, so every per-cell statistic is over n = 7), ``all`` (the
+    seven and :data:`STUDY_BASELINES`), or names, comma-separated and mixable (``study,evolution``).
+
+    Raises:
+        UserError: an unknown name, or none.
+    """
+    from pruning.search import SEARCHES, STUDY_SEARCHES
+
+    groups = {"study": STUDY_SEARCHES, "all": STUDY_SEARCHES + STUDY_BASELINES}
+    names: list[str] = []
+    for item in (part.strip() for part in text.split(",")):
+        for name in groups.get(item, (item,) if item else ()):
+            if name not in SEARCHES:
+                raise UserError(f"unknown search {name!r}; choose from {', '.join(SEARCHES)}, study or all")
+            if name not in names:
+                names.append(name)
+    if not names:
+        raise UserError("no search given; name searches, or 'study' (the paper's seven) or 'all'")
+    return tuple(names)
 
 
 @dataclass
@@ -56,7 +86,9 @@ class StudyConfig:
     samples: int = 64
     """Calibration samples per configuration (the study: 64)."""
     seq_len: int | None = None
-    """Calibration tokens per window; None = min(2048, the model's context)."""
+    """Calibration tokens per instance; None = min(2048, the model's context)."""
+    sampling: str = "documents"
+    """Text calibration instances: ``documents`` (one document each, the study's) or ``stream`` windows."""
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per search name, search options (as ``prune --option``)."""
     suites: tuple[str, ...] = ("all",)
@@ -79,6 +111,11 @@ class StudyConfig:
     """torch device of the calibration evaluator."""
     progress: bool = True
     """Show progress bars."""
+    worker: bool = False
+    """Work as one of several workers sharing the registry's queue of cells (:mod:`pruning.study.worker`)."""
+    lease_seconds: float = 120.0
+    """Worker mode: how long a claimed cell stays this worker's without a heartbeat (a killed worker's cell is
+    taken over after this long)."""
 
     def __post_init__(self):
         from pruning.calibration.objectives import get_objective
@@ -102,6 +139,12 @@ class StudyConfig:
             raise UserError(f"--seeds needs non-negative integers, got {self.seeds}")
         if self.samples < 1:
             raise UserError(f"--samples must be positive, got {self.samples}")
+        if not self.lease_seconds > 0:
+            raise UserError(f"--lease-seconds must be positive, got {self.lease_seconds}")
+        from pruning.calibration.data import SAMPLINGS
+
+        if self.sampling not in SAMPLINGS:
+            raise UserError(f"unknown --sampling {self.sampling!r}; use one of {', '.join(SAMPLINGS)}")
         self.out = Path(self.out).expanduser()
 
 
@@ -125,7 +168,7 @@ class Cell:
         """Stable identity of the cell (the manifest key)."""
         cal = self.calibration
         return (
-            f"{cal.objective}|{cal.data}|{cal.samples}|{cal.seq_len}|{cal.seed}|m{self.drop}|"
+            f"{cal.objective}|{cal.data}|{cal.samples}|{cal.seq_len}|{cal.seed}|{cal.sampling}|m{self.drop}|"
             f"{self.search}|seed{self.seed}|{self.prior}"
         )
 
@@ -170,6 +213,40 @@ def _default_seq_len(model_config) -> int:
     return min(2048, int(getattr(model_config, "max_position_embeddings", 2048)))
 
 
+def _calibrations(config: StudyConfig, data: list[str], seq_len: int) -> list:
+    """The calibration configurations: each objective on the first ``data`` spec of its kind (on every one
+    with ``cross_controls``).
+
+    Raises:
+        UserError: an objective has no data of its kind.
+    """
+    from pruning.calibration.data import parse_spec
+    from pruning.calibration.objectives import CalibrationConfig, get_objective
+
+    kinds = {spec: parse_spec(spec).kind for spec in data}
+    calibrations = []
+    for objective in config.objectives:
+        kind = get_objective(objective).data_kind
+        matching = [spec for spec in data if kinds[spec] == kind]
+        if not matching:
+            raise UserError(
+                f"objective {objective!r} needs {kind.replace('_', '-')} data; none in --data "
+                f"{','.join(data)}"
+            )
+        for spec in matching if config.cross_controls else matching[:1]:
+            calibrations.append(
+                CalibrationConfig(
+                    objective=objective,
+                    data=spec,
+                    samples=config.samples,
+                    seq_len=seq_len,
+                    seed=0,
+                    sampling=config.sampling,
+                )
+            )
+    return calibrations
+
+
 def plan_study(config: StudyConfig) -> StudyPlan:
     """Expand and check the grid without loading weights.
 
@@ -177,8 +254,6 @@ def plan_study(config: StudyConfig) -> StudyPlan:
         UserError: an impossible budget, data of the wrong kind, an unknown search option.
     """
     from depthprune.demo.paths import find_demo_dir
-    from pruning.calibration.data import parse_spec
-    from pruning.calibration.objectives import CalibrationConfig, get_objective
     from pruning.models import load_config
     from pruning.prune import PruneConfig, canonical_model, plan_prune
     from pruning.search import PRIOR_GUIDED
@@ -199,24 +274,7 @@ def plan_study(config: StudyConfig) -> StudyPlan:
             if demo_dir is not None
             else [DEFAULT_DATA["text"], DEFAULT_DATA["multiple_choice"]]
         )
-    for spec in data:
-        parse_spec(spec)
-    seq_len = config.seq_len or _default_seq_len(model_config)
-    calibrations = []
-    for objective in config.objectives:
-        kind = get_objective(objective).data_kind
-        matching = [spec for spec in data if parse_spec(spec).kind == kind]
-        if not matching:
-            raise UserError(
-                f"objective {objective!r} needs {kind.replace('_', '-')} data; none in --data "
-                f"{','.join(data)}"
-            )
-        for spec in matching if config.cross_controls else matching[:1]:
-            calibrations.append(
-                CalibrationConfig(
-                    objective=objective, data=spec, samples=config.samples, seq_len=seq_len, seed=0
-                )
-            )
+    calibrations = _calibrations(config, data, config.seq_len or _default_seq_len(model_config))
     priors = ["single_block"] + (["random"] if config.random_prior_control else [])
     if config.random_prior_control and not PRIOR_GUIDED & set(config.searches):
         raise UserError(
@@ -308,18 +366,23 @@ def find_in_registry(registry, model: str, cell: Cell) -> CellResult | None:
             and variant.checkpoint_path
             and Path(variant.checkpoint_path).is_dir()
         ):
-            return _cell_result(
-                cell,
-                variant.removed_blocks,
-                variant.calibration_loss,
-                variant.dense_loss,
-                variant.search_seconds,
-                variant.block_forwards,
-                variant.subset_evaluations,
-                variant.name,
-                variant.checkpoint_path,
-            )
+            return result_of_variant(cell, variant)
     return None
+
+
+def result_of_variant(cell: Cell, variant) -> CellResult:
+    """The result of ``cell`` as the registry recorded it (``variant``: a :class:`registry.VariantInfo`)."""
+    return _cell_result(
+        cell,
+        variant.removed_blocks,
+        variant.calibration_loss,
+        variant.dense_loss,
+        variant.search_seconds,
+        variant.block_forwards,
+        variant.subset_evaluations,
+        variant.name,
+        variant.checkpoint_path,
+    )
 
 
 def _cell_result(
@@ -422,8 +485,11 @@ def _metrics_from_registry(registry, variant, settings, context: int) -> dict[st
     return found
 
 
-def evaluate_all(plan: StudyPlan, done: dict[str, CellResult], registry, save) -> dict[str, float]:
-    """Evaluate the dense model and every distinct variant not yet evaluated; return the dense metrics."""
+def evaluate_all(
+    plan: StudyPlan, done: dict[str, CellResult], registry, save, *, include_dense: bool = True
+) -> dict[str, float]:
+    """Evaluate the dense model (unless ``include_dense`` is False) and every distinct variant of ``done``
+    not yet evaluated; return the dense metrics (empty without the dense model)."""
     from pruning.evaluation.suites import (
         EvalSettings,
         evaluate_model,
@@ -445,7 +511,7 @@ def evaluate_all(plan: StudyPlan, done: dict[str, CellResult], registry, save) -
     suites = expand_suites(settings.suites, plan.demo_dir is not None)
     expected = _expected_metric_count(suites)
     context = int(getattr(load_config(plan.model), "max_position_embeddings", 2048))
-    targets: dict[str, Any] = {"dense": registry.resolve(plan.model)}
+    targets: dict[str, Any] = {"dense": registry.resolve(plan.model)} if include_dense else {}
     for result in done.values():
         if result.variant and result.variant not in targets:
             targets[result.variant] = registry.resolve(result.variant)
@@ -465,10 +531,10 @@ def evaluate_all(plan: StudyPlan, done: dict[str, CellResult], registry, save) -
             for result in done.values():
                 if result.variant == name:
                     result.metrics = metrics[name]
-            save(metrics["dense"])
+            save(metrics.get("dense", {}))
     for result in done.values():
         result.metrics = metrics.get(result.variant, result.metrics)
-    return metrics["dense"]
+    return metrics.get("dense", {})
 
 
 def _expected_metric_count(suites: list[str]) -> int:
@@ -493,6 +559,10 @@ def run_study(config: StudyConfig) -> Path:
     from pruning.study.report import write_report
     from registry import open_registry
 
+    if config.worker:
+        from pruning.study.worker import run_worker
+
+        return run_worker(config)
     plan = plan_study(config)
     registry = open_registry(config.registry_url)
     manifest = load_manifest(config.out)
@@ -530,12 +600,8 @@ def run_study(config: StudyConfig) -> Path:
 def plan_summary(plan: StudyPlan) -> dict:
     """What the report says about the setup."""
     config = plan.config
-    calibrations = sorted(
-        {
-            (c.calibration.objective, c.calibration.data, c.calibration.samples, c.calibration.seq_len)
-            for c in plan.cells
-        }
-    )
+    fields = ("objective", "data", "samples", "seq_len", "sampling")
+    calibrations = sorted({tuple(getattr(c.calibration, name) for name in fields) for c in plan.cells})
     return {
         "model": plan.model,
         "num_blocks": plan.num_blocks,
@@ -545,9 +611,7 @@ def plan_summary(plan: StudyPlan) -> dict:
         "seeds": list(config.seeds),
         "random_prior_control": config.random_prior_control,
         "cross_controls": config.cross_controls,
-        "calibrations": [
-            dict(zip(("objective", "data", "samples", "seq_len"), c, strict=True)) for c in calibrations
-        ],
+        "calibrations": [dict(zip(fields, c, strict=True)) for c in calibrations],
         "suites": list(config.suites),
         "engine": config.engine,
         "eval_limit": config.eval_limit,
