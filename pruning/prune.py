@@ -18,8 +18,11 @@ checkpoints already written for the same removal set are reused.
 
 **Accounting on a shared evaluator.** ``subset_evaluations`` counts the distinct removal sets a search
 asked for (the N single-block sets included when it used the prior), independent of sharing.
-``block_forwards`` and ``search_seconds`` count the work actually done while it ran, plus the shared
-prior's cost for searches that used the prior; a subset an earlier search already scored is free.
+``block_forwards``, ``head_positions`` (positions sent through the LM head) and ``search_seconds`` count the
+work actually done while it ran, plus the shared prior's cost for searches that used the prior; a subset an
+earlier search already scored is free. ``stopped_early`` counts the candidates a ranking query answered
+with a lower bound (the evaluator's exact shortcuts; ``--no-shortcuts`` turns them off). The registry keeps
+``shortcuts`` and ``cost`` (head positions, stopped early) in the variant's ``search_options``.
 """
 
 from __future__ import annotations
@@ -79,6 +82,10 @@ class PruneConfig:
     """Replace an existing checkpoint directory that holds a different removal set."""
     progress: bool = True
     """Show progress bars (on stderr)."""
+    shortcuts: bool = True
+    """The evaluator's exact shortcuts (cached base boundaries, shared prefixes, lower bounds that stop
+    hopeless candidates); False scores every candidate in full from the dense boundaries, to check that
+    the selections and losses are the same."""
 
     def __post_init__(self):
         if not isinstance(self.calibration, CalibrationConfig):
@@ -115,6 +122,11 @@ class SearchRun:
     """Evaluator block-forwards while it ran (plus the shared prior's when it used it); None without stats."""
     used_prior: bool
     """Whether it read the single-block prior."""
+    head_positions: int | None = None
+    """Positions the evaluator sent through the LM head while it ran (plus the shared prior's); None without
+    stats."""
+    stopped_early: int = 0
+    """Candidates its ranking queries answered with a lower bound (scoring stopped early)."""
 
 
 @dataclass
@@ -133,6 +145,9 @@ class VariantOutcome:
     checkpoint: str | None
     seed: int
     options: dict
+    head_positions: int | None = None
+    stopped_early: int = 0
+    shortcuts: bool = True
 
 
 # --------------------------------------------------------------------------------------- parsing input
@@ -294,11 +309,24 @@ def plan_prune(config: PruneConfig) -> PrunePlan:
 # ------------------------------------------------------------------------------------- running searches
 
 
-def _counters(objective) -> tuple[int, float] | None:
+def _counters(objective) -> tuple[int, int] | None:
+    """``(block-forwards, LM-head positions)`` of an evaluator so far; None for an objective without stats."""
     stats = getattr(objective, "stats", None)
     if stats is None:
         return None
-    return int(stats.block_forwards), float(stats.wall_seconds)
+    return int(stats.block_forwards), int(stats.head_positions)
+
+
+def _difference(after, before) -> list[int] | None:
+    return [late - early for late, early in zip(after, before)] if before and after else None
+
+
+def _needs_full_prior(objective, name: str, options: dict) -> bool:
+    """Whether search ``name`` reads every single-block loss in full (one-shot needs only its M lowest
+    when the objective answers ranking queries with its shortcuts)."""
+    if name not in PRIOR_USERS or options.get("prior") == "random":
+        return False
+    return not (name == "one_shot" and getattr(objective, "shortcuts", False))
 
 
 def run_searches(
@@ -326,31 +354,31 @@ def run_searches(
         One :class:`SearchRun` per search.
     """
     options = options or {}
-    prior_seconds, prior_forwards = 0.0, 0
-    if any(name in PRIOR_USERS and options.get(name, {}).get("prior") != "random" for name in searches):
+    prior_seconds, prior_counts = 0.0, [0, 0]
+    if any(_needs_full_prior(objective, name, options.get(name, {})) for name in searches):
         before, started = _counters(objective), time.perf_counter()
         objective.single_block_scores()
         prior_seconds = time.perf_counter() - started
-        after = _counters(objective)
-        prior_forwards = after[0] - before[0] if before and after else 0
+        prior_counts = _difference(_counters(objective), before) or prior_counts
     runs = []
     for name in searches:
         tracked = TrackedObjective(objective)
         before, started = _counters(objective), time.perf_counter()
         result = SEARCHES[name](tracked, budget, seed=seed, progress=progress, **options.get(name, {}))
         seconds = time.perf_counter() - started
-        after = _counters(objective)
-        forwards = after[0] - before[0] if before and after else None
+        counts = _difference(_counters(objective), before)
         if tracked.used_prior:
             seconds += prior_seconds
-            forwards = forwards + prior_forwards if forwards is not None else None
+            counts = [count + prior for count, prior in zip(counts, prior_counts)] if counts else None
         run = SearchRun(
             search=name,
             result=result,
             seconds=seconds,
             subset_evaluations=tracked.subset_evaluations,
-            block_forwards=forwards,
+            block_forwards=counts[0] if counts else None,
             used_prior=tracked.used_prior,
+            head_positions=counts[1] if counts else None,
+            stopped_early=tracked.stopped_early,
         )
         runs.append(run)
         if on_run is not None:
@@ -368,7 +396,12 @@ def variant_record(plan: PrunePlan, run: SearchRun, dense_loss: float) -> Varian
         removed_blocks=list(run.result.removed_blocks),
         calibration=dataclasses.asdict(plan.config.calibration),
         search=run.search,
-        search_options={**run.result.options, "seed": plan.config.seed},
+        search_options={
+            **run.result.options,
+            "seed": plan.config.seed,
+            "shortcuts": plan.config.shortcuts,
+            "cost": {"head_positions": run.head_positions, "stopped_early": run.stopped_early},
+        },
         calibration_loss=run.result.loss,
         dense_loss=dense_loss,
         search_seconds=run.seconds,
@@ -424,6 +457,9 @@ def _register(registry, plan: PrunePlan, run: SearchRun, dense_loss: float) -> V
         checkpoint=written.path,
         seed=plan.config.seed,
         options=record.search_options,
+        head_positions=run.head_positions,
+        stopped_early=run.stopped_early,
+        shortcuts=plan.config.shortcuts,
     )
 
 
@@ -439,6 +475,7 @@ def _start_run(plan: PrunePlan):
         device=config.device,
         memory_budget_gb=config.memory_budget_gb,
         progress=config.progress,
+        shortcuts=config.shortcuts,
     )
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     (plan.run_dir / "run.json").write_text(

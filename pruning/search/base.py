@@ -12,14 +12,20 @@ Every algorithm in this package is one function with one signature::
 ``budget`` is M, the number of blocks to remove. ``options`` are parsed into the algorithm's own
 ``Options`` dataclass (:func:`parse_options`), so an unknown or invalid option is a one-line
 :class:`~depthprune.errors.UserError`, and the settings as used are returned in ``SearchResult.options``.
+
+Searches that score many sets at once, or need only a ranking, go through :func:`score_many`,
+:func:`rank_lowest` and :func:`rank_prior`: the evaluator answers them with exact shortcuts (shared prefix
+states, lower bounds for candidates that cannot be chosen, see :class:`RankingObjective`), any other
+objective one :meth:`~SubsetObjective.score` per set.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -63,6 +69,53 @@ class ScreeningObjective(Protocol):
         """Calibration loss of ``removed_blocks`` on a small part of the calibration data."""
 
 
+@runtime_checkable
+class SampleScoringObjective(Protocol):
+    """Optional extension: the loss on a chosen part of the calibration data (EvoPress's minibatches).
+
+    EvoPress selects in steps, each on a fresh random minibatch of the calibration data: few tokens to
+    screen all offspring, more for the survivors. An objective that can score a removal set on a subset of
+    its calibration samples implements this; :mod:`pruning.search.evolution` draws the subsets.
+    """
+
+    num_samples: int
+    """Calibration samples (text windows or questions) the full loss averages over."""
+
+    def score_samples(self, removed_blocks: frozenset[int], samples: list[int]) -> float:
+        """Mean per-sample calibration loss of ``removed_blocks`` over the calibration samples ``samples``
+        (indices in ``0..num_samples-1``); equal to :meth:`SubsetObjective.score` when all are given."""
+
+
+class RankedScore(NamedTuple):
+    """One answer of a ranking query."""
+
+    loss: float
+    """The set's loss when ``exact``, else a lower bound of it."""
+    exact: bool
+    """False for a set that cannot be among the lowest asked for: its scoring stopped at a bound."""
+
+
+@runtime_checkable
+class RankingObjective(Protocol):
+    """Optional extension: batches of sets, and rankings that need not every loss in full.
+
+    :class:`pruning.calibration.scorer.SubsetEvaluator` implements it; :func:`score_many`,
+    :func:`rank_lowest` and :func:`rank_prior` fall back to :meth:`SubsetObjective.score` without it.
+    """
+
+    def score_many(self, removed_sets: list[frozenset[int]]) -> list[float]:
+        """``score`` of each set (computed together, sharing what the sets share)."""
+
+    def rank_lowest(
+        self, removed_sets: list[frozenset[int]], keep: int, bases: tuple = ()
+    ) -> list[tuple[float, bool]]:
+        """Per set ``(loss, True)``, or ``(lower bound, False)`` for a set that is not among the ``keep``
+        lowest; ``bases`` are sets the candidates extend by one block."""
+
+    def rank_single_blocks(self, keep: int) -> list[tuple[float, bool]]:
+        """``rank_lowest`` of the N single-block sets (the prior), exact for the ``keep`` lowest."""
+
+
 @dataclass
 class SearchResult:
     """What every search returns."""
@@ -80,6 +133,14 @@ class SearchResult:
 PRIOR_KINDS = ("single_block", "random")
 """Values of the ``prior`` option of the prior-guided searches."""
 
+PRIOR_USES = ("paper", "strong")
+"""Values of the ``prior_use`` option of the genetic algorithm and BO: ``paper``, the prior only seeds the
+initial population / the surrogate (the study's use); ``strong``, it also steers every mutation / repairs
+every trial."""
+
+PROTECT_NAMES = {"first": 0, "last": -1}
+"""Names ``--protect`` accepts besides block indices: block 0 and block N−1 (SLEB's and LoRP's barriers)."""
+
 
 def check_budget(objective: SubsetObjective, budget: int) -> None:
     """Raise a :class:`UserError` unless ``1 <= budget < N``."""
@@ -88,6 +149,12 @@ def check_budget(objective: SubsetObjective, budget: int) -> None:
         raise UserError(f"the number of blocks to remove must be an integer, got {budget!r}")
     if not 1 <= budget < num_blocks:
         raise UserError(f"cannot remove {budget} of {num_blocks} blocks: choose 1 <= M < {num_blocks}")
+    protected = protected_blocks(objective)
+    if budget > num_blocks - len(protected):
+        raise UserError(
+            f"cannot remove {budget} of {num_blocks} blocks with blocks {sorted(protected)} protected: "
+            f"choose M <= {num_blocks - len(protected)}"
+        )
 
 
 def parse_options(options_class: type, options: dict[str, Any], algorithm: str):
@@ -120,12 +187,52 @@ def check_prior_kind(prior: str) -> None:
         raise ValueError(f"prior must be one of {', '.join(PRIOR_KINDS)}, got {prior!r}")
 
 
+def check_prior_use(prior_use: str) -> None:
+    """``__post_init__`` helper of the ``prior_use`` option (genetic, bayesian)."""
+    if prior_use not in PRIOR_USES:
+        raise ValueError(f"prior_use must be one of {', '.join(PRIOR_USES)}, got {prior_use!r}")
+
+
+def protected_blocks(objective: SubsetObjective) -> frozenset[int]:
+    """Blocks no search may remove: the objective's ``protected`` (:class:`ProtectedObjective`), or none."""
+    return frozenset(int(block) for block in getattr(objective, "protected", ()))
+
+
+def eligible_blocks(objective: SubsetObjective) -> list[int]:
+    """The blocks a search may remove, ascending: every block but the protected ones."""
+    protected = protected_blocks(objective)
+    return [block for block in range(int(objective.num_blocks)) if block not in protected]
+
+
+def resolve_protected(names, num_blocks: int) -> frozenset[int]:
+    """``--protect`` items (``first``, ``last`` or a block index) as block indices of an N-block model.
+
+    Raises:
+        UserError: an unknown name, an index out of range, or every block protected.
+    """
+    protected = set()
+    for item in names:
+        text = str(item).strip().lower()
+        if text in PROTECT_NAMES:
+            protected.add(PROTECT_NAMES[text] % num_blocks)
+        elif text.isdigit() and int(text) < num_blocks:
+            protected.add(int(text))
+        else:
+            raise UserError(
+                f"--protect takes first, last or block indices 0..{num_blocks - 1}, got {str(item)!r}"
+            )
+    if len(protected) >= num_blocks:
+        raise UserError(f"--protect would protect all {num_blocks} blocks")
+    return frozenset(protected)
+
+
 def prior_scores(objective: SubsetObjective, prior: str, seed: int) -> np.ndarray:
     """The ``[N]`` prior a prior-guided search ranks blocks by (lower = safer to remove).
 
     ``"single_block"`` is the study's prior, the single-block ablation losses (memoised by the evaluator,
     so every search of a configuration shares one computation). ``"random"`` is the control the study
     lacked: a seeded random permutation 0..N−1 (only its order carries meaning); it costs no evaluation.
+    Under protection (:class:`ProtectedObjective`) the random ranking puts the protected blocks last.
     """
     check_prior_kind(prior)
     if prior == "single_block":
@@ -138,7 +245,15 @@ def prior_scores(objective: SubsetObjective, prior: str, seed: int) -> np.ndarra
     # A distinct stream from the search's own generator, so that prior="random" with seed s does not
     # merely replay the search's random choices.
     rng = np.random.default_rng([seed, 0x5EED])
-    return rng.permutation(objective.num_blocks).astype(np.float64)
+    protected = protected_blocks(objective)
+    if not protected:
+        return rng.permutation(objective.num_blocks).astype(np.float64)
+    # Protected blocks rank last, so that a search taking the lowest never reaches them.
+    eligible = eligible_blocks(objective)
+    scores = np.empty(objective.num_blocks)
+    scores[eligible] = rng.permutation(len(eligible))
+    scores[sorted(protected)] = np.arange(len(eligible), objective.num_blocks)
+    return scores
 
 
 def normalised_prior(scores: np.ndarray) -> np.ndarray:
@@ -166,6 +281,39 @@ def as_key(blocks) -> frozenset[int]:
 def lowest(scores: np.ndarray, count: int) -> list[int]:
     """Indices of the ``count`` lowest scores, ties broken by the lower index (deterministic)."""
     return sorted(int(i) for i in np.argsort(scores, kind="stable")[:count])
+
+
+def score_many(objective: SubsetObjective, removed_sets) -> list[float]:
+    """``objective.score`` of each set, through the objective's ``score_many`` when it has one."""
+    keys = [as_key(removed) for removed in removed_sets]
+    if isinstance(objective, RankingObjective):
+        return [float(loss) for loss in objective.score_many(keys)]
+    return [float(objective.score(key)) for key in keys]
+
+
+def rank_lowest(objective: SubsetObjective, removed_sets, keep: int, bases=()) -> list[RankedScore]:
+    """Enough of each set's loss to tell the ``keep`` lowest (:meth:`RankingObjective.rank_lowest`).
+
+    The ``keep`` lowest sets, and any set tied with them, come back ``exact``; the others may come back
+    as a lower bound that is above the ``keep``-th lowest loss. Without a ranking objective every set is
+    scored, in the order given.
+    """
+    keys = [as_key(removed) for removed in removed_sets]
+    if isinstance(objective, RankingObjective):
+        base_keys = tuple(as_key(base) for base in bases)
+        return [
+            RankedScore(float(loss), bool(exact))
+            for loss, exact in objective.rank_lowest(keys, keep, base_keys)
+        ]
+    return [RankedScore(float(objective.score(key)), True) for key in keys]
+
+
+def rank_prior(objective: SubsetObjective, keep: int) -> list[RankedScore]:
+    """The single-block prior as a ranking: exact for the ``keep`` lowest blocks (and ties), possibly a
+    lower bound for the others; all exact from an objective without ranking queries."""
+    if isinstance(objective, RankingObjective):
+        return [RankedScore(float(loss), bool(exact)) for loss, exact in objective.rank_single_blocks(keep)]
+    return [RankedScore(float(loss), True) for loss in objective.single_block_scores()]
 
 
 def finish(objective: SubsetObjective, removed_blocks, history: list[dict], options: Any) -> SearchResult:
@@ -198,6 +346,8 @@ class TrackedObjective:
         self.used_gradients = False
         self.used_influence = False
         self.used_similarity = False
+        self.stopped_early = 0
+        """Ranking answers given as lower bounds (candidates whose scoring stopped early)."""
         self.started = time.perf_counter()
 
     def score(self, removed_blocks: frozenset[int]) -> float:
@@ -209,6 +359,28 @@ class TrackedObjective:
     def single_block_scores(self) -> np.ndarray:
         self.used_prior = True
         return self.objective.single_block_scores()
+
+    def score_many(self, removed_sets: list[frozenset[int]]) -> list[float]:
+        keys = [as_key(removed) for removed in removed_sets]
+        self.calls += len(keys)
+        self.requested.update(keys)
+        return score_many(self.objective, keys)
+
+    def rank_lowest(
+        self, removed_sets: list[frozenset[int]], keep: int, bases: tuple = ()
+    ) -> list[RankedScore]:
+        keys = [as_key(removed) for removed in removed_sets]
+        self.calls += len(keys)
+        self.requested.update(keys)
+        ranked = rank_lowest(self.objective, keys, keep, bases)
+        self.stopped_early += sum(not answer.exact for answer in ranked)
+        return ranked
+
+    def rank_single_blocks(self, keep: int) -> list[RankedScore]:
+        self.used_prior = True
+        ranked = rank_prior(self.objective, keep)
+        self.stopped_early += sum(not answer.exact for answer in ranked)
+        return ranked
 
     def residual_gradients(self) -> np.ndarray:
         self.used_gradients = True
@@ -234,3 +406,59 @@ class TrackedObjective:
         if self.used_prior:
             requested.update(frozenset({block}) for block in range(self.num_blocks))
         return len(requested)
+
+
+class ProtectedObjective:
+    """A view of an objective under which the ``protected`` blocks are never removed (``--protect``).
+
+    Searches learn the protected blocks from ``objective.protected`` (:func:`protected_blocks`) and draw
+    from :func:`eligible_blocks`; :func:`check_budget` refuses M > N − |protected|. Searches that enumerate
+    every candidate and rank them (greedy, beam, exhaustive, one-shot) need no change: a ranking answers a
+    set that removes a protected block with ``RankedScore(inf, exact=False)``, never scoring it, so it is
+    never among the lowest. Asking for the plain score of such a set is a bug of the search: ValueError.
+    Everything else passes through to the wrapped objective (wrap it around a :class:`TrackedObjective`,
+    so that the tracker counts only the sets actually scored).
+    """
+
+    def __init__(self, objective: SubsetObjective, protected):
+        self.objective = objective
+        self.num_blocks = int(objective.num_blocks)
+        self.protected = frozenset(int(block) for block in protected)
+        if not all(0 <= block < self.num_blocks for block in self.protected):
+            raise ValueError(
+                f"protected blocks {sorted(self.protected)} out of range 0..{self.num_blocks - 1}"
+            )
+
+    def _feasible(self, removed_blocks) -> frozenset[int]:
+        key = as_key(removed_blocks)
+        if key & self.protected:
+            raise ValueError(
+                f"a search asked to score a set removing protected block(s) {sorted(key & self.protected)}"
+            )
+        return key
+
+    def score(self, removed_blocks: frozenset[int]) -> float:
+        return float(self.objective.score(self._feasible(removed_blocks)))
+
+    def score_many(self, removed_sets: list[frozenset[int]]) -> list[float]:
+        return score_many(self.objective, [self._feasible(removed) for removed in removed_sets])
+
+    def rank_lowest(
+        self, removed_sets: list[frozenset[int]], keep: int, bases: tuple = ()
+    ) -> list[RankedScore]:
+        keys = [as_key(removed) for removed in removed_sets]
+        feasible = [key for key in dict.fromkeys(keys) if not key & self.protected]
+        answers = dict(zip(feasible, rank_lowest(self.objective, feasible, keep, bases))) if feasible else {}
+        return [answers.get(key, RankedScore(math.inf, False)) for key in keys]
+
+    def rank_single_blocks(self, keep: int) -> list[RankedScore]:
+        # Exact for the keep + |protected| lowest of all blocks, hence for the keep lowest eligible ones.
+        ranked = rank_prior(self.objective, min(keep + len(self.protected), self.num_blocks))
+        return [
+            RankedScore(math.inf, False) if block in self.protected else answer
+            for block, answer in enumerate(ranked)
+        ]
+
+    def __getattr__(self, name: str):
+        # The prior, gradients, similarities and optional extensions pass straight through.
+        return getattr(self.objective, name)

@@ -4,6 +4,10 @@ Like greedy elimination, but keeps the ``width`` best partial removal sets at ev
 extended by every block it does not contain yet, duplicates (the same set reached in another order) are
 merged, and the ``width`` lowest-loss sets survive. Width 1 is exactly greedy. Cost: at most
 width · (N − step) evaluations per step; the first step is the single-block prior. Deterministic.
+
+A step needs only the ``width`` lowest, so it is a ranking query (:func:`~pruning.search.base.rank_lowest`,
+the beam as the bases): candidates run from their new block on, and one whose loss is bound to exceed the
+``width``-th best may stop early (counted as ``stopped`` in the step's history).
 """
 
 from __future__ import annotations
@@ -12,7 +16,15 @@ from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
-from pruning.search.base import SearchResult, SubsetObjective, as_key, check_budget, finish, parse_options
+from pruning.search.base import (
+    SearchResult,
+    SubsetObjective,
+    as_key,
+    check_budget,
+    finish,
+    parse_options,
+    rank_lowest,
+)
 
 
 @dataclass
@@ -52,15 +64,17 @@ def search(
             {as_key([*state, block]) for state in beam for block in range(num_blocks) if block not in state},
             key=sorted,
         )
-        losses = {candidate: objective.score(candidate) for candidate in candidates}
+        answers = rank_lowest(objective, candidates, keep=settings.width, bases=beam)
+        losses = {candidate: answer.loss for candidate, answer in zip(candidates, answers) if answer.exact}
         # Sort by loss, ties by the sorted block list, so the beam is independent of set ordering.
-        ranked = sorted(candidates, key=lambda candidate: (losses[candidate], sorted(candidate)))
+        ranked = sorted(losses, key=lambda candidate: (losses[candidate], sorted(candidate)))
         beam = ranked[: settings.width]
-        history.append(
-            {
-                "step": step,
-                "evaluated": len(candidates),
-                "beam": [{"removed": sorted(state), "loss": losses[state]} for state in beam],
-            }
-        )
+        entry = {
+            "step": step,
+            "evaluated": len(candidates),
+            "beam": [{"removed": sorted(state), "loss": losses[state]} for state in beam],
+        }
+        if len(losses) < len(candidates):
+            entry["stopped"] = len(candidates) - len(losses)
+        history.append(entry)
     return finish(objective, beam[0], history, settings)

@@ -2,6 +2,10 @@
 
 C(N, M) evaluations, so it refuses above ``max_subsets`` (default 20,000) with a one-line error rather
 than running for days: C(16, 4) = 1,820 is fine, the study's C(32, 7) = 3.4 million is not.
+
+Only the ten best sets are reported, so the subsets go through one ranking query
+(:func:`~pruning.search.base.rank_lowest`): the evaluator may stop scoring a subset whose loss is bound
+to exceed the tenth best, which changes neither the optimum nor the ten reported.
 """
 
 from __future__ import annotations
@@ -13,7 +17,18 @@ from dataclasses import dataclass
 from tqdm.auto import tqdm
 
 from depthprune.errors import UserError
-from pruning.search.base import SearchResult, SubsetObjective, as_key, check_budget, finish, parse_options
+from pruning.search.base import (
+    SearchResult,
+    SubsetObjective,
+    as_key,
+    check_budget,
+    finish,
+    parse_options,
+    rank_lowest,
+)
+
+REPORTED = 10
+"""How many of the best subsets the history lists (the ranking query keeps exactly these)."""
 
 
 @dataclass
@@ -51,13 +66,14 @@ def search(
             f"exhaustive search would score C({objective.num_blocks}, {budget}) = {count:,} "
             f"subsets, more than max_subsets={settings.max_subsets:,}; use another search"
         )
-    losses = {}
-    subsets = itertools.combinations(range(objective.num_blocks), budget)
-    for subset in tqdm(subsets, total=count, desc="exhaustive", disable=not progress, leave=False):
-        losses[subset] = objective.score(as_key(subset))
+    subsets = list(itertools.combinations(range(objective.num_blocks), budget))
+    with tqdm(total=count, desc="exhaustive", disable=not progress, leave=False) as bar:
+        answers = rank_lowest(objective, [as_key(subset) for subset in subsets], keep=min(REPORTED, count))
+        bar.update(count)
+    losses = {subset: answer.loss for subset, answer in zip(subsets, answers) if answer.exact}
     ranked = sorted(losses, key=lambda subset: (losses[subset], subset))
     history = [
         {"rank": rank, "removed": list(subset), "loss": losses[subset]}
-        for rank, subset in enumerate(ranked[:10])
+        for rank, subset in enumerate(ranked[:REPORTED])
     ]
     return finish(objective, ranked[0], history, settings)

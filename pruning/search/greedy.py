@@ -5,6 +5,11 @@ already removed and keep the one whose removal gives the lowest calibration loss
 N + (N−1) + ... + (N−M+1) subset evaluations; the first step is exactly the single-block prior, so on a
 shared evaluator it is free once the prior exists. Deterministic (ties go to the lower block index).
 Optimal when the objective is additive; otherwise it can be trapped by an early choice.
+
+A step needs only the argmin, so it is a ranking query (:func:`~pruning.search.base.rank_lowest`, the
+current set as the base): the evaluator runs each candidate from its new block on, and may stop scoring
+a candidate whose loss is bound to exceed the best so far; such candidates are listed under ``stopped``
+in the step's history with their lower bound instead of under ``candidates``.
 """
 
 from __future__ import annotations
@@ -13,7 +18,15 @@ from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
-from pruning.search.base import SearchResult, SubsetObjective, as_key, check_budget, finish, parse_options
+from pruning.search.base import (
+    SearchResult,
+    SubsetObjective,
+    as_key,
+    check_budget,
+    finish,
+    parse_options,
+    rank_lowest,
+)
 
 
 @dataclass
@@ -44,20 +57,22 @@ def search(
     history: list[dict] = []
     with tqdm(total=total, desc="greedy", disable=not progress, leave=False) as bar:
         for step in range(budget):
-            candidates = {}
-            for block in range(num_blocks):
-                if block in removed:
-                    continue
-                candidates[block] = objective.score(as_key([*removed, block]))
-                bar.update()
+            blocks = [block for block in range(num_blocks) if block not in removed]
+            ranked = rank_lowest(
+                objective, [as_key([*removed, block]) for block in blocks], keep=1, bases=[as_key(removed)]
+            )
+            bar.update(len(blocks))
+            candidates = {block: answer.loss for block, answer in zip(blocks, ranked) if answer.exact}
             chosen = min(candidates, key=lambda block: (candidates[block], block))
             removed.append(chosen)
-            history.append(
-                {
-                    "step": step,
-                    "chosen": chosen,
-                    "loss": candidates[chosen],
-                    "candidates": {str(block): loss for block, loss in candidates.items()},
-                }
-            )
+            entry = {
+                "step": step,
+                "chosen": chosen,
+                "loss": candidates[chosen],
+                "candidates": {str(block): loss for block, loss in candidates.items()},
+            }
+            stopped = {str(block): answer.loss for block, answer in zip(blocks, ranked) if not answer.exact}
+            if stopped:
+                entry["stopped"] = stopped
+            history.append(entry)
     return finish(objective, removed, history, settings)

@@ -3,11 +3,18 @@
 The study's cheapest baseline (Shortened-LLM's one-shot PPL criterion, generalised to any objective).
 It costs the N single-block evaluations of the shared prior plus one score of the chosen set, and it
 is exact when the objective is additive over blocks; interactions between removed blocks are ignored.
+
+Only the M lowest single-block losses matter, so the prior is a ranking query
+(:func:`~pruning.search.base.rank_prior`): when the prior is not computed yet, the evaluator may stop
+scoring a block whose loss is bound to exceed the M-th lowest. The history then gives that block's lower
+bound in ``prior`` and lists it under ``stopped``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from pruning.search.base import (
     SearchResult,
@@ -18,6 +25,7 @@ from pruning.search.base import (
     lowest,
     parse_options,
     prior_scores,
+    rank_prior,
 )
 
 
@@ -49,7 +57,17 @@ def search(
     """
     settings = parse_options(Options, options, "one_shot")
     check_budget(objective, budget)
-    scores = prior_scores(objective, settings.prior, seed)
+    if settings.prior == "single_block":
+        ranked = rank_prior(objective, budget)
+        if len(ranked) != objective.num_blocks:
+            raise ValueError(f"the prior has {len(ranked)} entries, expected {objective.num_blocks}")
+        # A lower bound is above the M-th lowest loss: it never makes the M lowest.
+        scores = np.array([answer.loss for answer in ranked], dtype=np.float64)
+        stopped = [block for block, answer in enumerate(ranked) if not answer.exact]
+    else:
+        scores, stopped = prior_scores(objective, settings.prior, seed), []
     removed = lowest(scores, budget)
     history = [{"step": 0, "prior": [float(value) for value in scores], "removed": removed}]
+    if stopped:
+        history[0]["stopped"] = stopped
     return finish(objective, removed, history, settings)

@@ -1,0 +1,189 @@
+"""The subset evaluator's exact shortcuts: shared prefix states (a trie of removal sets) and lower bounds.
+
+**Shared prefixes.** The hidden state entering block k of a model with the blocks R removed depends only
+on R ∩ [0, k). Removal sets are therefore the leaves of a trie whose depth-k nodes are those prefixes, and
+two sets whose removed blocks agree below k share the whole forward up to block k. :class:`PrefixStates`
+keeps such node states for every calibration batch: the dense boundaries of the evaluator's reference
+pass (the prefix ∅), plus, within a memory budget and least recently used first out, the boundaries of the
+*bases* a search extends (greedy's current set, beam's states). :func:`trie_order` and
+:func:`branch_points` schedule a group of sets depth first through that trie, so that a prefix the group
+shares is computed once per batch (a GA generation, exhaustive search's subsets).
+
+**Bounds.** When every per-sample loss is at least a known floor (perplexity: ≥ 0 exactly, since a
+log-softmax is never positive; KL: ≥ 0 up to rounding), the losses of the calibration batches scored so
+far, plus the floor for every sample not yet scored, give a lower bound of the final loss
+(:class:`PartialScore`). A search that only needs a ranking (greedy's argmin, beam's top B, one-shot's M
+lowest, exhaustive's minimum) can stop scoring a candidate once that bound exceeds the k-th best complete
+loss: it cannot be chosen. Stopped candidates keep their partial losses, so a later request for the value
+completes them from where they stopped, to the very value a full scoring gives.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import torch
+
+LOSS_FLOORS: dict[str, float] = {"perplexity": 0.0, "kl": -1e-3}
+"""Per objective, a value no per-sample loss goes below; objectives not listed (``task_margin``, a negated
+margin of any sign) get no early stopping. Perplexity's per-token NLL is ``-log_softmax``, never negative
+in floating point either. KL(dense ‖ pruned) is ≥ 0 in exact arithmetic; its float32 rounding is orders of
+magnitude smaller than the −1e-3 allowed per sample."""
+
+BOUND_TOLERANCE = 1e-9
+"""Relative margin before a bound counts as above the k-th best loss: a bound is a double sum in another
+order than the final mean's, so an exact tie must never look like an excess."""
+
+
+@dataclass
+class PartialScore:
+    """The per-sample losses of the calibration batches of one removal set scored so far."""
+
+    losses: dict[int, torch.Tensor] = field(default_factory=dict)
+    """Batch index -> the objective's per-sample losses of that batch."""
+    recorded_bound: float = float("-inf")
+    """A lower bound known without the losses (one read back from a saved memo)."""
+
+    @property
+    def batches_done(self) -> int:
+        return len(self.losses)
+
+    def lower_bound(self, num_samples: int, floor: float) -> float:
+        """The mean loss over ``num_samples`` is at least this: scored samples plus ``floor`` for the rest."""
+        if not self.losses:
+            return max(self.recorded_bound, floor)
+        scored = torch.cat(list(self.losses.values())).double()
+        bound = (float(scored.sum()) + floor * (num_samples - scored.numel())) / num_samples
+        return max(bound, self.recorded_bound)
+
+    def value(self) -> float:
+        """The loss once every batch is scored: the mean of all per-sample losses, in batch order."""
+        return float(torch.cat([self.losses[index] for index in sorted(self.losses)]).double().mean())
+
+
+def exceeds(bound: float, threshold: float) -> bool:
+    """Whether a lower ``bound`` rules a candidate out against the k-th best loss ``threshold``."""
+    return bound > threshold + BOUND_TOLERANCE * max(1.0, abs(threshold))
+
+
+class LowestLosses:
+    """The ``keep`` lowest complete losses seen so far; :attr:`threshold` is the k-th (∞ until k are seen)."""
+
+    def __init__(self, keep: int):
+        self.keep = keep
+        self.losses: list[float] = []
+
+    def add(self, loss: float) -> None:
+        bisect.insort(self.losses, loss)
+        del self.losses[self.keep :]
+
+    @property
+    def threshold(self) -> float:
+        return self.losses[-1] if len(self.losses) == self.keep else float("inf")
+
+
+Prefix = tuple[int, ...]
+"""A removal set as its sorted block indices."""
+
+
+def trie_order(removed_sets: list[Prefix], num_blocks: int) -> list[Prefix]:
+    """The sets in depth-first order of the trie (at each block, "removed" before "kept").
+
+    Sorting by the sorted indices followed by ``num_blocks`` is exactly that order, so a set's shared
+    depth with any later set is the minimum of the consecutive shared depths in between.
+    """
+    return sorted(removed_sets, key=lambda removed: (*removed, num_blocks))
+
+
+def shared_depth(first: Prefix, second: Prefix, num_blocks: int) -> int:
+    """The deepest boundary where both sets have the same state: the first block only one removes."""
+    differing = set(first) ^ set(second)
+    return min(differing) if differing else num_blocks
+
+
+def branch_points(ordered: list[Prefix], num_blocks: int) -> list[list[int]]:
+    """Per set of a :func:`trie_order`, the boundaries (deepest first) where later sets branch off it.
+
+    The state of set i at such a boundary is what a later set continues from. They are the distinct
+    running minima of the consecutive shared depths after i, found through next-smaller links.
+    """
+    depths = [shared_depth(a, b, num_blocks) for a, b in zip(ordered, ordered[1:])]
+    next_smaller = [len(depths)] * len(depths)
+    pending: list[int] = []
+    for index, depth in enumerate(depths):
+        while pending and depths[pending[-1]] > depth:
+            next_smaller[pending.pop()] = index
+        pending.append(index)
+    points = []
+    for index in range(len(ordered)):
+        chain, link = [], index
+        while link < len(depths):
+            chain.append(depths[link])
+            link = next_smaller[link]
+        points.append(chain)
+    return points
+
+
+class PrefixStates:
+    """Trie nodes: the state entering block k with the blocks of a prefix (all below k) removed, per batch.
+
+    The dense nodes are the evaluator's boundary cache (never evicted). Other nodes are added by
+    :meth:`remember`, at most ``capacity`` of them, the least recently used evicted first.
+
+    Args:
+        dense_states: per calibration batch, ``{boundary: state}`` of the dense reference pass.
+        boundaries: the cached dense boundaries, sorted (always including 0).
+        num_blocks: N.
+        capacity: how many other nodes may be kept (each holds one state per batch).
+    """
+
+    def __init__(
+        self,
+        dense_states: list[dict[int, torch.Tensor]],
+        boundaries: list[int],
+        num_blocks: int,
+        capacity: int,
+    ):
+        self.dense_states = dense_states
+        self.boundaries = boundaries
+        self.num_blocks = num_blocks
+        self.capacity = max(int(capacity), 0)
+        self.nodes: OrderedDict[tuple[int, Prefix], list[torch.Tensor]] = OrderedDict()
+
+    def start(self, removed: Prefix) -> tuple[int, list[torch.Tensor]]:
+        """The deepest cached node on the path of ``removed``: its boundary and per-batch states."""
+        first = removed[0] if removed else self.num_blocks
+        dense = self.boundaries[bisect.bisect_right(self.boundaries, first) - 1]
+        if self.nodes:
+            for boundary in range(self.num_blocks - 1, dense, -1):
+                key = (boundary, removed[: bisect.bisect_left(removed, boundary)])
+                states = self.nodes.get(key)
+                if states is not None:
+                    self.nodes.move_to_end(key)
+                    return boundary, states
+        return dense, [states[dense] for states in self.dense_states]
+
+    def remember(self, removed: Prefix, boundary: int, states: list[torch.Tensor]) -> None:
+        """Keep the per-batch ``states`` entering ``boundary`` on the path of ``removed``."""
+        if self.capacity == 0:
+            return
+        key = (boundary, removed[: bisect.bisect_left(removed, boundary)])
+        self.nodes[key] = states
+        self.nodes.move_to_end(key)
+        while len(self.nodes) > self.capacity:
+            self.nodes.popitem(last=False)
+
+    def clear(self) -> None:
+        """Forget every node but the dense ones."""
+        self.nodes.clear()
+
+
+def spaced(candidates: list[int], count: int) -> list[int]:
+    """``count`` of the sorted ``candidates``, evenly spaced, the first one always included."""
+    if count >= len(candidates):
+        return list(candidates)
+    if count <= 0:
+        return []
+    return sorted({candidates[(index * len(candidates)) // count] for index in range(count)})
