@@ -499,7 +499,7 @@ class SubsetEvaluator:
         prefixes = {tuple(sorted(removed)): removed for removed in group}
         stopped: set[frozenset[int]] = set()
         # Nodes are kept where the cache lives; copying every state off the device would cost more.
-        nodes: dict[tuple[Prefix, int], list[torch.Tensor]] | None = (
+        nodes: dict[tuple[Prefix, int], dict[int, torch.Tensor]] | None = (
             {} if remember and self.shortcuts and self.cache_device == self.device else None
         )
         for step, batch_index in enumerate(self._batch_order):
@@ -527,8 +527,8 @@ class SubsetEvaluator:
                 self._bounds[removed] = partial
                 self.stats.stopped_early += 1
         for (prefix, boundary), states in (nodes or {}).items():
-            if len(states) == len(self.run_batches):
-                self._prefix.remember(prefix, boundary, states)
+            if len(states) == len(self.run_batches):  # batches run in _batch_order; nodes list them by index
+                self._prefix.remember(prefix, boundary, [states[index] for index in range(len(states))])
 
     def _run_trie_batch(
         self, ordered: list[Prefix], batch_index: int, nodes: dict | None = None
@@ -538,7 +538,7 @@ class SubsetEvaluator:
         Each set starts from the deepest state on its path: a cached node, or a state an earlier set of
         the group left on the stack at a boundary where this one branches off. The stack only ever holds
         states of the current set's path (≤ N states of one batch). ``nodes``, when given, collects the
-        states each set computed, ``(set, boundary) -> per-batch states``, up to the node capacity.
+        states each set computed, ``(set, boundary) -> {batch index: state}``, up to the node capacity.
         """
         run = self.run_batches[batch_index]
         reference = self._reference_for(batch_index)
@@ -589,7 +589,7 @@ class SubsetEvaluator:
                 and index - 1 not in removed_set
                 and ((removed, index) in nodes or len(nodes) < self._prefix.capacity)
             ):
-                nodes.setdefault((removed, index), []).append(hidden.to(self.cache_device))
+                nodes.setdefault((removed, index), {})[batch_index] = hidden.to(self.cache_device)
             if index in removed_set:
                 continue
             hidden = self.stack.blocks[index](hidden, **kwargs[index])
