@@ -7,12 +7,14 @@ import math
 import pytest
 
 from pruning.study.statistics import (
+    accuracy_movement,
     full_overlap,
     headline_comparison,
     inter_method_variance,
     jaccard,
     pairwise_jaccard,
     perplexity_accuracy_spearman,
+    pooled_pairwise_jaccard,
     rank,
 )
 
@@ -81,6 +83,166 @@ def test_headline_comparison_separates_objectives_from_searches():
     assert headline.objective_pairs == 2
     assert headline.across_objectives_same_search == 0.0
     assert headline.calibration_matters_more is True
+
+
+def test_pooled_pairwise_jaccard_pairs_only_within_a_cell():
+    # cell 1: {1,2}-{1,3}: 1/3; cell 2: {4}-{4}: 1, {4}-{5}: 0, {4}-{5}: 0; never across cells
+    pooled = pooled_pairwise_jaccard([[{1, 2}, {1, 3}], [{4}, {4}, {5}]])
+    assert pooled.pairs == 4
+    assert pooled.mean == pytest.approx((1 / 3 + 1 + 0 + 0) / 4)
+    assert (pooled.minimum, pooled.maximum) == (0.0, 1.0)
+    assert math.isnan(pooled_pairwise_jaccard([[{1}]]).mean)
+
+
+def test_accuracy_movement_configuration_vs_search():
+    accuracies = {
+        ("ppl", "greedy", 2): 50.0,
+        ("ppl", "beam", 2): 54.0,
+        ("margin", "greedy", 2): 57.0,
+        ("margin", "beam", 2): 56.0,
+        ("margin", "beam", 3): 10.0,  # another budget: never paired with the above
+        ("ppl", "bo", 2): float("nan"),  # not evaluated: left out
+    }
+    moved = accuracy_movement(accuracies)
+    # configuration changes: greedy |50-57| = 7, beam |54-56| = 2
+    assert moved.configuration_pairs == 2
+    assert moved.across_configurations_mean == pytest.approx(4.5) and moved.across_configurations_max == 7
+    # search changes: ppl |50-54| = 4, margin |57-56| = 1
+    assert moved.search_pairs == 2
+    assert moved.across_searches_mean == pytest.approx(2.5) and moved.across_searches_max == 4
+
+
+# ------------------------------------------------------------------------------ the report's tables by hand
+
+NUM_BLOCKS = 6
+# objective -> search -> (mask, (wikitext2, c4, lambada) ppl, hellaswag (acc, acc_norm), winogrande acc, loss)
+HAND_CELLS = {
+    "perplexity": {
+        "one_shot": ({1, 2}, (10, 20, 30), (0.40, 0.50), 0.60, 1.0),
+        "greedy": ({1, 3}, (12, 18, 24), (0.45, 0.52), 0.62, 2.0),
+        "beam": ({1, 3}, (11, 30, 40), (0.41, 0.46), 0.58, 3.0),
+        "lorp": ({4, 5}, (15, 25, 35), (0.40, 0.44), 0.56, 4.0),
+    },
+    "task_margin": {
+        "one_shot": ({2, 3}, (14, 22, 36), (0.50, 0.54), 0.64, -1.0),
+        "greedy": ({2, 3}, (13, 21, 29), (0.50, 0.56), 0.60, -2.0),
+        "beam": ({2, 4}, (16, 26, 33), (0.45, 0.50), 0.60, -3.0),
+        "lorp": ({4, 5}, (20, 30, 40), (0.35, 0.40), 0.50, -4.0),
+    },
+}
+
+
+def hand_metrics(ppl, hellaswag, winogrande) -> dict:
+    metrics = {f"{task}/perplexity": float(value) for task, value in zip(("wikitext2", "c4", "lambada"), ppl)}
+    metrics.update({"hellaswag/acc": hellaswag[0], "hellaswag/acc_norm": hellaswag[1]})
+    metrics["winogrande/acc"] = winogrande
+    return metrics
+
+
+@pytest.fixture
+def hand_report():
+    from pruning.study.grid import CellResult
+    from pruning.study.tables import build_sections
+
+    cells = [
+        CellResult(
+            key=f"{objective}|{search}",
+            objective=objective,
+            data=f"{objective}-data",
+            drop=2,
+            search=search,
+            seed=0,
+            prior="single_block",
+            removed_blocks=sorted(mask),
+            calibration_loss=loss,
+            dense_loss=0.0,
+            search_seconds=1.0,
+            block_forwards=10,
+            subset_evaluations=5,
+            variant=None,
+            checkpoint=None,
+            metrics=hand_metrics(ppl, hellaswag, winogrande),
+        )  # fmt: skip
+        for objective, searches in HAND_CELLS.items()
+        for search, (mask, ppl, hellaswag, winogrande, loss) in searches.items()
+    ]
+    summary = {
+        "model": "/models/tiny-llama", "num_blocks": NUM_BLOCKS, "drops": [2], "seeds": [0],
+        "searches": ["one_shot", "greedy", "beam", "lorp"], "calibrations": [], "suites": ["all"],
+        "engine": "torch", "eval_seq_len": 64, "eval_limit": None,
+    }  # fmt: skip
+    dense = hand_metrics((8, 12, 10), (0.45, 0.60), 0.70)
+    sections, numbers = build_sections(summary, cells, dense)
+    return {section.title: section for section in sections}, numbers
+
+
+def row_of(section, *first):
+    (row,) = [row for row in section.rows if row[: len(first)] == list(first)]
+    return row
+
+
+def test_perplexity_table_has_the_avg_column(hand_report):
+    sections, numbers = hand_report
+    table = sections["Perplexity"]
+    assert table.header[-4:] == ["wikitext2 ppl", "c4 ppl", "lambada ppl", "Avg ppl (wikitext2, c4, lambada)"]
+    # (12 + 18 + 24) / 3 = 18
+    assert row_of(table, "perplexity", "2", "greedy") == [
+        "perplexity", "2", "greedy", "□■□■□□", "12.00", "18.00", "24.00", "18.00"
+    ]  # fmt: skip
+    assert row_of(table, "dense")[-1] == "10.00"
+    assert numbers["average_perplexity_tasks"] == ["wikitext2", "c4", "lambada"]
+
+
+def test_accuracy_table_uses_each_tasks_metric_in_points(hand_report):
+    sections, numbers = hand_report
+    table = sections["Zero-shot accuracy, M = 2"]
+    assert table.header == [
+        "calibration", "search", "hellaswag acc_norm (%)", "winogrande acc (%)", "mean acc_norm/acc (%)"
+    ]  # fmt: skip
+    # hellaswag acc_norm 0.52 (not acc 0.45), winogrande acc 0.62: mean (52 + 62) / 2 = 57
+    assert row_of(table, "perplexity", "greedy") == ["perplexity", "greedy", "52.00", "62.00", "57.00"]
+    assert row_of(table, "dense") == ["dense", "–", "60.00", "70.00", "65.00"]
+    assert numbers["accuracy_metrics"] == {"hellaswag": "acc_norm", "winogrande": "acc"}
+
+
+def test_variance_in_points_squared_and_both_search_groups(hand_report):
+    sections, numbers = hand_report
+    table = sections["Inter-method variance σ²"]
+    assert table.header[5] == "σ² mean acc_norm/acc (points²)"
+    # study group, perplexity: Avg ppl 20, 18, 27 -> σ² 134/9; mean acc 55, 57, 52 -> σ² 38/9 points²;
+    # loss 1, 2, 3 -> 2/3
+    assert row_of(table, "study (3)", "perplexity") == [
+        "study (3)", "perplexity", "2", "3", f"{134 / 9:.4f}", f"{38 / 9:.4f}", f"{2 / 3:.6f}"
+    ]  # fmt: skip
+    assert row_of(table, "all (4)", "perplexity")[3] == "4"
+    assert numbers["search_groups"] == {
+        "study": ["one_shot", "greedy", "beam"], "all": ["one_shot", "greedy", "beam", "lorp"]
+    }  # fmt: skip
+
+
+def test_spearman_ranks_by_avg_perplexity(hand_report):
+    sections, _ = hand_report
+    table = sections["Spearman ρ between perplexity rank and accuracy rank"]
+    # Avg ppl 20, 18, 27 ranks (2, 1, 3) = accuracy 55, 57, 52 ranks (2, 1, 3): ρ = 1.
+    # WikiText-2 alone (10, 12, 11) would give ranks (1, 3, 2) and ρ = -0.5.
+    assert row_of(table, "study (3)", "perplexity") == ["study (3)", "perplexity", "2", "3", "1.000"]
+    assert perplexity_accuracy_spearman([10, 12, 11], [55, 57, 52]) == pytest.approx(-0.5)
+
+
+def test_accuracy_movement_and_pooled_jaccard_rows(hand_report):
+    sections, numbers = hand_report
+    movement = sections["Accuracy movement: configuration change vs search change (§5.2)"]
+    # configuration changes (same search): |55-59|, |57-58|, |52-55| = 4, 1, 3 -> mean 8/3, max 4
+    # search changes (same configuration): 2, 3, 5 and 1, 4, 3 -> mean 3, max 5
+    assert row_of(movement, "tiny-llama", "2", "study (3)") == [
+        "tiny-llama", "2", "study (3)", "2.67 (4.00)", "3", "3.00 (5.00)", "6"
+    ]  # fmt: skip
+    assert numbers["accuracy_movement"]["study"]["2"]["across_searches_max"] == pytest.approx(5.0)
+    pooled = sections["Mask agreement aggregated over cells"]
+    # pairs: 1/3, 1/3, 1 (perplexity) and 1, 1/3, 1/3 (margin): mean 5/9; full overlaps 1/3 and 1/3
+    assert row_of(pooled, "tiny-llama", "study (3)", "2") == [
+        "tiny-llama", "study (3)", "2", "2", "6", "0.556", "[0.333, 1.000]", "0.333"
+    ]  # fmt: skip
 
 
 # ------------------------------------------------------------------------------ a tiny end-to-end study

@@ -3,8 +3,9 @@
 :func:`draw_figures` runs every function of :data:`FIGURES` in order into ``figures/``:
 
 * ``heatmap_m{M}.png`` — removed blocks per (calibration, search) for each budget M;
-* ``tradeoff.png`` — perplexity vs mean accuracy of every variant;
-* ``rank_correlation.png`` — perplexity rank vs accuracy rank per (calibration, M);
+* ``tradeoff.png`` — Avg perplexity (WikiText-2, C4, LAMBADA; what exists for demo/offline studies) vs mean
+  accuracy (the reported metric per task, points) of every variant;
+* ``rank_correlation.png`` — Avg-perplexity rank vs accuracy rank per (calibration, M), the paper's seven;
 * ``similarity.png`` — when the study ran ``lorp``: per calibration, the block-input similarity matrix S
   LoRP saw, its clusters boxed along the diagonal (as LoRP's figures draw them), RLS and K in the title.
 
@@ -20,7 +21,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pruning.study import statistics as study_stats
-from pruning.study.tables import StudyView, calibration_label, fmt, mean_accuracy
+from pruning.study.tables import StudyView, calibration_label, fmt
 
 
 def _save(figure, path: Path) -> Path:
@@ -82,35 +83,32 @@ def heatmap_figures(directory: Path, view: StudyView) -> list[Path]:
 
 
 def _tradeoff_panel(axes, view: StudyView, drop: int, colors: dict, markers: dict) -> None:
-    """Perplexity vs mean accuracy of the variants at budget ``drop``, with the dense model."""
-    primary, acc_tasks = view.primary, view.acc_tasks
+    """Avg perplexity vs mean accuracy of the variants at budget ``drop``, with the dense model."""
     for cell in view.main:
         if cell.drop != drop:
             continue
-        x = cell.metrics.get(f"{primary}/perplexity", math.nan) if primary else math.nan
-        y = mean_accuracy(cell.metrics, acc_tasks)
         axes.scatter(
-            x,
-            y,
+            view.avg_ppl(cell.metrics),
+            view.mean_acc(cell.metrics),
             color=colors[calibration_label(cell, view.multiple_data)],
             marker=markers.get(cell.search, "o"),
             s=45,
             alpha=0.85,
         )
-    if primary and f"{primary}/perplexity" in view.dense:
+    if not math.isnan(view.avg_ppl(view.dense)):
         axes.scatter(
-            view.dense[f"{primary}/perplexity"],
-            mean_accuracy(view.dense, acc_tasks),
+            view.avg_ppl(view.dense),
+            view.mean_acc(view.dense),
             color="black",
             marker="*",
             s=150,
             label="dense",
         )
-    xs = [x for x in (c.metrics.get(f"{primary}/perplexity") for c in view.main if c.drop == drop) if x]
+    xs = [x for x in (view.avg_ppl(c.metrics) for c in view.main if c.drop == drop) if not math.isnan(x)]
     if xs and max(xs) / min(xs) > 3:  # log scale only pays off over a wide range
         axes.set_xscale("log")
-    axes.set_xlabel(f"{primary} perplexity")
-    axes.set_ylabel("mean accuracy")
+    axes.set_xlabel(view.avg_header)
+    axes.set_ylabel(view.mean_acc_header)
     axes.set_title(f"M = {drop}")
     axes.grid(alpha=0.3)
 
@@ -135,11 +133,14 @@ def tradeoff_figure(directory: Path, view: StudyView) -> list[Path]:
 
 
 def _rank_panel(axes, view: StudyView, name: str, drop: int, color, markers: dict) -> None:
-    """Perplexity rank vs accuracy rank of the searches of one (calibration, M), titled with ρ."""
-    primary = view.primary
-    members = [c for c in view.main if calibration_label(c, view.multiple_data) == name and c.drop == drop]
-    ppl = [c.metrics.get(f"{primary}/perplexity", math.nan) if primary else math.nan for c in members]
-    acc = [mean_accuracy(c.metrics, view.acc_tasks) for c in members]
+    """Avg-perplexity rank vs accuracy rank of the searches of one (calibration, M), titled with ρ."""
+    searches = next(iter(view.groups.values()), ())  # the paper's seven when they ran
+    members = [
+        c
+        for c in view.main
+        if calibration_label(c, view.multiple_data) == name and c.drop == drop and c.search in searches
+    ]
+    ppl, acc = view.group_quality(members)
     usable = [
         (p, a, c) for p, a, c in zip(ppl, acc, members, strict=True) if not (math.isnan(p) or math.isnan(a))
     ]
@@ -153,7 +154,7 @@ def _rank_panel(axes, view: StudyView, name: str, drop: int, color, markers: dic
         axes.plot([0.5, top], [0.5, top], color="gray", linewidth=0.8, linestyle="--")
     rho = study_stats.perplexity_accuracy_spearman(ppl, acc)
     axes.set_title(f"{name}, M = {drop}: ρ = {fmt(rho, 2)}", fontsize=9)
-    axes.set_xlabel("perplexity rank")
+    axes.set_xlabel("Avg perplexity rank")
     axes.set_ylabel("accuracy rank")
 
 

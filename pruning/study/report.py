@@ -3,10 +3,13 @@
 :func:`write_report` takes the finished cells of :mod:`pruning.study.grid` and writes into one directory:
 
 * ``README.md`` and ``report.html`` — setup, the headline comparison (mask agreement across searches under
-  one calibration vs across calibrations under one search), perplexity table, zero-shot table, search cost vs
-  accuracy, pairwise Jaccard mean/range and full overlap, inter-method variance σ², Spearman ρ between the
-  perplexity rank and the accuracy rank, and, when run, the seed-stability and random-prior controls (one
-  function each in :mod:`pruning.study.tables`);
+  one calibration vs across calibrations under one search), perplexity with its Avg (Table 1), zero-shot
+  accuracy per budget (Tables 2 and 3; each task's reported metric, in points), the accuracy movement of a
+  configuration change vs a search change (§5.2), search cost vs accuracy, pairwise Jaccard mean/range and
+  full overlap per cell and pooled over cells, inter-method variance σ² (accuracy in points²), Spearman ρ
+  between the Avg-perplexity rank and the accuracy rank, and, when run, the seed-stability and random-prior
+  controls (one function each in :mod:`pruning.study.tables`, whose docstring states the conventions); the
+  per-cell statistics over the paper's seven searches and, when more ran, over all;
 * ``figures/`` — the heatmaps, the trade-off and the rank-correlation figures (:mod:`pruning.study.figures`);
 * ``study.json`` — every cell with its mask, losses, costs and metrics.
 """

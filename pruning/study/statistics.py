@@ -12,6 +12,10 @@ Conventions (also stated in the report):
 * Rank agreement is Spearman's ρ between the perplexity ranking (lowest perplexity = rank 1) and the
   accuracy ranking (highest accuracy = rank 1), so ρ = +1 means perplexity orders the variants exactly as
   accuracy does.
+* Accuracy movement (the paper's §5.2) is the absolute accuracy difference |a − b| of two variants that
+  differ in the calibration configuration only (same search, budget, seed), against two that differ in
+  the search only (same configuration, budget, seed): mean and largest over all such pairs.
+* Pooled Jaccard aggregates the pairwise similarities of several families (cells) over all their pairs.
 """
 
 from __future__ import annotations
@@ -162,4 +166,71 @@ def headline_comparison(masks: Mapping[tuple, Iterable[int]]) -> HeadlineCompari
 
     return HeadlineComparison(
         mean(across_searches), mean(across_objectives), len(across_searches), len(across_objectives)
+    )
+
+
+def pooled_pairwise_jaccard(families: Sequence[Sequence[Iterable[int]]]) -> PairwiseJaccard:
+    """Pairwise Jaccard over every pair *within* each family (cell), pooled: mean and range over all pairs.
+
+    Args:
+        families: removal sets grouped by cell (pairs across cells are never formed).
+
+    Returns:
+        The summary over all within-family pairs; NaN fields when there is none.
+    """
+    values = [jaccard(a, b) for masks in families for a, b in combinations([set(m) for m in masks], 2)]
+    if not values:
+        return PairwiseJaccard(math.nan, math.nan, math.nan, 0)
+    return PairwiseJaccard(sum(values) / len(values), min(values), max(values), len(values))
+
+
+@dataclass(frozen=True)
+class AccuracyMovement:
+    """How far accuracy moves when the configuration changes vs when the search changes (§5.2)."""
+
+    across_configurations_mean: float
+    """Mean |Δ accuracy| between variants of different configurations under the same search."""
+    across_configurations_max: float
+    """Largest such |Δ|."""
+    configuration_pairs: int
+    """Pairs behind it."""
+    across_searches_mean: float
+    """Mean |Δ accuracy| between variants of different searches under the same configuration."""
+    across_searches_max: float
+    """Largest such |Δ| (per configuration, the spread of the searches)."""
+    search_pairs: int
+    """Pairs behind it."""
+
+
+def accuracy_movement(accuracies: Mapping[tuple, float]) -> AccuracyMovement:
+    """|Δ accuracy| across configurations (search fixed) and across searches (configuration fixed).
+
+    Args:
+        accuracies: ``(configuration, search, *context) -> accuracy``; two variants are compared only when
+            their ``context`` (budget, seed, ...) is the same. NaN accuracies are left out.
+
+    Returns:
+        Mean and largest |Δ| on each side, with their pair counts (NaN when a side has no pair).
+    """
+    items = [
+        (key[0], key[1], tuple(key[2:]), value) for key, value in accuracies.items() if not math.isnan(value)
+    ]
+    across_configurations: list[float] = []
+    across_searches: list[float] = []
+    for (config_a, search_a, ctx_a, acc_a), (config_b, search_b, ctx_b, acc_b) in combinations(items, 2):
+        if ctx_a != ctx_b:
+            continue
+        if search_a == search_b and config_a != config_b:
+            across_configurations.append(abs(acc_a - acc_b))
+        elif config_a == config_b and search_a != search_b:
+            across_searches.append(abs(acc_a - acc_b))
+
+    def mean_max(values: list[float]) -> tuple[float, float]:
+        return (sum(values) / len(values), max(values)) if values else (math.nan, math.nan)
+
+    return AccuracyMovement(
+        *mean_max(across_configurations),
+        len(across_configurations),
+        *mean_max(across_searches),
+        len(across_searches),
     )
