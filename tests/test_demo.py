@@ -1,4 +1,4 @@
-"""`depthprune demo` end to end (tiny recipe, small budget), and its process clean-up."""
+"""`depthprune demo`: its plans (real and demo model), a tiny end-to-end run, and its clean-up."""
 
 from __future__ import annotations
 
@@ -12,9 +12,11 @@ import time
 
 import pytest
 
-from depthprune.demo.pipeline import DemoConfig, stop_process_group
+from depthprune.demo import pipeline
+from depthprune.demo.pipeline import DemoConfig, plan_demo, stop_process_group
 from depthprune.errors import UserError
 from depthprune.testing.servers import free_port, wait_until
+from pruning.search import SEARCHES
 
 
 def vllm_processes() -> set[int]:
@@ -102,8 +104,76 @@ def test_interrupt_stops_a_cooperative_group_gracefully():
         ({"drop_fraction": 1.0}, "drop-fraction"),
         ({"samples": 0}, "--samples"),
         ({"port": 80}, "--port"),
+        ({"eval_limit": 0}, "--eval-limit"),
+        ({"searches": ("one_shot", "nonsense")}, "unknown search"),
+        ({"model": "smollm2-135m", "recipe": "tiny"}, "--recipe"),
     ],
 )
 def test_bad_demo_settings(settings, message):
     with pytest.raises(UserError, match=message):
         DemoConfig(**settings)
+
+
+class PlanPrinted(Exception):
+    """Stops a demo run right after it printed its plan."""
+
+
+def test_the_real_model_plan_is_what_the_demo_prints(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DEPTHPRUNE_HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("DEPTHPRUNE_REGISTRY_URL", raising=False)
+    config = DemoConfig(out=tmp_path / "out")
+    assert config.model == "smollm2-135m" and not config.quick
+    plan = plan_demo(config, num_blocks=30)
+    assert plan.drop == 8  # round(0.25 x 30): 27 % of SmolLM2-135M's 30 blocks
+    assert plan.data == {"perplexity": "pydoc", "task_margin": "pydoc-cloze"}
+    assert plan.searches == ("one_shot", "block_influence")
+    assert set(plan.searches) <= set(SEARCHES)
+    sizes = plan.sizes
+    assert (sizes.text_samples, sizes.choice_samples, sizes.seq_len) == (16, 24, 256)
+    assert (sizes.eval_seq_len, sizes.eval_limit) == (256, 32)
+    assert (sizes.rounds, sizes.num_prompts, sizes.input_len, sizes.output_len) == (2, 32, 128, 64)
+    assert plan.suite == "offline" and plan.tasks == ("pydoc", "pydoc_cloze")
+    assert plan.ideal_speedup == pytest.approx(30 / 22)
+
+    # The demo prints exactly this plan before pruning: stop it there, with the model step stubbed out.
+    def stop(*args, **kwargs):
+        raise PlanPrinted
+
+    monkeypatch.setattr(pipeline, "prepare_model", lambda config: "/converted/smollm2-135m")
+    monkeypatch.setattr(pipeline, "read_num_blocks", lambda model_dir: 30)
+    monkeypatch.setattr(pipeline, "prune_variants", stop)
+    with pytest.raises(PlanPrinted):
+        pipeline.run_demo(config)
+    printed = capsys.readouterr().err
+    assert plan.describe() in printed
+    for expected in (
+        "smollm2-135m (30 blocks): remove M = 8 (27%; ideal speed-up N/(N-M) = 1.36x)",
+        "perplexity  on pydoc: 16 windows x 256 tokens, batch 8",
+        "task_margin on pydoc-cloze: 24 items of at most 256 tokens, batch 8",
+        "searches on each objective: one_shot, block_influence",
+        "offline suite (pydoc perplexity, 256-token windows; pydoc_cloze accuracy), at most 32 of each",
+        "2 interleaved rounds x 32 requests x (128 prompt + 64 generated tokens) per model",
+    ):
+        assert expected in printed
+
+
+def test_the_demo_model_keeps_its_plan():
+    config = DemoConfig(recipe="tiny", quick=True)
+    assert config.model == "demo" and config.recipe == "tiny"
+    plan = plan_demo(config, num_blocks=8)
+    assert plan.drop == 2 and plan.searches == ("one_shot", "greedy")
+    assert plan.data == {"perplexity": "demo:text", "task_margin": "demo:qa"}
+    assert plan.calibration_data("task_margin", "/m") == "demo:qa@/m"
+    assert (plan.sizes.text_samples, plan.sizes.seq_len, plan.sizes.eval_limit) == (8, 64, None)
+    assert (plan.sizes.num_prompts, plan.sizes.output_len, plan.sizes.rounds) == (8, 16, 1)
+    assert plan.suite == "demo"
+    full = plan_demo(DemoConfig(model="demo"), num_blocks=16)
+    assert full.drop == 4 and (full.sizes.text_samples, full.sizes.seq_len) == (32, 128)
+    assert (full.sizes.num_prompts, full.sizes.output_len, full.sizes.rounds) == (48, 64, 2)
+
+
+def test_overrides_replace_the_plan_sizes():
+    config = DemoConfig(samples=5, seq_len=64, eval_limit=3, searches=("one_shot",), drop_fraction=0.1)
+    plan = plan_demo(config, num_blocks=30)
+    assert (plan.sizes.text_samples, plan.sizes.choice_samples, plan.sizes.seq_len) == (5, 5, 64)
+    assert plan.sizes.eval_limit == 3 and plan.searches == ("one_shot",) and plan.drop == 3

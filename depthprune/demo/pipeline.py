@@ -1,11 +1,22 @@
-"""``depthprune demo``: the whole job end to end on the embedded demo model.
+"""``depthprune demo``: the whole job end to end, by default on a real pretrained LLM (SmolLM2-135M).
 
-Builds (or reuses) the demo model, prunes it under both calibration objectives with a fast and a thorough
-search, registers and evaluates every variant, serves dense and the best variant of each objective
-through the gateway with vLLM, load-tests them side by side, and prints one table. Every process it starts
-is stopped on the way out, Ctrl-C included.
+Resolves the model (the embedded ``smollm2-135m`` GGUF is converted once to a cached float32 checkpoint),
+prints the plan (budget M, searches, calibration and evaluation sizes, load), prunes it under both
+calibration objectives, registers and evaluates every variant, serves dense and the best variant of each
+objective through the gateway with one vLLM engine each, load-tests them side by side, and prints one table.
+Every process it starts is stopped on the way out, Ctrl-C included.
 
-Run: ``depthprune demo`` (``make demo``), or ``depthprune demo --recipe tiny --quick`` for a smoke run.
+Two plans (:func:`plan_demo`), sized so that ``make demo`` finishes in under 20 minutes on 2 cores:
+
+* a real model (``smollm2-135m``, the default, or any ``--model PATH_OR_ID``): Python's documentation as
+  data, offline — ``pydoc`` text for the perplexity objective, ``pydoc-cloze`` items for the task margin,
+  the ``offline`` evaluation suite on their test splits (:mod:`pruning.calibration.offline_sources`), and
+  one-pass searches, since a thorough search (``greedy``: ~27 min on SmolLM2) does not fit;
+* ``--model demo``: the small Llama trained here on a generated corpus (cached), its own data and suite,
+  with ``one_shot`` and ``greedy``.
+
+Run: ``depthprune demo`` (``make demo``), ``depthprune demo --model demo``, or
+``depthprune demo --recipe tiny --quick`` (the demo model's tiny recipe, a few minutes: what CI runs).
 """
 
 from __future__ import annotations
@@ -17,7 +28,7 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated
 
@@ -26,33 +37,167 @@ import typer
 from depthprune.errors import UserError
 from depthprune.settings import default_registry_url, home_dir
 
-OBJECTIVE_DATA = {"perplexity": "demo:text", "task_margin": "demo:qa"}
-"""The two calibration configurations of the study, on the demo model's stand-in data."""
+DEMO_MODEL = "demo"
+"""``--model demo``: the small Llama the demo trains itself (cached), with its generated data."""
+DEFAULT_MODEL = "smollm2-135m"
+"""What ``depthprune demo`` prunes when no ``--model`` (or ``--recipe``) is given: the embedded real model."""
+DEMO_RECIPES = ("default", "tiny")
 BEST_ALIAS = {"perplexity": "ppl-best", "task_margin": "margin-best"}
+"""Objective -> the alias of its best variant (lowest calibration loss); the demo serves these."""
+EVALUATOR_BATCH_SIZE = 8
+"""Sequences per forward of the pruning evaluator (``build_evaluator``'s default, which ``prune`` uses)."""
+
+
+@dataclass(frozen=True)
+class DemoSizes:
+    """Calibration, evaluation and load-test sizes of one plan."""
+
+    text_samples: int
+    """Calibration text windows of the perplexity objective."""
+    choice_samples: int
+    """Calibration multiple-choice items of the task-margin objective."""
+    seq_len: int
+    """Calibration window length in tokens (and the longest an item may be)."""
+    eval_seq_len: int
+    """Held-out perplexity window length in tokens (capped at the model's context)."""
+    eval_limit: int | None
+    """At most this many held-out perplexity windows and multiple-choice items per model; None = all."""
+    num_prompts: int
+    """Load test: measured requests per model and round."""
+    input_len: int
+    """Load test: prompt tokens."""
+    output_len: int
+    """Load test: generated tokens per request (ignore_eos keeps it exact)."""
+    rounds: int
+    """Load test: interleaved rounds (drift between models cancels)."""
+
+
+REAL_SIZES = DemoSizes(
+    text_samples=16,
+    choice_samples=24,
+    seq_len=256,
+    eval_seq_len=256,
+    eval_limit=32,
+    num_prompts=32,
+    input_len=128,
+    output_len=64,
+    rounds=2,
+)
+"""A real model (SmolLM2-135M: ~5 s per subset evaluation on 2 cores at 16 x 256 tokens), full run."""
+REAL_QUICK_SIZES = DemoSizes(4, 8, 128, 128, 4, 8, 64, 16, 1)
+"""A real model, ``--quick``."""
+DEMO_SIZES = DemoSizes(32, 32, 128, 2048, None, 48, 128, 64, 2)
+"""``--model demo``, full run (the demo model's own test data is small: every window and item)."""
+DEMO_QUICK_SIZES = DemoSizes(8, 8, 64, 2048, None, 8, 128, 16, 1)
+"""``--model demo``, ``--quick`` (what the tests run, with ``--recipe tiny``)."""
+
+REAL_SEARCHES = ("one_shot", "block_influence")
+"""A real model: SLEB's one-shot ranking (N + 1 subset evaluations) and ShortGPT's block influence (one
+pass over the dense model's hidden states). ``greedy`` needs ~212 evaluations on SmolLM2 (~27 min)."""
+DEMO_SEARCHES = ("one_shot", "greedy")
+"""The demo model: a fast and a thorough search (SLEB's iterative elimination)."""
+REAL_DATA = {"perplexity": "pydoc", "task_margin": "pydoc-cloze"}
+"""A real model's calibration data per objective: Python's documentation, offline."""
+DEMO_DATA = {"perplexity": "demo:text", "task_margin": "demo:qa"}
+"""The demo model's calibration data per objective: its own held-out text and questions."""
+
+
+@dataclass(frozen=True)
+class DemoPlan:
+    """What one demo run does, decided before any pruning and printed at the start (:meth:`describe`)."""
+
+    model: str
+    """The model as given: ``smollm2-135m``, ``demo``, or a checkpoint directory, ``.gguf`` or hub id."""
+    num_blocks: int
+    """N, the dense model's blocks."""
+    drop: int
+    """M, the blocks every variant removes."""
+    data: dict[str, str]
+    """Objective -> calibration data spec (a demo model's ``demo:*`` specs get ``@DIR`` when used)."""
+    searches: tuple[str, ...]
+    """Searches run on each objective, in order, on one shared evaluator."""
+    sizes: DemoSizes
+    """Calibration, evaluation and load-test sizes."""
+
+    @property
+    def is_demo_model(self) -> bool:
+        """Whether the model is the self-trained demo model (its own data, suite and prompts)."""
+        return self.model == DEMO_MODEL
+
+    @property
+    def suite(self) -> str:
+        """The evaluation suite: ``demo`` for the demo model, ``offline`` (pydoc, pydoc-cloze) otherwise."""
+        return "demo" if self.is_demo_model else "offline"
+
+    @property
+    def tasks(self) -> tuple[str, str]:
+        """The suite's (perplexity task, accuracy task) as the registry records them."""
+        return ("demo_text", "demo_qa") if self.is_demo_model else ("pydoc", "pydoc_cloze")
+
+    @property
+    def ideal_speedup(self) -> float:
+        """N / (N - M): the speed-up if time were proportional to the blocks run."""
+        return self.num_blocks / (self.num_blocks - self.drop)
+
+    def samples(self, objective: str) -> int:
+        """Calibration samples of an objective: text windows, or multiple-choice items."""
+        return self.sizes.text_samples if objective == "perplexity" else self.sizes.choice_samples
+
+    def calibration_data(self, objective: str, model_dir: str | Path) -> str:
+        """The data spec ``prune`` gets: the demo model's data is named with its directory."""
+        data = self.data[objective]
+        return f"{data}@{model_dir}" if data.startswith("demo:") else data
+
+    def describe(self) -> str:
+        """The plan in a few lines (what ``depthprune demo`` prints before it starts pruning)."""
+        sizes = self.sizes
+        lines = [
+            f"plan: {self.model} ({self.num_blocks} blocks): remove M = {self.drop} "
+            f"({self.drop / self.num_blocks:.0%}; ideal speed-up N/(N-M) = {self.ideal_speedup:.2f}x)",
+            f"  perplexity  on {self.data['perplexity']}: {sizes.text_samples} windows x "
+            f"{sizes.seq_len} tokens, batch {EVALUATOR_BATCH_SIZE}",
+            f"  task_margin on {self.data['task_margin']}: {sizes.choice_samples} items of at most "
+            f"{sizes.seq_len} tokens, batch {EVALUATOR_BATCH_SIZE} sequences",
+            f"  searches on each objective: {', '.join(self.searches)}",
+            f"  evaluation: {self.suite} suite ({self.tasks[0]} perplexity, "
+            f"{sizes.eval_seq_len}-token windows; {self.tasks[1]} accuracy), "
+            + (
+                "every window and item" if sizes.eval_limit is None else f"at most {sizes.eval_limit} of each"
+            ),
+            f"  serving: dense, {', '.join(BEST_ALIAS.values())} through the gateway, one vLLM engine each",
+            f"  load test: {sizes.rounds} interleaved rounds x {sizes.num_prompts} requests x "
+            f"({sizes.input_len} prompt + {sizes.output_len} generated tokens) per model, all at once",
+        ]
+        return "\n".join(lines)
 
 
 @dataclass
 class DemoConfig:
     """What the demo runs; the defaults finish in under 20 minutes on 2 cores."""
 
-    recipe: str = "default"
-    """Demo model recipe: ``default`` (16 blocks, trained once and cached) or ``tiny`` (seconds)."""
+    model: str | None = None
+    """``smollm2-135m``, ``demo``, or a checkpoint directory, ``.gguf`` file or hub id; None = ``demo`` when a
+    ``recipe`` is given, else ``smollm2-135m``."""
+    recipe: str | None = None
+    """Demo model recipe (``--model demo`` only): ``default`` (16 blocks, trained once) or ``tiny``."""
+    quick: bool = False
+    """Smaller calibration, evaluation and load (a smoke run)."""
     drop_fraction: float = 0.25
     """Fraction of blocks to remove (rounded to the nearest whole block, at least one)."""
-    fast_search: str = "one_shot"
-    """The fast search (one evaluation per block)."""
-    thorough_search: str = "greedy"
-    """The thorough search (SLEB's iterative elimination)."""
-    samples: int = 32
-    """Calibration samples per objective."""
-    seq_len: int = 128
-    """Calibration sequence length in tokens."""
-    num_prompts: int = 48
-    """Load test: measured requests per model and round."""
-    output_len: int = 64
-    """Load test: generated tokens per request (ignore_eos)."""
-    rounds: int = 2
-    """Load test: interleaved rounds (drift between models cancels)."""
+    searches: tuple[str, ...] | None = None
+    """Searches per objective; None = the plan's (:data:`REAL_SEARCHES` or :data:`DEMO_SEARCHES`)."""
+    samples: int | None = None
+    """Calibration samples per objective; None = the plan's."""
+    seq_len: int | None = None
+    """Calibration sequence length in tokens; None = the plan's."""
+    eval_limit: int | None = None
+    """Held-out windows and items per model and task; None = the plan's."""
+    num_prompts: int | None = None
+    """Load test: measured requests per model and round; None = the plan's."""
+    output_len: int | None = None
+    """Load test: generated tokens per request; None = the plan's."""
+    rounds: int | None = None
+    """Load test: interleaved rounds; None = the plan's."""
     port: int = 8765
     """Gateway port (loopback only)."""
     out: Path = field(default_factory=lambda: home_dir() / "demo")
@@ -63,21 +208,82 @@ class DemoConfig:
     """``time.monotonic()`` when the demo began (each step heading shows the minutes since)."""
 
     def __post_init__(self):
-        if self.recipe not in ("default", "tiny"):
+        if self.recipe is not None and self.recipe not in DEMO_RECIPES:
             raise UserError(f"unknown recipe {self.recipe!r}; use default or tiny")
+        if self.model is None:
+            self.model = DEMO_MODEL if self.recipe is not None else DEFAULT_MODEL
+        if self.model == DEMO_MODEL:
+            self.recipe = self.recipe or "default"
+        elif self.recipe is not None:
+            raise UserError(
+                f"--recipe chooses the demo model's recipe: use it with --model demo, not {self.model}"
+            )
         if not 0 < self.drop_fraction < 1:
             raise UserError(f"--drop-fraction must be between 0 and 1, got {self.drop_fraction}")
         for name, value in (
             ("--samples", self.samples),
             ("--seq-len", self.seq_len),
+            ("--eval-limit", self.eval_limit),
             ("--num-prompts", self.num_prompts),
             ("--output-len", self.output_len),
             ("--rounds", self.rounds),
         ):
-            if value < 1:
+            if value is not None and value < 1:
                 raise UserError(f"{name} must be at least 1, got {value}")
+        if self.searches is not None:
+            self.searches = tuple(self.searches)
+            check_searches(self.searches)
         if not 1024 <= self.port <= 65535:
             raise UserError(f"--port must be in 1024..65535, got {self.port}")
+
+
+def check_searches(searches: tuple[str, ...]) -> None:
+    """A one-line :class:`UserError` unless every name is a search of ``pruning.search.SEARCHES``."""
+    from pruning.search import SEARCHES
+
+    if not searches:
+        raise UserError("--search: name at least one search")
+    unknown = [name for name in searches if name not in SEARCHES]
+    if unknown:
+        raise UserError(f"unknown search {unknown[0]!r}; choose from {', '.join(SEARCHES)}")
+
+
+def plan_demo(config: DemoConfig, num_blocks: int) -> DemoPlan:
+    """The plan of a demo run on a model of ``num_blocks`` blocks: the model's defaults, then the overrides.
+
+    Args:
+        config: the run's settings (model, quick, overrides).
+        num_blocks: N of the dense model (from its config).
+
+    Returns:
+        The :class:`DemoPlan`, with M = ``round(N * drop_fraction)`` (at least 1, at most N - 1).
+    """
+    demo = config.model == DEMO_MODEL
+    if demo:
+        sizes = DEMO_QUICK_SIZES if config.quick else DEMO_SIZES
+    else:
+        sizes = REAL_QUICK_SIZES if config.quick else REAL_SIZES
+    overrides = {
+        "text_samples": config.samples,
+        "choice_samples": config.samples,
+        "seq_len": config.seq_len,
+        "eval_limit": config.eval_limit,
+        "num_prompts": config.num_prompts,
+        "output_len": config.output_len,
+        "rounds": config.rounds,
+    }
+    sizes = replace(sizes, **{key: value for key, value in overrides.items() if value is not None})
+    if num_blocks < 2:
+        raise UserError(f"{config.model} has {num_blocks} block(s): depth pruning needs at least 2")
+    drop = min(num_blocks - 1, max(1, round(num_blocks * config.drop_fraction)))
+    return DemoPlan(
+        model=config.model,
+        num_blocks=num_blocks,
+        drop=drop,
+        data=dict(DEMO_DATA if demo else REAL_DATA),
+        searches=config.searches or (DEMO_SEARCHES if demo else REAL_SEARCHES),
+        sizes=sizes,
+    )
 
 
 def say(config: DemoConfig, message: str) -> None:
@@ -87,6 +293,7 @@ def say(config: DemoConfig, message: str) -> None:
 
 
 def build_model(config: DemoConfig) -> Path:
+    """The demo model's directory, trained on first use (``--model demo``)."""
     from depthprune.demo.model import ensure_demo_model, read_quality
     from depthprune.demo.recipe import DemoRecipe
 
@@ -98,49 +305,127 @@ def build_model(config: DemoConfig) -> Path:
     return directory
 
 
-def prune_variants(config: DemoConfig, model_dir: Path, registry) -> dict[str, list]:
-    """``objective -> [VariantOutcome of the fast search, of the thorough search]``; aliases the best."""
-    from transformers import AutoConfig
+def prepare_model(config: DemoConfig) -> Path | str:
+    """The checkpoint every step loads: the demo model, a GGUF's cached conversion, or the model as given."""
+    if config.model == DEMO_MODEL:
+        return build_model(config)
+    from pruning.model_sources import resolve_model
 
+    say(config, f"model {config.model} (a GGUF is converted once to float32, then reused from the cache)")
+    resolved = resolve_model(config.model)
+    source = resolved.source
+    described = f" (from {source.path}, sha256 {source.sha256[:16]})" if source is not None else ""
+    print(f"   {resolved.model}{described}", file=sys.stderr)
+    return resolved.model
+
+
+def read_num_blocks(model_dir: Path | str) -> int:
+    """N, the number of transformer blocks, from the model's config (no weights loaded)."""
+    from pruning.models import load_config
+
+    return int(load_config(str(model_dir)).num_hidden_layers)
+
+
+def prune_variants(config: DemoConfig, plan: DemoPlan, model_dir: Path | str, registry) -> dict[str, list]:
+    """``objective -> [VariantOutcome per search]``; aliases the best of each objective."""
     from pruning.calibration.objectives import CalibrationConfig
     from pruning.prune import PruneConfig, prune
 
-    num_blocks = AutoConfig.from_pretrained(model_dir).num_hidden_layers
-    drop = max(1, round(num_blocks * config.drop_fraction))
     outcomes = {}
-    for objective, data in OBJECTIVE_DATA.items():
+    for objective, data in plan.data.items():
         say(
             config,
-            f"prune {drop} of {num_blocks} blocks: {objective} on {data} "
-            f"({config.fast_search}, then {config.thorough_search})",
+            f"prune {plan.drop} of {plan.num_blocks} blocks: {objective} on {data} "
+            f"({', then '.join(plan.searches)})",
         )
         calibration = CalibrationConfig(
             objective=objective,
-            data=f"{data}@{model_dir}",
-            samples=config.samples,
-            seq_len=config.seq_len,
+            data=plan.calibration_data(objective, model_dir),
+            samples=plan.samples(objective),
+            seq_len=plan.sizes.seq_len,
             seed=0,
         )
         outcomes[objective] = prune(
             PruneConfig(
                 model=str(model_dir),
                 calibration=calibration,
-                drop=drop,
-                searches=(config.fast_search, config.thorough_search),
+                drop=plan.drop,
+                searches=plan.searches,
                 registry_url=config.registry_url,
             )
         )
+        for outcome in outcomes[objective]:
+            print(
+                f"   {outcome.search}: removed {outcome.removed_blocks}, calibration loss "
+                f"{outcome.calibration_loss:.3f} (dense {outcome.dense_loss:.3f}), "
+                f"{outcome.subset_evaluations} subset evaluations in {outcome.search_seconds:.0f} s",
+                file=sys.stderr,
+            )
         best = min(outcomes[objective], key=lambda outcome: outcome.calibration_loss)
         registry.set_alias(BEST_ALIAS[objective], best.name)
         print(f"   {BEST_ALIAS[objective]} -> {best.name} (removed {best.removed_blocks})", file=sys.stderr)
     return outcomes
 
 
-def evaluate(config: DemoConfig, names: list[str], registry) -> None:
+def served_names(registry, base_model: str) -> dict[str, str]:
+    """``dense`` and each best alias -> the name the gateway serves it under.
+
+    The alias itself while the registry holds one base model. With several (the demo model and SmolLM2 in
+    one home, say) ``dense`` and ``ppl-best`` are ambiguous, and a served name cannot carry ``@BASE``
+    (``loadtest --models`` reads ``NAME@URL``), so the demo adds aliases qualified by the base model's short
+    name (``ppl-best-smollm2-135m``) and serves those.
+    """
+    from registry.naming import model_slug
+
+    roles = ["dense", *BEST_ALIAS.values()]
+    if len(registry.base_models()) <= 1:
+        return {role: role for role in roles}
+    names = {}
+    for role in roles:
+        names[role] = f"{role}-{model_slug(base_model)}"
+        registry.set_alias(names[role], f"{role}@{base_model}")
+    return names
+
+
+def measured_as(outcomes: dict[str, list]) -> dict[str, str]:
+    """Variant name -> the variant whose evaluation it shows: the first with the same removed blocks.
+
+    Two searches (or two objectives) often pick the same blocks; the checkpoints are then the same model,
+    so it is evaluated once.
+    """
+    first_with: dict[tuple[int, ...], str] = {}
+    chosen = {}
+    for items in outcomes.values():
+        for outcome in items:
+            chosen[outcome.name] = first_with.setdefault(tuple(outcome.removed_blocks), outcome.name)
+    return chosen
+
+
+def evaluate(config: DemoConfig, plan: DemoPlan, dense: str, outcomes: dict[str, list], registry) -> None:
+    """Evaluate dense and every distinct variant on the plan's suite with the torch engine (recorded)."""
     from pruning.evaluation.suites import EvalSettings, evaluate_variants
 
-    say(config, f"evaluate {len(names)} models on the demo suites (held-out text perplexity, QA accuracy)")
-    evaluate_variants(names, EvalSettings(suites=("demo",), engine="torch"), registry)
+    twins = {name: measured for name, measured in measured_as(outcomes).items() if name != measured}
+    names = [dense, *[name for name, measured in measured_as(outcomes).items() if name == measured]]
+
+    if plan.is_demo_model:
+        what = "the demo suites (held-out text perplexity, QA accuracy)"
+    else:
+        limit = "every" if plan.sizes.eval_limit is None else f"{plan.sizes.eval_limit}"
+        what = (
+            f"the offline suite (pydoc test perplexity, {limit} windows x {plan.sizes.eval_seq_len} tokens; "
+            f"pydoc-cloze accuracy, {limit} items)"
+        )
+    say(config, f"evaluate {len(names)} models on {what}")
+    for name, measured in twins.items():
+        print(
+            f"   {name} removes the same blocks as {measured}: the same model, evaluated once",
+            file=sys.stderr,
+        )
+    settings = EvalSettings(
+        suites=(plan.suite,), engine="torch", seq_len=plan.sizes.eval_seq_len, limit=plan.sizes.eval_limit
+    )
+    evaluate_variants(names, settings, registry)
 
 
 @contextlib.contextmanager
@@ -193,41 +478,36 @@ def stop_process_group(process: subprocess.Popen, grace_s: float = 30.0) -> None
     process.wait()
 
 
-def load_test(config: DemoConfig, url: str, served: list[str], model_dir: Path) -> dict:
+def load_test_prompts(plan: DemoPlan, out: Path) -> str:
+    """``--prompts`` of the load test: the demo model's test text, or the pydoc test split written as JSONL.
+
+    Held-out text either way: the load test's prompts are never calibration data.
+    """
+    if plan.is_demo_model:
+        return "demo"
+    from pruning.calibration.offline_sources import pydoc_documents
+
+    path = out / "prompts-pydoc-test.jsonl"
+    lines = [json.dumps({"text": document.text}) for document in pydoc_documents("test")]
+    path.write_text("\n".join(lines) + "\n")
+    return str(path)
+
+
+def load_test(config: DemoConfig, plan: DemoPlan, url: str, served: list[str], model_dir: Path | str) -> dict:
+    """Run ``depthprune loadtest`` against the gateway; returns its saved result."""
+    sizes = plan.sizes
     say(
         config,
-        f"load test: {config.rounds} interleaved rounds of {config.num_prompts} requests x "
-        f"{config.output_len} tokens per model, all at once",
+        f"load test: {sizes.rounds} interleaved rounds of {sizes.num_prompts} requests x "
+        f"{sizes.output_len} tokens per model, all at once",
     )
     result_path = config.out / "loadtest.json"
-    command = [
-        sys.executable,
-        "-m",
-        "depthprune",
-        "loadtest",
-        "--target",
-        url,
-        "--models",
-        ",".join(served),
-        "--num-prompts",
-        str(config.num_prompts),
-        "--output-len",
-        str(config.output_len),
-        "--rounds",
-        str(config.rounds),
-        "--rate",
-        "inf",
-        "--warmup",
-        "2",
-        "--prompts",
-        "demo",
-        "--tokenizer",
-        str(model_dir),
-        "--save-result",
-        str(result_path),
-        "--report-dir",
-        str(config.out / "loadtest"),
-    ]
+    command = [sys.executable, "-m", "depthprune", "loadtest", "--target", url, "--models", ",".join(served)]
+    command += ["--num-prompts", str(sizes.num_prompts), "--input-len", str(sizes.input_len)]
+    command += ["--output-len", str(sizes.output_len), "--rounds", str(sizes.rounds)]
+    command += ["--rate", "inf", "--warmup", "2", "--prompts", load_test_prompts(plan, config.out)]
+    command += ["--tokenizer", str(model_dir), "--save-result", str(result_path)]
+    command += ["--report-dir", str(config.out / "loadtest")]
     if config.registry_url:
         command += ["--registry", config.registry_url]
     completed = subprocess.run(command, stdout=subprocess.DEVNULL, text=True)
@@ -236,10 +516,25 @@ def load_test(config: DemoConfig, url: str, served: list[str], model_dir: Path) 
     return json.loads(result_path.read_text())
 
 
-def summary_rows(outcomes: dict[str, list], registry, loadtest: dict, served: list[str]) -> list[dict]:
-    """One row per variant (dense first): what the final table and ``--json`` show."""
+def summary_rows(
+    outcomes: dict[str, list], registry, loadtest: dict, served: dict[str, str], plan: DemoPlan
+) -> list[dict]:
+    """One row per variant (dense first): what the final table and ``--json`` show.
+
+    Args:
+        outcomes: ``objective -> [VariantOutcome]`` of :func:`prune_variants`.
+        registry: the open registry (evaluations are read from it).
+        loadtest: the load test's saved result (its ``comparison`` against dense).
+        served: ``dense`` and each best alias -> the served name (:func:`served_names`).
+        plan: the run's plan (which tasks hold perplexity and accuracy).
+
+    Returns:
+        Rows with removed blocks, objective, search, calibration loss, held-out perplexity, accuracy
+        (``qa_accuracy``: the demo QA task or the pydoc cloze task) and the speed ratios to dense.
+    """
     comparison = loadtest.get("comparison", {})
-    by_alias = {registry.resolve(alias).name: alias for alias in served if alias != "dense"}
+    role_of = {registry.resolve(name).name: role for role, name in served.items() if role != "dense"}
+    measured = measured_as(outcomes)
     rows = [
         {
             "variant": "dense",
@@ -248,33 +543,38 @@ def summary_rows(outcomes: dict[str, list], registry, loadtest: dict, served: li
             "objective": "-",
             "search": "-",
             "calibration_loss": None,
-            **evaluation_metrics(registry, "dense"),
+            **evaluation_metrics(registry, served["dense"], plan),
             **speed_columns(None),
         }
     ]
     for objective, items in outcomes.items():
         for outcome in items:
-            alias = by_alias.get(outcome.name)
+            role = role_of.get(outcome.name)
             rows.append(
                 {
-                    "variant": alias or f"#{outcome.id}",
+                    "variant": role or f"#{outcome.id}",
                     "name": outcome.name,
                     "removed_blocks": outcome.removed_blocks,
                     "objective": objective,
                     "search": outcome.search,
                     "calibration_loss": outcome.calibration_loss,
-                    **evaluation_metrics(registry, outcome.name),
-                    **speed_columns(comparison.get(alias) if alias else None),
+                    **evaluation_metrics(registry, measured[outcome.name], plan),
+                    **speed_columns(comparison.get(served[role]) if role else None),
                 }
             )
     return rows
 
 
-def evaluation_metrics(registry, name: str) -> dict:
-    values = {(item.task, item.metric): item.value for item in registry.evaluations(name)}
-    perplexity = next((v for (task, metric), v in values.items() if metric == "perplexity"), None)
-    accuracy = next((v for (task, metric), v in values.items() if metric == "acc"), None)
-    return {"perplexity": perplexity, "qa_accuracy": accuracy}
+def evaluation_metrics(registry, name: str, plan: DemoPlan) -> dict:
+    """The latest held-out perplexity and accuracy (``acc``) of a variant on the plan's tasks."""
+    perplexity_task, accuracy_task = plan.tasks
+    latest = {}
+    for item in registry.evaluations(name):  # ordered by id within each task and metric
+        latest[(item.task, item.metric)] = item.value
+    return {
+        "perplexity": latest.get((perplexity_task, "perplexity")),
+        "qa_accuracy": latest.get((accuracy_task, "acc")),
+    }
 
 
 def speed_columns(comparison: dict | None) -> dict:
@@ -299,7 +599,8 @@ def speed_columns(comparison: dict | None) -> dict:
     }
 
 
-def print_table(rows: list[dict], out: Path) -> None:
+def print_table(rows: list[dict], out: Path, plan: DemoPlan) -> None:
+    """The final table, on stderr, wide enough for every column."""
     from rich.console import Console
     from rich.table import Table
 
@@ -308,22 +609,15 @@ def print_table(rows: list[dict], out: Path) -> None:
             return "-"
         return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
 
-    table = Table(title="depthprune demo: every variant against dense")
-    for column in (
-        "variant",
-        "removed",
-        "objective",
-        "search",
-        "calib. loss",
-        "ppl",
-        "QA acc",
-        "out tok/s ×",
-        "p50 E2E ×",
-        "p99 E2E ×",
-        "ideal ×",
-        "of ideal",
-    ):
-        table.add_column(column, justify="left" if column in ("variant", "objective", "search") else "right")
+    accuracy = "QA acc" if plan.is_demo_model else "cloze acc"
+    perplexity = "ppl" if plan.is_demo_model else "pydoc ppl"
+    model = f"{plan.model}, M = {plan.drop} of {plan.num_blocks}"
+    table = Table(title=f"depthprune demo: every variant against dense ({model})")
+    columns = ["variant", "removed", "objective", "search", "calib. loss", perplexity, accuracy]
+    columns += ["out tok/s ×", "p50 E2E ×", "p99 E2E ×", "ideal ×", "of ideal"]
+    for column in columns:
+        left = column in ("variant", "removed", "objective", "search")
+        table.add_column(column, justify="left" if left else "right", no_wrap=True)
     for row in rows:
         table.add_row(
             row["variant"],
@@ -340,7 +634,7 @@ def print_table(rows: list[dict], out: Path) -> None:
             fmt(row["fraction_of_ideal_speedup"], 2),
         )
     # Wide enough for every column even when stderr is a pipe (CI logs, `make demo | tee`).
-    console = Console(stderr=True, width=max(Console(stderr=True).width, 160))
+    console = Console(stderr=True, width=max(Console(stderr=True).width, 200))
     console.print(table)
     console.print(f"report and plots: {out / 'loadtest'}; summary: {out / 'summary.json'}")
     console.print(
@@ -355,40 +649,90 @@ def run_demo(config: DemoConfig) -> list[dict]:
 
     config.out.mkdir(parents=True, exist_ok=True)
     registry = open_registry(config.registry_url or default_registry_url())
-    model_dir = build_model(config)
-    outcomes = prune_variants(config, model_dir, registry)
-    evaluate(config, ["dense", *[outcome.name for items in outcomes.values() for outcome in items]], registry)
-    served = ["dense", *BEST_ALIAS.values()]
-    with gateway(config, served, config.out / "serve.log") as url:
-        loadtest = load_test(config, url, served, model_dir)
-    rows = summary_rows(outcomes, registry, loadtest, served)
+    model_dir = prepare_model(config)
+    plan = plan_demo(config, read_num_blocks(model_dir))
+    print(plan.describe(), file=sys.stderr, flush=True)
+    outcomes = prune_variants(config, plan, model_dir, registry)
+    base_model = registry.resolve(next(iter(outcomes.values()))[0].name).base_model
+    served = served_names(registry, base_model)
+    evaluate(config, plan, served["dense"], outcomes, registry)
+    with gateway(config, list(served.values()), config.out / "serve.log") as url:
+        loadtest = load_test(config, plan, url, list(served.values()), model_dir)
+    rows = summary_rows(outcomes, registry, loadtest, served, plan)
     (config.out / "summary.json").write_text(json.dumps(rows, indent=1) + "\n")
-    print_table(rows, config.out)
+    print_table(rows, config.out, plan)
     return rows
 
 
+ModelOption = Annotated[
+    str | None,
+    typer.Option(
+        help="smollm2-135m (the embedded real model), demo (the model trained here), or a checkpoint "
+        "directory, .gguf file or hub id (default: demo with --recipe, else smollm2-135m)."
+    ),
+]
+RecipeOption = Annotated[
+    str | None,
+    typer.Option(help="Demo model recipe: default (16 blocks) or tiny (seconds); implies --model demo."),
+]
+QuickOption = Annotated[
+    bool, typer.Option(help="Smaller calibration, evaluation and load (a smoke run, e.g. in CI).")
+]
+SearchOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Comma-separated searches per objective "
+        "(default: one_shot,block_influence; --model demo: one_shot,greedy)."
+    ),
+]
+
+
 def demo(
-    recipe: Annotated[
-        str, typer.Option(help="Demo model recipe: default (16 blocks) or tiny (seconds).")
-    ] = "default",
-    quick: Annotated[
-        bool, typer.Option(help="Smaller calibration and load (a smoke run, e.g. in CI).")
-    ] = False,
+    model: ModelOption = None,
+    recipe: RecipeOption = None,
+    quick: QuickOption = False,
+    drop_fraction: Annotated[
+        float, typer.Option(help="Fraction of the blocks to remove (M = round(N x it)).")
+    ] = 0.25,
+    search: SearchOption = None,
+    samples: Annotated[
+        int | None, typer.Option(help="Calibration samples per objective (default: the plan's).")
+    ] = None,
+    seq_len: Annotated[
+        int | None, typer.Option(help="Calibration tokens per sample (default: the plan's).")
+    ] = None,
+    eval_limit: Annotated[
+        int | None, typer.Option(help="Held-out windows and items per model and task (default: the plan's).")
+    ] = None,
     port: Annotated[int, typer.Option(help="Gateway port on 127.0.0.1.")] = 8765,
     out: Annotated[
-        Path | None, typer.Option(help="Report directory [default: DEPTHPRUNE_HOME/demo].")
+        Path | None, typer.Option(help="Report directory (default: DEPTHPRUNE_HOME/demo).")
     ] = None,
     registry: Annotated[
-        str | None, typer.Option(help="Registry URL [default: SQLite in DEPTHPRUNE_HOME].")
+        str | None, typer.Option(help="Registry URL (default: SQLite in DEPTHPRUNE_HOME).")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the final table as one JSON line.")] = False,
 ) -> None:
-    """Build the demo model, prune it under both objectives, evaluate, serve with vLLM and load-test it."""
-    settings = dict(recipe=recipe, port=port, registry_url=registry)
+    """Prune a real pretrained LLM (SmolLM2-135M) under both objectives, evaluate, serve with vLLM, load-test.
+
+    Prints the plan first (M, searches, calibration and evaluation sizes, load), then one heading per step
+    with the minutes so far, then one table. ``--model demo`` runs on the small model trained here instead.
+    """
+    searches = None if search is None else tuple(part.strip() for part in search.split(",") if part.strip())
+    settings = dict(
+        model=model,
+        recipe=recipe,
+        quick=quick,
+        drop_fraction=drop_fraction,
+        searches=searches,
+        samples=samples,
+        seq_len=seq_len,
+        eval_limit=eval_limit,
+        port=port,
+        registry_url=registry,
+    )
     if out is not None:
         settings["out"] = out
-    if quick:
-        settings.update(samples=8, seq_len=64, num_prompts=8, output_len=16, rounds=1)
     config = DemoConfig(**settings)
     rows = run_demo(config)
     print(f"demo finished in {time.monotonic() - config.started:.0f} s", file=sys.stderr)
