@@ -1,21 +1,30 @@
 """Prior-guided Bayesian optimisation on Optuna (the study's BO: 200 trials, 10 random initial trials).
 
 **Subset encoding.** A trial answers one categorical question per block, "remove block i?" (parameters
-``b00``, ``b01``, ... ∈ {0, 1}), and the answer is *repaired* to exactly M blocks by the prior: when more
-than M blocks say yes, the M of them with the lowest prior are removed; when fewer, the lowest-prior
-blocks among the others are added. Every trial therefore scores a valid set of exactly M blocks (no
-penalised infeasible region), TPE learns "block i tends to be removed" as a per-block distribution, and
-the prior breaks the ties that the cardinality constraint forces. Many answers decode to the same set;
-the evaluator's memo makes repeats free. (A continuous per-block score with top-M decoding was tried
-first: on the synthetic objectives of the tests it reached the optimum in 2 of 12 cases with 200 trials,
-against 9 of 12 for this encoding.)
+``b00``, ``b01``, ... ∈ {0, 1}), and the answer is *repaired* to exactly M blocks by a fixed ranking of
+the blocks: when more than M blocks say yes, the M of them ranked first are removed; when fewer, the
+first-ranked blocks among the others are added. Every trial therefore scores a valid set of exactly M
+blocks (no penalised infeasible region), and TPE learns "block i tends to be removed" as a per-block
+distribution. The repair ranking depends on ``prior_use``:
+
+* ``"paper"`` (default): a seeded random ranking, independent of the prior, so that the prior reaches the
+  search only through the enqueued trials below (the study's use: it seeds the surrogate);
+* ``"strong"`` (this project's earlier behaviour): the prior ranks themselves, so the prior also decides
+  every trial whose answers do not say exactly M yes.
+
+Many answers decode to the same set; the evaluator's memo makes repeats free, and ``options`` records
+``distinct_sets`` (how many different sets the trials scored) and ``duplicate_trials``. (A continuous
+per-block score with top-M decoding was tried first: on the synthetic objectives of the tests it reached
+the optimum in 2 of 12 cases with 200 trials, against 9 of 12 for this encoding.)
+
+**Protected blocks** (``--protect``) get no parameter: the encoding covers the eligible blocks only.
 
 **How the prior seeds the study.** Before any sampled trial, ``prior_trials`` trials are enqueued: the
 one-shot set (the M blocks with the lowest prior), then that set with its M-th ranked block swapped for
 the (M+j)-th, j = 1, 2, ... — the neighbourhood where one-shot's additivity assumption most likely errs.
 Then ``random_trials`` trials are drawn at random (TPE's startup phase), then TPE proposes the rest, up
-to ``trials`` in total. ``prior="random"`` uses a seeded random ranking instead (the control), for the
-enqueued trials and the repair alike.
+to ``trials`` in total. ``prior="random"`` uses a seeded random ranking instead (the control) for the
+enqueued trials (and, with ``prior_use="strong"``, the repair).
 
 **Resuming and parallel workers.** With ``storage`` (any Optuna storage URL: ``sqlite:///run.db``,
 ``postgresql+psycopg://...``) and ``study_name``, the study is created or loaded; the prior trials are
@@ -39,6 +48,8 @@ from pruning.search.base import (
     as_key,
     check_budget,
     check_prior_kind,
+    check_prior_use,
+    eligible_blocks,
     finish,
     normalised_prior,
     parse_options,
@@ -58,13 +69,16 @@ class Options:
     """Enqueued trials built from the prior: the one-shot set and its boundary swaps (0 = none)."""
     prior: str = "single_block"
     """``single_block`` (the study's prior) or ``random`` (a seeded random ranking: the control)."""
+    prior_use: str = "paper"
+    """``paper``: the prior seeds the surrogate (enqueued trials) only; ``strong``: it also repairs trials."""
     storage: str | None = None
     """Optuna storage URL for resuming and parallel workers; None = in memory."""
     study_name: str | None = None
-    """Study name in ``storage``; None = derived from M, seed and prior."""
+    """Study name in ``storage``; None = derived from N, M, seed, prior and prior_use."""
 
     def __post_init__(self):
         check_prior_kind(self.prior)
+        check_prior_use(self.prior_use)
         for name in ("trials", "random_trials", "prior_trials"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
@@ -78,30 +92,42 @@ def param_name(block: int) -> str:
     return f"b{block:02d}"
 
 
-def decode(answers: np.ndarray, ranks: np.ndarray, budget: int) -> frozenset[int]:
-    """The removal set of per-block yes/no answers, repaired to ``budget`` blocks by the prior ranks.
+def decode(answers: np.ndarray, ranks: np.ndarray, budget: int, blocks=None) -> frozenset[int]:
+    """The removal set of per-block yes/no answers, repaired to ``budget`` blocks by the repair ranks.
 
-    Yes-blocks come first, each group ordered by prior rank (ties: lower index); the first ``budget``
-    are removed.
+    Yes-blocks come first, each group ordered by rank (ties: lower index); the first ``budget`` are
+    removed. ``answers`` and ``ranks`` are per block of ``blocks`` (default: 0..len−1).
     """
+    blocks = np.arange(len(ranks)) if blocks is None else np.asarray(blocks)
     order = np.lexsort((np.arange(len(ranks)), ranks, 1 - np.asarray(answers)))
-    return as_key(order[:budget])
+    return as_key(blocks[order[:budget]])
 
 
-def prior_answers(ranks: np.ndarray, budget: int, count: int) -> list[dict[str, int]]:
-    """The enqueued trials: the one-shot set, then swaps of its M-th and (M+j)-th ranked blocks."""
-    num_blocks = len(ranks)
-    order = [int(block) for block in np.lexsort((np.arange(num_blocks), ranks))]
+def prior_answers(ranks: np.ndarray, budget: int, count: int, blocks=None) -> list[dict[str, int]]:
+    """The enqueued trials: the one-shot set, then swaps of its M-th and (M+j)-th ranked blocks.
+
+    ``ranks`` are per block of ``blocks`` (default: 0..len−1), the blocks that have a parameter.
+    """
+    blocks = list(range(len(ranks))) if blocks is None else [int(block) for block in blocks]
+    order = [blocks[position] for position in np.lexsort((np.arange(len(blocks)), ranks))]
     answers = []
     for swap in range(count):
         removed = set(order[:budget])
         if swap > 0:
             incoming = budget - 1 + swap
-            if incoming >= num_blocks:
+            if incoming >= len(blocks):
                 break
             removed = (removed - {order[budget - 1]}) | {order[incoming]}
-        answers.append({param_name(block): int(block in removed) for block in range(num_blocks)})
+        answers.append({param_name(block): int(block in removed) for block in blocks})
     return answers
+
+
+def repair_ranks(prior_ranks: np.ndarray, prior_use: str, seed: int) -> np.ndarray:
+    """The ranking that repairs a trial to M blocks: the prior's (``strong``) or a seeded random one."""
+    if prior_use == "strong":
+        return prior_ranks
+    # Its own stream: neither the search's sampler nor the random prior replays it.
+    return normalised_prior(np.random.default_rng([seed, 0xB0]).permutation(len(prior_ranks)))
 
 
 def open_study(settings: Options, study_name: str, enqueued: list[dict[str, int]], seed: int):
@@ -187,25 +213,32 @@ def search(
 
     settings = parse_options(Options, options, "bayesian")
     check_budget(objective, budget)
-    num_blocks = objective.num_blocks
-    ranks = normalised_prior(prior_scores(objective, settings.prior, seed))
-    study_name = settings.study_name or f"bayesian-n{num_blocks}-m{budget}-seed{seed}-{settings.prior}"
+    blocks = eligible_blocks(objective)
+    ranks = normalised_prior(prior_scores(objective, settings.prior, seed)[blocks])
+    repair = repair_ranks(ranks, settings.prior_use, seed)
+    protected = sorted(set(range(objective.num_blocks)) - set(blocks))
+    study_name = settings.study_name or (
+        f"bayesian-n{objective.num_blocks}-m{budget}-seed{seed}-{settings.prior}-{settings.prior_use}"
+        + (f"-protect{'.'.join(map(str, protected))}" if protected else "")
+    )
 
     optuna.logging.set_verbosity(logging.WARNING)
-    study = open_study(settings, study_name, prior_answers(ranks, budget, settings.prior_trials), seed)
+    enqueued = prior_answers(ranks, budget, settings.prior_trials, blocks)
+    study = open_study(settings, study_name, enqueued, seed)
 
     def objective_function(trial) -> float:
-        answers = np.array(
-            [trial.suggest_categorical(param_name(block), (0, 1)) for block in range(num_blocks)]
-        )
-        removed = decode(answers, ranks, budget)
+        answers = np.array([trial.suggest_categorical(param_name(block), (0, 1)) for block in blocks])
+        removed = decode(answers, repair, budget, blocks)
         trial.set_user_attr("removed_blocks", sorted(removed))
         return objective.score(removed)
 
     run_trials(study, objective_function, settings.trials, progress)
     history, best_removed = trial_history(study)
     result = finish(objective, best_removed, history, settings)
-    result.options["study_name"] = study_name
+    distinct = len({tuple(entry["removed"]) for entry in history})
+    result.options.update(
+        study_name=study_name, distinct_sets=distinct, duplicate_trials=len(history) - distinct
+    )
     if settings.storage is not None:
         # The options go to the registry: never store a database password there.
         from sqlalchemy.engine import make_url

@@ -3,6 +3,7 @@
 BI_i = 1 − mean over tokens of cos(h_in, h_out) on the calibration data (Men et al., 2024). It is the
 "structural view" baseline: it never looks at the calibration loss while choosing, only to report the
 chosen set's loss. Cost: one dense pass for the hidden states (done by the evaluator) plus one score.
+Protected blocks (``--protect``) are never chosen.
 """
 
 from __future__ import annotations
@@ -11,7 +12,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pruning.search.base import SearchResult, SubsetObjective, check_budget, finish, lowest, parse_options
+from pruning.search.base import (
+    SearchResult,
+    SubsetObjective,
+    check_budget,
+    finish,
+    lowest,
+    parse_options,
+    protected_blocks,
+)
 
 
 @dataclass
@@ -41,6 +50,8 @@ def search(
         raise ValueError(
             f"block_influence() returned shape {influence.shape}, expected ({objective.num_blocks},)"
         )
-    removed = lowest(influence, budget)
+    candidates = influence.copy()
+    candidates[sorted(protected_blocks(objective))] = np.inf
+    removed = lowest(candidates, budget)
     history = [{"step": 0, "block_influence": [float(value) for value in influence], "removed": removed}]
     return finish(objective, removed, history, settings)

@@ -22,6 +22,15 @@ solver falls back to a heuristic: ``restarts`` runs of steepest-descent swap loc
 the M blocks with the lowest diagonal energy plus random starts, keeping every local optimum;
 ``options["exact"]`` is then False and ``options["solver"]`` says ``"local_search"``, so the registry
 records that the surrogate optimum is not proven.
+
+**Not under ``kl``.** The KL divergence to the dense model is zero at the dense model and never negative,
+so every residual gradient of it is zero there: H = 0, every state has energy 0, and the "lowest" states
+would be the first ones enumerated ({0, 1, ..., M−1}), a meaningless mask. The CBO paper expands the
+model's own training loss, which has no such minimum at α = 1; it gives no gradient for a loss measured
+against the dense model. So CBO refuses the ``kl`` objective with a one-line error (before computing any
+gradient when the objective names its calibration objective, else when every gradient is zero).
+
+Protected blocks (``--protect``) are left out of the enumeration: H is restricted to the eligible blocks.
 """
 
 from __future__ import annotations
@@ -34,10 +43,32 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
-from pruning.search.base import SearchResult, SubsetObjective, as_key, check_budget, finish, parse_options
+from depthprune.errors import UserError
+from pruning.search.base import (
+    SearchResult,
+    SubsetObjective,
+    as_key,
+    check_budget,
+    eligible_blocks,
+    finish,
+    parse_options,
+)
 
 TAIL_SIZE = 3
 CHUNK_ELEMENTS = 4_000_000
+
+ZERO_GRADIENT_OBJECTIVES = frozenset({"kl"})
+"""Calibration objectives whose residual gradients vanish at the dense model (their minimum)."""
+
+KL_REFUSAL = (
+    "cbo cannot run under the kl objective: KL to the dense model is minimal at the dense model, so its "
+    "residual gradients and CBO's energy are zero for every set; use perplexity or task_margin, or "
+    "another search"
+)
+ZERO_REFUSAL = (
+    "cbo cannot run: every residual gradient of the objective is zero (the dense model is its minimum, "
+    "as for kl), so CBO's energy is zero for every set; use another objective or search"
+)
 
 
 @dataclass
@@ -190,6 +221,12 @@ def local_search_lowest(
     return sorted((energy, state) for state, energy in optima.items())[:keep]
 
 
+def calibration_objective(objective: SubsetObjective) -> str | None:
+    """The name of the calibration objective behind ``objective`` (the evaluator's ``config.objective``),
+    None for objectives that do not say (synthetic ones)."""
+    return getattr(getattr(objective, "config", None), "objective", None)
+
+
 def search(
     objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True, **options
 ) -> SearchResult:
@@ -205,21 +242,33 @@ def search(
     Returns:
         The re-ranked best state, its loss, and the kept states with energy and true loss as history;
         ``options`` records ``exact`` and ``solver``.
+
+    Raises:
+        UserError: a bad budget or option, or the ``kl`` objective (its gradients vanish: module doc).
     """
     settings = parse_options(Options, options, "cbo")
     check_budget(objective, budget)
-    hessian = energy_matrix(objective.residual_gradients())
+    if calibration_objective(objective) in ZERO_GRADIENT_OBJECTIVES:
+        raise UserError(KL_REFUSAL)
+    gradients = np.asarray(objective.residual_gradients(), dtype=np.float64)
+    if gradients.size and not np.any(gradients):
+        raise UserError(ZERO_REFUSAL)
+    hessian = energy_matrix(gradients)
     if hessian.shape != (objective.num_blocks, objective.num_blocks):
         raise ValueError(
             f"residual_gradients() has {hessian.shape[0]} columns, expected {objective.num_blocks}"
         )
-    exact = math.comb(objective.num_blocks, budget) <= settings.max_states
+    blocks = np.array(eligible_blocks(objective))
+    eligible_hessian = hessian[np.ix_(blocks, blocks)]
+    exact = math.comb(len(blocks), budget) <= settings.max_states
     if exact:
-        states = enumerate_lowest(hessian, budget, settings.keep, progress)
+        positions = enumerate_lowest(eligible_hessian, budget, settings.keep, progress)
     else:
-        states = local_search_lowest(
-            hessian, budget, settings.keep, settings.restarts, np.random.default_rng(seed), progress
+        positions = local_search_lowest(
+            eligible_hessian, budget, settings.keep, settings.restarts, np.random.default_rng(seed), progress
         )
+    # Positions among the eligible blocks back to block indices (the identity when none is protected).
+    states = [(energy, tuple(int(blocks[position]) for position in state)) for energy, state in positions]
     history = []
     for rank, (energy, state) in enumerate(states):
         history.append(

@@ -1,158 +1,291 @@
-"""EvoPress's (1+λ) evolutionary search with multi-step selection (Sieberling et al., 2024).
+"""EvoPress's evolutionary depth-pruning search, as published (Sieberling et al., 2024).
 
-One parent; each generation makes λ = ``offspring`` (32) children by swap mutations, each swapping
-``k`` removed blocks for ``k`` kept ones (k ~ Geometric(1/2), capped), so every child removes exactly M
-blocks. Selection runs in two steps, as EvoPress does with few tokens then many:
+It follows ``evo_drop_search.py`` of ``IST-DASLab/EvoPress`` with the settings of its
+``scripts/run_drop_search.sh`` (whole blocks dropped, as ``--drop_entire_block`` does):
 
-1. **Screen** all children cheaply and keep the ``survivors`` best;
-2. **Score** the survivors with the full calibration loss; the best replaces the parent if it is no
-   worse (elitist: the parent competes in the final step).
+1. **Random initial population.** ``initial`` (64) distinct random removal sets of M blocks; one selection
+   step on a random minibatch of ``initial_samples`` calibration samples keeps the ``population`` (1)
+   fittest. No prior is involved.
+2. **Offspring.** Each generation makes ``offspring`` (λ = 32) distinct children. A child copies a random
+   parent and flips min(randint(1, 3), randint(1, 3)) times (``max_mutations`` = 3, biased towards few
+   flips); a flip removes one kept block and restores one removed block (both drawn uniformly, the latter
+   before the flip), so every child removes exactly M blocks. A child equal to a parent or to an earlier
+   child is drawn again.
+3. **Multi-step selection.** Step k ranks the candidates by their loss on a fresh random minibatch of
+   ``samples_per_selection[k]`` calibration samples and keeps ``survivors_per_selection[k]``; the parents
+   join the last step (elitist). Defaults: 2 survivors on 1 sample, then 1 on 16.
+4. ``generations`` rounds; None (default) is the script's ⌊M·(E − M)/1.5⌋ (E blocks eligible, N unless some
+   are protected). The result is the first of the final population, scored on the full calibration set.
 
-The screen depends on what the objective offers (``screen`` option):
+**Units.** EvoPress counts calibration tokens: the script screens on 2,048 and re-scores on 32,768 of its
+131,072 tokens. The study's calibration is 64 windows of 2,048 tokens, also 131,072 tokens, so 1 and 16
+windows are exactly those two. Here a minibatch is whole samples (EvoPress cuts its last sequence to hit
+the token count); a step asking for every sample, or more, uses the full (memoised) calibration loss.
 
-* ``"objective"`` — the objective implements :class:`~pruning.search.base.ScreeningObjective`
-  (``screen_score``: the loss on a small fraction of the calibration data), EvoPress's own method;
-* ``"mixed"`` — the **approximation** used otherwise (the default evaluator offers no screening): half of
-  the survivors are the children with the lowest additive single-block surrogate Σ_{i∈S} (s_i − s_min),
-  free once the shared prior exists; the other half are drawn uniformly from the remaining children,
-  because the additive surrogate is blind to interactions between removed blocks and, used alone, keeps
-  the search next to the one-shot set (on the synthetic objectives of the tests: optimal in 9 of 12 cases
-  with ``"prior"`` alone, 10 of 12 with ``"mixed"`` or ``"random"``, 12 of 12 with ``"none"``);
-* ``"prior"`` / ``"random"`` — only the surrogate / only the uniform draw;
-* ``"none"`` — no screening: every child gets the full score (exact selection, up to λ evaluations per
-  generation, about 5× the evaluations of the screened variants).
+**Fitness** (``screen`` option) — how a selection step scores its candidates:
 
-``"auto"`` (default) picks ``"objective"`` when available, else ``"mixed"``. The first parent is the best
-of ``initial`` random sets (screened, then the survivors fully scored), since EvoPress starts from a
-random feasible point rather than from a prior.
+* ``"samples"`` — EvoPress's own: the loss on the step's random minibatch, from an objective that
+  implements :class:`~pruning.search.base.SampleScoringObjective` (``score_samples``);
+* ``"objective"`` — an objective that implements :class:`~pruning.search.base.ScreeningObjective`
+  (``screen_score``, a fixed cheap estimate) in every step but the last, the full loss in the last;
+* ``"mixed"``, ``"prior"``, ``"random"`` — **approximations** for an objective that can do neither (this
+  project's earlier screens): the steps before the last keep the children with the lowest additive
+  single-block surrogate Σ_{i∈S} (s_i − s_min) (``prior``), drawn at random (``random``), or half each
+  (``mixed``); the last step uses the full loss. They read the single-block prior, which EvoPress never does;
+* ``"none"`` — the full calibration loss in every step (exact selection; up to λ full scores a generation).
+
+``"auto"`` (default) picks ``samples``, else ``objective``, else ``none`` (exact selection: EvoPress's
+steps with every sample; the approximations stay opt-in because EvoPress never reads a prior);
+``options["screen"]`` records the one used, ``options["generations"]`` the number run, and
+``options["minibatch_scores"]`` how many (set, sample) losses the minibatches cost.
+
+Protected blocks (``--protect``) are never drawn: neither in the initial sets nor by a flip.
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 from tqdm.auto import tqdm
 
+from depthprune.errors import UserError
 from pruning.search.base import (
+    SampleScoringObjective,
     ScreeningObjective,
     SearchResult,
     SubsetObjective,
     as_key,
     check_budget,
+    eligible_blocks,
     finish,
     parse_options,
 )
 
-SCREENS = ("auto", "objective", "prior", "random", "mixed", "none")
+SCREENS = ("auto", "samples", "objective", "mixed", "prior", "random", "none")
+DRAW_ATTEMPTS = 50
+"""Draws per wanted set before giving up on finding that many distinct ones (tiny search spaces)."""
+
+
+def _positive_integers(name: str, values) -> tuple[int, ...]:
+    if isinstance(values, int) and not isinstance(values, bool):
+        values = (values,)
+    if not isinstance(values, (list, tuple)) or not values:
+        raise ValueError(f"{name} must be a non-empty list of positive integers, got {values!r}")
+    if any(isinstance(value, bool) or not isinstance(value, int) or value < 1 for value in values):
+        raise ValueError(f"{name} must be positive integers, got {values!r}")
+    return tuple(values)
 
 
 @dataclass
 class Options:
-    """Settings of the (1+λ) evolutionary search (defaults: EvoPress's offspring count)."""
+    """Settings of EvoPress (defaults: ``scripts/run_drop_search.sh``)."""
 
+    population: int = 1
+    """Parents kept from one generation to the next (``--population_size``)."""
     offspring: int = 32
-    """λ, children per generation."""
-    generations: int = 50
-    """Generations after the initial parent is chosen."""
-    survivors: int = 4
-    """Children that pass the screen and get the full calibration score."""
-    initial: int = 16
-    """Random sets screened to choose the first parent."""
+    """λ, children per generation (``--offspring``)."""
+    generations: int | None = None
+    """Generations; None = ⌊M·(E − M)/1.5⌋ (the script's rule, E the eligible blocks)."""
+    initial: int = 64
+    """Random sets drawn for the initial selection (``--initially_generated``)."""
+    initial_samples: int = 1
+    """Calibration samples of the initial selection's minibatch (``--initial_tokens`` 2048)."""
+    survivors_per_selection: tuple[int, ...] = (2, 1)
+    """Candidates kept by each selection step; the last equals ``population``."""
+    samples_per_selection: tuple[int, ...] = (1, 16)
+    """Calibration samples of each step's minibatch (``--tokens_per_selection`` 2048 32768)."""
+    max_mutations: int = 3
+    """A child flips min(randint(1, k), randint(1, k)) blocks, k = this."""
     screen: str = "auto"
-    """``auto``, ``objective`` (screen_score), ``mixed``, ``prior``, ``random`` or ``none`` (module doc)."""
+    """How a step scores: auto, samples, objective, mixed, prior, random or none (module doc)."""
 
     def __post_init__(self):
-        for name in ("offspring", "survivors", "initial"):
+        for name in ("population", "offspring", "initial", "initial_samples", "max_mutations"):
             value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if not isinstance(self.generations, int) or self.generations < 0:
-            raise ValueError(f"generations must be a non-negative integer, got {self.generations!r}")
+        generations = self.generations
+        if generations is not None and (
+            isinstance(generations, bool) or not isinstance(generations, int) or generations < 0
+        ):
+            raise ValueError(f"generations must be a non-negative integer or null, got {generations!r}")
+        self.survivors_per_selection = _positive_integers(
+            "survivors_per_selection", self.survivors_per_selection
+        )
+        self.samples_per_selection = _positive_integers("samples_per_selection", self.samples_per_selection)
+        if len(self.survivors_per_selection) != len(self.samples_per_selection):
+            raise ValueError("survivors_per_selection and samples_per_selection must have the same length")
+        if self.survivors_per_selection[-1] != self.population:
+            raise ValueError(
+                f"the last selection step must keep population={self.population} candidates, "
+                f"got survivors_per_selection={list(self.survivors_per_selection)}"
+            )
+        if self.initial < self.population:
+            raise ValueError(f"initial must be at least population={self.population}, got {self.initial}")
         if self.screen not in SCREENS:
             raise ValueError(f"screen must be one of {', '.join(SCREENS)}, got {self.screen!r}")
 
 
-def mutate(rng: np.random.Generator, parent: frozenset[int], num_blocks: int) -> frozenset[int]:
-    """Swap k removed blocks for k kept blocks, k ~ Geometric(1/2) capped at min(M, N − M)."""
-    removed = sorted(parent)
-    kept = [block for block in range(num_blocks) if block not in parent]
-    swaps = min(int(rng.geometric(0.5)), len(removed), len(kept))
-    leaving = rng.choice(removed, size=swaps, replace=False)
-    arriving = rng.choice(kept, size=swaps, replace=False)
-    return as_key((set(removed) - set(leaving.tolist())) | set(arriving.tolist()))
+def default_generations(budget: int, eligible: int) -> int:
+    """The script's number of generations, ⌊M·(E − M)/1.5⌋ (at least 1)."""
+    return max(1, int(budget * (eligible - budget) / 1.5))
+
+
+def mutate(
+    rng: np.random.Generator, parent: frozenset[int], eligible: list[int], max_mutations: int
+) -> frozenset[int]:
+    """EvoPress's mutation: min(randint(1, k), randint(1, k)) flips, each removing a kept block and
+    restoring a removed one (drawn before the flip), so the child removes as many blocks as the parent."""
+    removed = set(parent)
+    flips = min(int(rng.integers(1, max_mutations + 1)), int(rng.integers(1, max_mutations + 1)))
+    for _ in range(flips):
+        kept = [block for block in eligible if block not in removed]
+        if not kept:  # every eligible block is removed: nothing can come in
+            break
+        newly_removed = kept[int(rng.integers(len(kept)))]
+        restored = sorted(removed)[int(rng.integers(len(removed)))]
+        removed.add(newly_removed)
+        removed.discard(restored)
+    return as_key(removed)
+
+
+def draw_distinct(draw: Callable[[], frozenset[int]], count: int, exclude=()) -> list[frozenset[int]]:
+    """Up to ``count`` distinct sets from ``draw``, none in ``exclude`` (fewer when the space runs out)."""
+    found: dict[frozenset[int], None] = {}
+    excluded = set(exclude)
+    for _ in range(count * DRAW_ATTEMPTS):
+        if len(found) == count:
+            break
+        candidate = draw()
+        if candidate not in excluded:
+            found.setdefault(candidate)
+    return list(found)
+
+
+def choose_screen(objective: SubsetObjective, screen: str) -> str:
+    """The screen ``auto`` stands for on this objective; a screen it cannot serve is a ValueError."""
+    if screen == "auto":
+        if isinstance(objective, SampleScoringObjective):
+            return "samples"
+        return "objective" if isinstance(objective, ScreeningObjective) else "none"
+    if screen == "samples" and not isinstance(objective, SampleScoringObjective):
+        raise ValueError("screen='samples' needs an objective with score_samples() and num_samples")
+    if screen == "objective" and not isinstance(objective, ScreeningObjective):
+        raise ValueError("screen='objective' needs an objective with screen_score()")
+    return screen
+
+
+class Selection:
+    """EvoPress's selection steps on one objective, with the fitness ``screen`` asks for."""
+
+    def __init__(self, objective: SubsetObjective, screen: str, rng: np.random.Generator):
+        self.objective = objective
+        self.screen = screen
+        self.rng = rng
+        self.minibatch_scores = 0
+        """(set, sample) losses computed on minibatches."""
+        if screen in ("mixed", "prior"):
+            prior = np.asarray(objective.single_block_scores(), dtype=np.float64)
+            self.increments = prior - prior.min()
+
+    def fitness(self, candidates: list[frozenset[int]], samples: int, last: bool) -> dict:
+        """Each candidate's loss for one step, all on the same fresh minibatch (``samples`` screen), on the
+        objective's screen (``objective``, not in the last step) or on the full calibration set."""
+        if self.screen == "samples" and samples < int(self.objective.num_samples):
+            total = int(self.objective.num_samples)
+            minibatch = sorted(int(index) for index in self.rng.choice(total, size=samples, replace=False))
+            self.minibatch_scores += samples * len(candidates)
+            return {candidate: self.objective.score_samples(candidate, minibatch) for candidate in candidates}
+        if self.screen == "objective" and not last:
+            return {candidate: self.objective.screen_score(candidate) for candidate in candidates}
+        return {candidate: self.objective.score(candidate) for candidate in candidates}
+
+    def approximate(self, candidates: list[frozenset[int]], survivors: int) -> list:
+        """A step of the approximate screens: by the additive surrogate, at random, or half each."""
+        additive = {candidate: float(sum(self.increments[b] for b in candidate)) for candidate in candidates}
+        by_surrogate = sorted(candidates, key=lambda candidate: (additive[candidate], sorted(candidate)))
+        chosen = {"prior": survivors, "random": 0, "mixed": survivors // 2}[self.screen]
+        kept = by_surrogate[:chosen]
+        others = [candidate for candidate in candidates if candidate not in kept]
+        drawn = [others[index] for index in self.rng.permutation(len(others))[: survivors - len(kept)]]
+        return [(additive.get(candidate, math.nan), candidate) for candidate in kept + drawn]
+
+    def step(self, candidates: list[frozenset[int]], survivors: int, samples: int, last: bool) -> list:
+        """The ``survivors`` fittest candidates, fittest first, as ``(fitness, set)``."""
+        if self.screen in ("mixed", "prior", "random") and not last:
+            return self.approximate(candidates, survivors)
+        fitness = self.fitness(candidates, samples, last)
+        ranked = sorted(candidates, key=lambda candidate: (fitness[candidate], sorted(candidate)))
+        return [(fitness[candidate], candidate) for candidate in ranked[:survivors]]
 
 
 def search(
     objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True, **options
 ) -> SearchResult:
-    """Run (1+λ) evolution with screen-then-score selection.
+    """Run EvoPress: random initial population, swap mutations, multi-step selection.
 
     Args:
-        objective: scores removal sets (lower is better); may implement ``screen_score``.
+        objective: scores removal sets (lower is better); may implement ``score_samples`` or ``screen_score``.
         budget: M, the number of blocks to remove.
-        seed: seeds initialisation and mutations.
+        seed: seeds the initial sets, mutations and minibatches.
         progress: show a progress bar over generations.
         **options: see :class:`Options`.
 
     Returns:
-        The final parent (the best set fully scored), its loss, and per generation the parent's loss;
-        ``options["screen"]`` records the screen actually used.
+        The final population's first set, its full calibration loss, and per generation the leading parent
+        and its fitness in the last selection step; ``options`` records the screen and generations used.
     """
     settings = parse_options(Options, options, "evolution")
     check_budget(objective, budget)
-    num_blocks = objective.num_blocks
+    try:
+        screen = choose_screen(objective, settings.screen)
+    except ValueError as error:
+        raise UserError(f"bad option for search 'evolution': {error}") from None
     rng = np.random.default_rng(seed)
-    screen = settings.screen
-    if screen == "auto":
-        screen = "objective" if isinstance(objective, ScreeningObjective) else "mixed"
-    if screen == "objective" and not isinstance(objective, ScreeningObjective):
-        raise ValueError("screen='objective' needs an objective with screen_score()")
-    if screen in ("prior", "mixed"):
-        prior = np.asarray(objective.single_block_scores(), dtype=np.float64)
-        increments = prior - prior.min()
+    eligible = eligible_blocks(objective)
+    selection = Selection(objective, screen, rng)
+    space = math.comb(len(eligible), budget)
 
-    def screened(candidates: list[frozenset[int]]) -> list[frozenset[int]]:
-        unique = list(dict.fromkeys(candidates))
-        if screen == "none":
-            return unique
-        if screen == "objective":
-            cheap = {candidate: objective.screen_score(candidate) for candidate in unique}
-        elif screen == "random":
-            cheap = {candidate: float(rng.random()) for candidate in unique}
-        elif screen == "mixed":
-            half = settings.survivors // 2
-            additive = {
-                candidate: float(sum(increments[block] for block in candidate)) for candidate in unique
-            }
-            chosen = sorted(unique, key=lambda candidate: (additive[candidate], sorted(candidate)))[:half]
-            others = [candidate for candidate in unique if candidate not in chosen]
-            drawn = rng.permutation(len(others))[: settings.survivors - half]
-            return chosen + [others[index] for index in drawn]
-        else:
-            cheap = {candidate: float(sum(increments[block] for block in candidate)) for candidate in unique}
-        ranked = sorted(unique, key=lambda candidate: (cheap[candidate], sorted(candidate)))
-        return ranked[: settings.survivors]
+    def random_set() -> frozenset[int]:
+        return as_key(rng.choice(eligible, size=budget, replace=False))
 
-    def best_of(candidates: list[frozenset[int]]) -> tuple[float, frozenset[int]]:
-        return min(
-            ((objective.score(candidate), candidate) for candidate in candidates),
-            key=lambda item: (item[0], sorted(item[1])),
+    starts = draw_distinct(random_set, min(settings.initial, space))
+    if screen == "samples":
+        initial_steps = [(settings.population, settings.initial_samples)]
+    else:
+        initial_steps = list(zip(settings.survivors_per_selection, settings.samples_per_selection))
+    population = _select(selection, starts, initial_steps, [])
+    generations = settings.generations
+    if generations is None:
+        generations = default_generations(budget, len(eligible))
+    history = [{"generation": 0, "removed": sorted(population[0][1]), "fitness": population[0][0]}]
+    steps = list(zip(settings.survivors_per_selection, settings.samples_per_selection))
+    for generation in tqdm(range(1, generations + 1), desc="evolution", disable=not progress, leave=False):
+        parents = [candidate for _, candidate in population]
+
+        def child() -> frozenset[int]:
+            parent = parents[int(rng.integers(len(parents)))]
+            return mutate(rng, parent, eligible, settings.max_mutations)
+
+        children = draw_distinct(child, settings.offspring, exclude=parents)
+        population = _select(selection, children, steps, parents)
+        history.append(
+            {"generation": generation, "removed": sorted(population[0][1]), "fitness": population[0][0]}
         )
-
-    starts = [as_key(rng.choice(num_blocks, size=budget, replace=False)) for _ in range(settings.initial)]
-    parent_loss, parent = best_of(screened(starts))
-    history = [{"generation": 0, "removed": sorted(parent), "loss": parent_loss}]
-    for generation in tqdm(
-        range(1, settings.generations + 1), desc="evolution", disable=not progress, leave=False
-    ):
-        children = [mutate(rng, parent, num_blocks) for _ in range(settings.offspring)]
-        survivors = [child for child in screened(children) if child != parent]
-        if survivors:
-            child_loss, child = best_of(survivors)
-            if child_loss <= parent_loss:
-                parent_loss, parent = child_loss, child
-        history.append({"generation": generation, "removed": sorted(parent), "loss": parent_loss})
-    result = finish(objective, parent, history, settings)
-    result.options["screen"] = screen
+    result = finish(objective, population[0][1], history, settings)
+    result.options.update(screen=screen, generations=generations, minibatch_scores=selection.minibatch_scores)
     return result
+
+
+def _select(selection: Selection, candidates: list, steps: list[tuple[int, int]], parents: list) -> list:
+    """Multi-step selection; the ``parents`` join the last step (elitist). Returns ``(fitness, set)``s."""
+    for number, (survivors, samples) in enumerate(steps):
+        last = number == len(steps) - 1
+        if last:
+            candidates = candidates + [parent for parent in parents if parent not in candidates]
+        candidates_and_fitness = selection.step(candidates, survivors, samples, last)
+        candidates = [candidate for _, candidate in candidates_and_fitness]
+    return candidates_and_fitness

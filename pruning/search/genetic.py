@@ -6,11 +6,14 @@ is a removal set of exactly M blocks; every operator preserves that cardinality.
 How the prior guides it (``prior="single_block"``: the single-block ablation losses; ``prior="random"``:
 a seeded random ranking, the control the study lacked):
 
-* **Seeding.** Individual 0 of the first population is the one-shot solution (the M blocks with the
-  lowest prior). The others are drawn without replacement with probabilities softmax(−rank/τ) over the
-  prior ranks (τ = ``temperature``), so low-prior blocks are likely but every block is possible.
-* **Mutation bias.** Each removed block is swapped out with probability ``mutation``; its replacement is
-  drawn from the kept blocks with the same prior-biased probabilities.
+* **Seeding** (always). Individual 0 of the first population is the one-shot solution (the M blocks
+  with the lowest prior). The others are drawn without replacement with probabilities softmax(−rank/τ)
+  over the prior ranks (τ = ``temperature``), so low-prior blocks are likely but every block is possible.
+* **Mutation.** Each removed block is swapped out with probability ``mutation`` for a kept block. With
+  ``prior_use="paper"`` (default) the replacement is drawn uniformly: the study's prior biases the initial
+  population and nothing else, so the random-prior control differs from it in the seeding alone. With
+  ``prior_use="strong"`` (this project's earlier behaviour) the replacement is drawn with the same
+  prior-biased probabilities as the seeding, so the prior steers every generation.
 
 Selection is a size-``tournament`` tournament on the calibration loss; crossover keeps the blocks both
 parents remove and fills the rest from the blocks only one parent removes, uniformly at random. The
@@ -18,6 +21,9 @@ best ``round(elitism · population)`` individuals pass unchanged to the next gen
 duplicate an individual already in the next population are re-drawn (a few tries), because the memo
 makes duplicates free but useless. Generation 0 is the seeded population; ``generations`` rounds of
 breeding follow, so at most population + generations · (population − elites) distinct sets are scored.
+
+Protected blocks (``--protect``, :class:`~pruning.search.base.ProtectedObjective`) get zero probability in
+the seeding and the mutation, and crossover only mixes its parents' blocks, so no individual removes one.
 """
 
 from __future__ import annotations
@@ -33,6 +39,8 @@ from pruning.search.base import (
     as_key,
     check_budget,
     check_prior_kind,
+    check_prior_use,
+    eligible_blocks,
     finish,
     lowest,
     parse_options,
@@ -59,9 +67,12 @@ class Options:
     """Softness of the prior bias: weights ∝ exp(−rank/temperature), rank in [0, 1]."""
     prior: str = "single_block"
     """``single_block`` (the study's prior) or ``random`` (a seeded random ranking: the control)."""
+    prior_use: str = "paper"
+    """``paper``: the prior biases the initial population only; ``strong``: also every mutation."""
 
     def __post_init__(self):
         check_prior_kind(self.prior)
+        check_prior_use(self.prior_use)
         if not isinstance(self.population, int) or self.population < 2:
             raise ValueError(f"population must be an integer >= 2, got {self.population!r}")
         if not 0 <= self.elitism < 1:
@@ -88,11 +99,16 @@ def _crossover(rng: np.random.Generator, first: frozenset[int], second: frozense
 
 
 def _mutate(rng: np.random.Generator, child: frozenset[int], weights: np.ndarray, rate: float):
+    """Swap each removed block, with probability ``rate``, for a kept block drawn by ``weights``."""
     removed = set(child)
     for block in sorted(child):
         if rng.random() >= rate:
             continue
-        kept = np.array([other for other in range(len(weights)) if other not in removed])
+        kept = np.array(
+            [other for other in range(len(weights)) if other not in removed and weights[other] > 0]
+        )
+        if not len(kept):  # every eligible block is removed: nothing to swap in
+            continue
         probabilities = weights[kept] / weights[kept].sum()
         replacement = int(rng.choice(kept, p=probabilities))
         removed.discard(block)
@@ -100,10 +116,20 @@ def _mutate(rng: np.random.Generator, child: frozenset[int], weights: np.ndarray
     return as_key(removed)
 
 
+def eligible_weights(objective: SubsetObjective, weights: np.ndarray) -> np.ndarray:
+    """``weights`` with the protected blocks at zero, renormalised (unchanged when none is protected)."""
+    eligible = eligible_blocks(objective)
+    if len(eligible) == len(weights):
+        return weights
+    masked = np.zeros_like(weights)
+    masked[eligible] = weights[eligible]
+    return masked / masked.sum()
+
+
 def search(
     objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True, **options
 ) -> SearchResult:
-    """Evolve a population of size-M removal sets, seeded and mutated under the prior.
+    """Evolve a population of size-M removal sets, seeded under the prior (and, ``strong``, mutated under it).
 
     Args:
         objective: scores removal sets (lower is better).
@@ -119,10 +145,12 @@ def search(
     check_budget(objective, budget)
     rng = np.random.default_rng(seed)
     scores = prior_scores(objective, settings.prior, seed)
-    weights = removal_weights(scores, settings.temperature)
-    num_blocks = objective.num_blocks
+    weights = eligible_weights(objective, removal_weights(scores, settings.temperature))
+    uniform = eligible_weights(objective, np.full(objective.num_blocks, 1 / objective.num_blocks))
+    mutation_weights = weights if settings.prior_use == "strong" else uniform
+    ranked = np.where(weights > 0, scores, np.inf)  # the one-shot set among the eligible blocks
     # No more distinct individuals exist than C(N, M); stop re-drawing duplicates after a few tries.
-    population = [as_key(lowest(scores, budget))]
+    population = [as_key(lowest(ranked, budget))]
     for _ in range(settings.population * 20):
         if len(population) == settings.population:
             break
@@ -130,7 +158,7 @@ def search(
         if candidate not in population:
             population.append(candidate)
     while len(population) < settings.population:
-        population.append(_sample_set(rng, np.full(num_blocks, 1 / num_blocks), budget))
+        population.append(_sample_set(rng, uniform, budget))
 
     elites = max(1, round(settings.elitism * settings.population))
     history: list[dict] = []
@@ -160,7 +188,7 @@ def search(
         while len(next_population) < settings.population:
             for _ in range(10):
                 child = _crossover(rng, pick_parent(), pick_parent(), budget)
-                child = _mutate(rng, child, weights, settings.mutation)
+                child = _mutate(rng, child, mutation_weights, settings.mutation)
                 if child not in next_population:
                     break
             next_population.append(child)

@@ -12,7 +12,8 @@ chosen set's loss. It follows ``get_pruned_layer_lorp`` and ``_capture_sim_and_c
    assign_labels="kmeans")`` on (S + 1) / 2 with a unit diagonal (the seed is LoRP's ``random_state``, whose
    default 0 is our default seed); cluster ids re-indexed by the depth of their first block.
 4. Blocks 0 and N−1 are protected (``protect_first`` / ``protect_last``): never candidates, but still members
-   of their clusters for every mean below.
+   of their clusters for every mean below. Blocks protected by ``--protect`` (the objective's ``protected``)
+   are added to them.
 5. In each cluster the eligible blocks are ranked once, by their mean similarity to the other members of the
    full cluster (highest first; a stable sort, so ties go to the lower block index).
 6. Stage 1: the top block of each cluster, clusters in depth order, while the budget lasts.
@@ -49,7 +50,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from depthprune.errors import UserError
-from pruning.search.base import SearchResult, SubsetObjective, check_budget, finish, parse_options
+from pruning.search.base import (
+    SearchResult,
+    SubsetObjective,
+    check_budget,
+    finish,
+    parse_options,
+    protected_blocks,
+)
 
 
 @dataclass
@@ -255,8 +263,10 @@ def search(
     settings = parse_options(Options, options, "lorp")
     check_budget(objective, budget)
     num_blocks = objective.num_blocks
-    protected = ({0} if settings.protect_first else set()) | (
-        {num_blocks - 1} if settings.protect_last else set()
+    protected = (
+        ({0} if settings.protect_first else set())
+        | ({num_blocks - 1} if settings.protect_last else set())
+        | set(protected_blocks(objective))
     )
     if num_blocks - len(protected) < budget:
         raise UserError(

@@ -14,6 +14,8 @@ blocks are kept; the state after the last block is never used. Deviations: the p
 never-scored 0.0 for s = 0, which would win only if every scored cosine were ≤ 0 (or, when no start is
 allowed, remove blocks 0..M−1); here s = 0 is never chosen and no allowed start is a one-line error. S is
 averaged per token over our calibration data and computed in float32, as described in :mod:`.lorp`.
+Blocks protected by ``--protect`` are never in the run: starts whose run holds one are not scored (block 0
+and the last block never are anyway).
 """
 
 from __future__ import annotations
@@ -23,7 +25,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from depthprune.errors import UserError
-from pruning.search.base import SearchResult, SubsetObjective, check_budget, finish, parse_options
+from pruning.search.base import (
+    SearchResult,
+    SubsetObjective,
+    check_budget,
+    finish,
+    parse_options,
+    protected_blocks,
+)
 from pruning.search.lorp import similarity_matrix
 
 
@@ -64,11 +73,18 @@ def search(
     settings = parse_options(Options, options, "streamline")
     check_budget(objective, budget)
     num_blocks = objective.num_blocks
-    starts = range(1, num_blocks - budget - settings.latter_barrier + 1)
+    protected = protected_blocks(objective)
+    starts = [
+        start
+        for start in range(1, num_blocks - budget - settings.latter_barrier + 1)
+        if protected.isdisjoint(range(start, start + budget))
+    ]
     if not starts:
+        extra = f" and blocks {sorted(protected)}" if protected else ""
         raise UserError(
-            f"streamline cannot remove {budget} contiguous blocks of {num_blocks} keeping block 0 and the "
-            f"last {settings.latter_barrier}: choose M <= {num_blocks - 1 - settings.latter_barrier}"
+            f"streamline cannot remove {budget} contiguous blocks of {num_blocks} keeping block 0, the "
+            f"last {settings.latter_barrier}{extra}: choose M <= {num_blocks - 1 - settings.latter_barrier}"
+            + (" and a run free of the protected blocks" if protected else "")
         )
     similarity = similarity_matrix(objective)
     scores = [float(similarity[start, start + budget]) for start in starts]
@@ -78,5 +94,5 @@ def search(
         {"step": 0, "starts": list(starts), "boundary_similarity": scores, "start": best, "removed": removed}
     ]
     result = finish(objective, removed, history, settings)
-    result.options.update(start=best, boundary_similarity=scores[best - starts[0]])
+    result.options.update(start=best, boundary_similarity=scores[starts.index(best)])
     return result
