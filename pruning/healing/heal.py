@@ -29,6 +29,7 @@ from pruning.checkpoint import PRUNING_FILE
 from pruning.healing.config import HealConfig
 from pruning.healing.data import HealingData, load_healing_data
 from pruning.healing.state import DONE_FILE, RUN_FILE, STATE_FILE, TrainingState, run_directory, write_json
+from registry.naming import DENSE, split_qualified
 from registry.records import VariantInfo, VariantRecord
 
 PARENT_RECORD_FIELDS = (
@@ -85,12 +86,16 @@ class HealPlan:
 
 
 def _resolve_parent(registry, config: HealConfig) -> VariantInfo:
+    # `dense` (of any base model) is refused by name first: with several base models registered, resolving
+    # it would fail as ambiguous, which hides the real mistake.
+    dense_error = UserError(
+        f"{config.variant!r} is the dense base model; heal a pruned variant (see `depthprune variants list`)"
+    )
+    if split_qualified(config.variant)[0] == DENSE:
+        raise dense_error
     parent = registry.resolve(config.variant)
     if parent.is_dense:
-        raise UserError(
-            f"{config.variant!r} is the dense base model; heal a pruned variant "
-            "(see `depthprune variants list`)"
-        )
+        raise dense_error
     registry.verify_checkpoint(parent)
     if not (Path(parent.checkpoint_path) / PRUNING_FILE).is_file():
         raise UserError(f"checkpoint {parent.checkpoint_path} of {parent.name!r} has no {PRUNING_FILE}")
