@@ -52,6 +52,25 @@ MemoryBudgetOption = Annotated[
 ]
 """Memory of the subset scorer's boundary cache."""
 
+ProtectOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Blocks no search may remove, comma-separated: first, last or block indices (SLEB, PuDDing and "
+        "LoRP keep first,last). Default: none."
+    ),
+]
+"""``prune --protect``, ``study --protect``."""
+
+TimingOption = Annotated[
+    str,
+    typer.Option(
+        help="Search-cost accounting: standalone (each search alone on a cold memo, the study's Table 4; "
+        "fast_block_select not charged the prior) or shared (one memoised evaluator for all searches: "
+        "marginal costs)."
+    ),
+]
+"""``prune --timing``, ``study --timing`` (their defaults differ: shared and standalone)."""
+
 EvalSuiteOption = Annotated[
     str,
     typer.Option(
@@ -271,6 +290,8 @@ def prune(
         typer.Option(help="Replace a checkpoint directory of this run that holds a different removal set."),
     ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON line per variant.")] = False,
+    protect: ProtectOption = None,
+    timing: TimingOption = "shared",
     shortcuts: Annotated[
         bool,
         typer.Option(
@@ -307,6 +328,8 @@ def prune(
         overwrite=overwrite,
         progress=True,
         shortcuts=shortcuts,
+        protect=_comma_list(protect),
+        timing=timing,
     )
     run_prune(config, on_variant=lambda outcome: _print_variant(outcome, as_json))
 
@@ -508,6 +531,8 @@ def study(
     registry: RegistryOption = None,
     dtype: DtypeOption = "float32",
     device: DeviceOption = "cpu",
+    protect: ProtectOption = None,
+    timing: TimingOption = "standalone",
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the study's numbers as JSON at the end.")
     ] = False,
@@ -543,6 +568,8 @@ def study(
         registry_url=registry,
         dtype=dtype,
         device=device,
+        protect=_comma_list(protect),
+        timing=timing,
         progress=not as_json,
     )
     report = run_study(config)

@@ -23,11 +23,23 @@ work actually done while it ran, plus the shared prior's cost for searches that 
 earlier search already scored is free. ``stopped_early`` counts the candidates a ranking query answered
 with a lower bound (the evaluator's exact shortcuts; ``--no-shortcuts`` turns them off). The registry keeps
 ``shortcuts`` and ``cost`` (head positions, stopped early) in the variant's ``search_options``.
+
+**Standalone timing** (``--timing standalone``, the study's default): the study's Table 4 is the cost of
+each search run alone, so each search gets a fresh evaluator (a cold memo: nothing loaded from or saved to
+the run directory, BO's Optuna study in memory) and pays for whatever it asks, the single-block prior
+included, except ``fast_block_select``: as in the study (its FBS time is below one-shot's, the prior), the
+prior is computed before its clock starts and not charged (``search_options["prior_charged"]``). Start-up
+(model, data, dense reference pass) is never charged. ``search_options["timing"]`` records the accounting.
+
+**Protected blocks** (``--protect first,last``): no search removes them (:class:`~pruning.search.base.
+ProtectedObjective`); SLEB, PuDDing and LoRP keep the first and last block by default. Recorded in
+``search_options["protected"]`` and part of the checkpoint directory's hash.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import gc
 import hashlib
 import json
 import math
@@ -43,11 +55,25 @@ from depthprune import settings as depthprune_settings
 from depthprune.errors import UserError
 from pruning.calibration.objectives import CalibrationConfig
 from pruning.search import ALL_SEARCHES, OPTIONS, PRIOR_GUIDED, SEARCHES, TrackedObjective
-from pruning.search.base import SearchResult, SubsetObjective, parse_options
+from pruning.search.base import (
+    ProtectedObjective,
+    SearchResult,
+    SubsetObjective,
+    parse_options,
+    resolve_protected,
+)
 from registry.records import VariantRecord
 
 PRIOR_USERS = PRIOR_GUIDED | {"evolution"}
-"""Searches that may ask for the single-block prior (evolution screens with it when nothing cheaper does)."""
+"""Searches that may ask for the single-block prior (evolution only with its opt-in approximate screens)."""
+
+TIMINGS = ("shared", "standalone")
+"""``--timing``: ``shared``, every search on one evaluator (marginal costs: a subset or prior an earlier
+search computed is free, the prior charged to each search that reads it); ``standalone``, each search on a
+fresh evaluator, the study's accounting (module doc)."""
+
+UNCHARGED_PRIOR = frozenset({"fast_block_select"})
+"""Searches the standalone accounting gives the single-block prior for free, as the study's Table 4 does."""
 
 
 @dataclass
@@ -86,8 +112,15 @@ class PruneConfig:
     """The evaluator's exact shortcuts (cached base boundaries, shared prefixes, lower bounds that stop
     hopeless candidates); False scores every candidate in full from the dense boundaries, to check that
     the selections and losses are the same."""
+    timing: str = "shared"
+    """How search costs are accounted: ``shared`` or ``standalone`` (:data:`TIMINGS`)."""
+    protect: tuple[str, ...] = ()
+    """Blocks no search may remove: ``first``, ``last`` or block indices; empty = none."""
 
     def __post_init__(self):
+        if self.timing not in TIMINGS:
+            raise UserError(f"--timing must be one of {', '.join(TIMINGS)}, got {self.timing!r}")
+        self.protect = tuple(str(item).strip() for item in self.protect if str(item).strip())
         if not isinstance(self.calibration, CalibrationConfig):
             raise TypeError("calibration must be a CalibrationConfig")
         if not self.searches:
@@ -127,6 +160,10 @@ class SearchRun:
     stats."""
     stopped_early: int = 0
     """Candidates its ranking queries answered with a lower bound (scoring stopped early)."""
+    prior_charged: bool = False
+    """Whether ``seconds`` and ``block_forwards`` include the single-block prior's cost."""
+    timing: str = "shared"
+    """The accounting (:data:`TIMINGS`)."""
 
 
 @dataclass
@@ -239,6 +276,8 @@ class PrunePlan:
     options: dict[str, dict[str, Any]]
     run_dir: Path
     out_dir: Path
+    protected: frozenset[int] = frozenset()
+    """Blocks no search removes (``--protect`` resolved against N)."""
 
     @property
     def memo_path(self) -> Path:
@@ -255,6 +294,8 @@ class PrunePlan:
                 "search": search,
                 "seed": self.config.seed,
                 "options": self.options[search],
+                # only when set, so that unprotected runs keep the directories they always had
+                **({"protected": sorted(self.protected)} if self.protected else {}),
             },
             sort_keys=True,
             default=str,
@@ -278,19 +319,23 @@ def plan_prune(config: PruneConfig) -> PrunePlan:
         raise UserError(
             f"cannot remove {config.drop} of {num_blocks} blocks: choose 1 <= --drop < {num_blocks}"
         )
+    protected = resolve_protected(config.protect, num_blocks)
+    if config.drop > num_blocks - len(protected):
+        raise UserError(
+            f"cannot remove {config.drop} of {num_blocks} blocks with blocks {sorted(protected)} protected: "
+            f"choose --drop <= {num_blocks - len(protected)}"
+        )
     run_dir = depthprune_settings.home_dir() / "runs" / run_key(model, config.calibration, config.dtype)
     options: dict[str, dict[str, Any]] = {}
     for search in config.searches:
         chosen = dict(config.options.get(search, {}))
         if config.random_prior and search in PRIOR_GUIDED:
             chosen["prior"] = "random"
-        if search == "bayesian" and chosen.get("storage") is None:
-            # Resumable by default: the study lives next to the memo of the same configuration.
+        if search == "bayesian" and chosen.get("storage") is None and config.timing == "shared":
+            # Resumable by default: the study lives next to the memo of the same configuration (a standalone
+            # timing keeps it in memory: a stored study would make a re-run cost nothing).
             chosen["storage"] = f"sqlite:///{run_dir / 'optuna.db'}"
-            chosen.setdefault(
-                "study_name",
-                f"bayesian-m{config.drop}-seed{config.seed}-{chosen.get('prior', 'single_block')}",
-            )
+            chosen.setdefault("study_name", _bayesian_study_name(config, chosen, protected))
         parse_options(OPTIONS[search], chosen, search)  # a bad option fails now, not after loading
         options[search] = chosen
     if "exhaustive" in config.searches:
@@ -302,8 +347,21 @@ def plan_prune(config: PruneConfig) -> PrunePlan:
             )
     out_dir = Path(config.out).expanduser() if config.out else depthprune_settings.variants_dir()
     return PrunePlan(
-        config=config, model=model, num_blocks=num_blocks, options=options, run_dir=run_dir, out_dir=out_dir
+        config=config,
+        model=model,
+        num_blocks=num_blocks,
+        options=options,
+        run_dir=run_dir,
+        out_dir=out_dir,
+        protected=protected,
     )
+
+
+def _bayesian_study_name(config: PruneConfig, chosen: dict, protected: frozenset[int]) -> str:
+    """The Optuna study of a resumable BO run: one per M, seed, prior, prior use and protected blocks."""
+    name = f"bayesian-m{config.drop}-seed{config.seed}-{chosen.get('prior', 'single_block')}"
+    name += f"-{chosen.get('prior_use', 'paper')}"
+    return name + (f"-protect{'.'.join(map(str, sorted(protected)))}" if protected else "")
 
 
 # ------------------------------------------------------------------------------------- running searches
@@ -326,6 +384,8 @@ def _needs_full_prior(objective, name: str, options: dict) -> bool:
     when the objective answers ranking queries with its shortcuts)."""
     if name not in PRIOR_USERS or options.get("prior") == "random":
         return False
+    if name == "evolution":  # only its approximate screens read the prior (EvoPress itself never does)
+        return options.get("screen") in ("mixed", "prior")
     return not (name == "one_shot" and getattr(objective, "shortcuts", False))
 
 
@@ -338,6 +398,8 @@ def run_searches(
     options: dict[str, dict[str, Any]] | None = None,
     progress: bool = True,
     on_run: Callable[[SearchRun], None] | None = None,
+    protected: frozenset[int] = frozenset(),
+    charge_prior: bool = True,
 ) -> list[SearchRun]:
     """Run several searches on one shared objective, computing the single-block prior once.
 
@@ -349,6 +411,8 @@ def run_searches(
         options: per search name, its options.
         progress: show progress bars.
         on_run: called after each search (e.g. to save the memo and write the checkpoint).
+        protected: blocks no search may remove (each search sees a :class:`ProtectedObjective`).
+        charge_prior: add the prior's cost to the searches that read it.
 
     Returns:
         One :class:`SearchRun` per search.
@@ -363,11 +427,13 @@ def run_searches(
     runs = []
     for name in searches:
         tracked = TrackedObjective(objective)
+        # Outside the tracker, so that it counts only the sets actually scored.
+        searched = ProtectedObjective(tracked, protected) if protected else tracked
         before, started = _counters(objective), time.perf_counter()
-        result = SEARCHES[name](tracked, budget, seed=seed, progress=progress, **options.get(name, {}))
+        result = SEARCHES[name](searched, budget, seed=seed, progress=progress, **options.get(name, {}))
         seconds = time.perf_counter() - started
         counts = _difference(_counters(objective), before)
-        if tracked.used_prior:
+        if tracked.used_prior and charge_prior:
             seconds += prior_seconds
             counts = [count + prior for count, prior in zip(counts, prior_counts)] if counts else None
         run = SearchRun(
@@ -379,7 +445,55 @@ def run_searches(
             used_prior=tracked.used_prior,
             head_positions=counts[1] if counts else None,
             stopped_early=tracked.stopped_early,
+            prior_charged=tracked.used_prior and charge_prior,
         )
+        runs.append(run)
+        if on_run is not None:
+            on_run(run)
+    return runs
+
+
+def run_standalone(
+    cold_objective: Callable[[], SubsetObjective],
+    budget: int,
+    searches: tuple[str, ...],
+    *,
+    seed: int = 0,
+    options: dict[str, dict[str, Any]] | None = None,
+    progress: bool = True,
+    on_run: Callable[[SearchRun], None] | None = None,
+    protected: frozenset[int] = frozenset(),
+) -> list[SearchRun]:
+    """Run each search alone on a fresh objective: the study's accounting of search cost (Table 4).
+
+    Every search pays for what it asks, the single-block prior included, except those in
+    :data:`UNCHARGED_PRIOR`, which get the prior computed before their clock starts.
+
+    Args:
+        cold_objective: makes a fresh objective (a cold memo) per search.
+        budget, searches, seed, options, progress, on_run, protected: as :func:`run_searches`.
+
+    Returns:
+        One :class:`SearchRun` per search, ``timing="standalone"``.
+    """
+    options = options or {}
+    runs = []
+    for name in searches:
+        objective = cold_objective()
+        charged = name not in UNCHARGED_PRIOR
+        if not charged:
+            objective.single_block_scores()  # before the clock: the study does not charge it
+        (run,) = run_searches(
+            objective,
+            budget,
+            (name,),
+            seed=seed,
+            options=options,
+            progress=progress,
+            protected=protected,
+            charge_prior=charged,
+        )
+        run.timing = "standalone"
         runs.append(run)
         if on_run is not None:
             on_run(run)
@@ -401,6 +515,9 @@ def variant_record(plan: PrunePlan, run: SearchRun, dense_loss: float) -> Varian
             "seed": plan.config.seed,
             "shortcuts": plan.config.shortcuts,
             "cost": {"head_positions": run.head_positions, "stopped_early": run.stopped_early},
+            "timing": run.timing,
+            "prior_charged": run.prior_charged,
+            **({"protected": sorted(plan.protected)} if plan.protected else {}),
         },
         calibration_loss=run.result.loss,
         dense_loss=dense_loss,
@@ -463,8 +580,9 @@ def _register(registry, plan: PrunePlan, run: SearchRun, dense_loss: float) -> V
     )
 
 
-def _start_run(plan: PrunePlan):
-    """The evaluator of ``plan``, with the memo of an earlier run of the same configuration loaded."""
+def _start_run(plan: PrunePlan, cold: bool = False):
+    """The evaluator of ``plan``, with the memo of an earlier run of the same configuration loaded (not when
+    ``cold``: standalone timing)."""
     from pruning.calibration.scorer import build_evaluator
 
     config = plan.config
@@ -488,7 +606,7 @@ def _start_run(plan: PrunePlan):
             indent=1,
         )
     )
-    if plan.memo_path.is_file():
+    if plan.memo_path.is_file() and not cold:
         evaluator.load_memo(plan.memo_path)
     return evaluator
 
@@ -509,6 +627,8 @@ def prune(
 
     plan = plan_prune(config)
     registry = open_registry(config.registry_url)  # a bad URL fails before the model loads
+    if config.timing == "standalone":
+        return _prune_standalone(plan, registry, on_variant)
     evaluator = _start_run(plan)
     outcomes: list[VariantOutcome] = []
     finished = False
@@ -530,6 +650,7 @@ def prune(
             options=plan.options,
             progress=config.progress,
             on_run=record,
+            protected=plan.protected,
         )
         finished = True
     finally:
@@ -539,4 +660,35 @@ def prune(
                 f"scores so far saved to {plan.memo_path}; run the same command again to resume",
                 file=sys.stderr,
             )
+    return outcomes
+
+
+def _prune_standalone(plan: PrunePlan, registry, on_variant) -> list[VariantOutcome]:
+    """``prune`` under ``--timing standalone``: a fresh evaluator per search, no memo loaded or saved."""
+    current: dict[str, Any] = {}
+    outcomes: list[VariantOutcome] = []
+
+    def cold_evaluator():
+        current.clear()  # free the previous evaluator's caches before the next one fills its own
+        gc.collect()
+        current["evaluator"] = _start_run(plan, cold=True)
+        return current["evaluator"]
+
+    def record(run: SearchRun) -> None:
+        outcome = _register(registry, plan, run, current["evaluator"].dense_loss())
+        outcomes.append(outcome)
+        if on_variant is not None:
+            on_variant(outcome)
+
+    config = plan.config
+    run_standalone(
+        cold_evaluator,
+        config.drop,
+        config.searches,
+        seed=config.seed,
+        options=plan.options,
+        progress=config.progress,
+        on_run=record,
+        protected=plan.protected,
+    )
     return outcomes

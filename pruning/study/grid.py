@@ -111,6 +111,11 @@ class StudyConfig:
     """torch device of the calibration evaluator."""
     progress: bool = True
     """Show progress bars."""
+    timing: str = "standalone"
+    """Search-cost accounting: ``standalone`` (each search on a cold evaluator, the study's Table 4) or
+    ``shared`` (one evaluator per group of cells, marginal costs); see :mod:`pruning.prune`."""
+    protect: tuple[str, ...] = ()
+    """Blocks no search may remove (``first``, ``last``, indices); empty = none, the study's setting."""
     worker: bool = False
     """Work as one of several workers sharing the registry's queue of cells (:mod:`pruning.study.worker`)."""
     lease_seconds: float = 120.0
@@ -139,6 +144,11 @@ class StudyConfig:
             raise UserError(f"--seeds needs non-negative integers, got {self.seeds}")
         if self.samples < 1:
             raise UserError(f"--samples must be positive, got {self.samples}")
+        from pruning.prune import TIMINGS
+
+        if self.timing not in TIMINGS:
+            raise UserError(f"--timing must be one of {', '.join(TIMINGS)}, got {self.timing!r}")
+        self.protect = tuple(str(item).strip() for item in self.protect if str(item).strip())
         if not self.lease_seconds > 0:
             raise UserError(f"--lease-seconds must be positive, got {self.lease_seconds}")
         from pruning.calibration.data import SAMPLINGS
@@ -162,6 +172,10 @@ class Cell:
     """Search seed."""
     prior: str = "single_block"
     """``single_block`` (the study's prior) or ``random`` (the control)."""
+    timing: str = "shared"
+    """The study's search-cost accounting; a result of another accounting is not reused (not in the key)."""
+    protected: tuple[int, ...] = ()
+    """Blocks protected from removal; a result under other protection is not reused (not in the key)."""
 
     @property
     def key(self) -> str:
@@ -196,6 +210,14 @@ class CellResult:
     """Checkpoint directory."""
     metrics: dict[str, float] = field(default_factory=dict)
     """``"task/metric" -> value`` from the evaluation."""
+    timing: str | None = None
+    """Search-cost accounting of ``search_seconds`` (None: recorded before it was kept, i.e. ``shared``)."""
+    protected: list[int] = field(default_factory=list)
+    """Blocks that were protected from removal."""
+
+    def matches(self, cell: Cell) -> bool:
+        """Whether this result was produced under ``cell``'s accounting and protection."""
+        return (self.timing or "shared") == cell.timing and list(self.protected) == list(cell.protected)
 
 
 @dataclass
@@ -257,6 +279,7 @@ def plan_study(config: StudyConfig) -> StudyPlan:
     from pruning.models import load_config
     from pruning.prune import PruneConfig, canonical_model, plan_prune
     from pruning.search import PRIOR_GUIDED
+    from pruning.search.base import resolve_protected
 
     model = canonical_model(config.model)
     model_config = load_config(model)
@@ -301,9 +324,15 @@ def plan_study(config: StudyConfig) -> StudyPlan:
                             dtype=config.dtype,
                             device=config.device,
                             progress=False,
+                            timing=config.timing,
+                            protect=config.protect,
                         )
                     )
-                    cells += [Cell(calibration, drop, search, seed, prior) for search in searches]
+                    protected = tuple(sorted(resolve_protected(config.protect, num_blocks)))
+                    cells += [
+                        Cell(calibration, drop, search, seed, prior, config.timing, protected)
+                        for search in searches
+                    ]
     return StudyPlan(config, model, num_blocks, demo_dir, cells)
 
 
@@ -363,6 +392,8 @@ def find_in_registry(registry, model: str, cell: Cell) -> CellResult | None:
             and len(variant.removed_blocks) == cell.drop
             and options.get("seed") == cell.seed
             and _prior_of(options) == cell.prior
+            and (options.get("timing") or "shared") == cell.timing
+            and options.get("protected", []) == list(cell.protected)
             and variant.checkpoint_path
             and Path(variant.checkpoint_path).is_dir()
         ):
@@ -404,6 +435,8 @@ def _cell_result(
         subset_evaluations=subsets,
         variant=name,
         checkpoint=checkpoint,
+        timing=cell.timing,
+        protected=list(cell.protected),
     )
 
 
@@ -463,6 +496,8 @@ def prune_missing(plan: StudyPlan, missing: list[Cell], done: dict[str, CellResu
                 dtype=config.dtype,
                 device=config.device,
                 progress=config.progress,
+                timing=config.timing,
+                protect=config.protect,
             ),
             on_variant=record,
         )
@@ -569,7 +604,8 @@ def run_study(config: StudyConfig) -> Path:
     done: dict[str, CellResult] = {}
     dense: dict[str, float] = {}
     for cell in plan.cells:
-        if cell.key in manifest and Path(manifest[cell.key].checkpoint or "").is_dir():
+        recorded = manifest.get(cell.key)
+        if recorded and recorded.matches(cell) and Path(recorded.checkpoint or "").is_dir():
             done[cell.key] = manifest[cell.key]
         else:
             found = find_in_registry(registry, plan.model, cell)
@@ -611,6 +647,8 @@ def plan_summary(plan: StudyPlan) -> dict:
         "seeds": list(config.seeds),
         "random_prior_control": config.random_prior_control,
         "cross_controls": config.cross_controls,
+        "timing": config.timing,
+        "protect": list(config.protect),
         "calibrations": [dict(zip(fields, c, strict=True)) for c in calibrations],
         "suites": list(config.suites),
         "engine": config.engine,
