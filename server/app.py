@@ -25,6 +25,7 @@ from server.experiments import Router
 from server.metrics import GatewayMetrics
 from server.protocol import ExperimentSpec
 from server.proxy import Proxy
+from server.routes import REQUEST_BODIES
 from server.routes import router as routes
 from server.settings import GatewaySettings
 
@@ -83,11 +84,11 @@ def create_app(
         try:
             yield
         finally:
+            await app.state.proxy.close()
             await pool.close()
 
-    app = FastAPI(
-        title="depthprune gateway", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None
-    )
+    app = FastAPI(title="depthprune gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
+    app.openapi = lambda: gateway_openapi(app)
     app.state.settings = settings
     app.state.pool = pool
     app.state.router = router
@@ -100,6 +101,31 @@ def create_app(
     app.add_exception_handler(RequestValidationError, validation_error)
     app.add_exception_handler(Exception, unexpected_error)
     return app
+
+
+def gateway_openapi(app: FastAPI) -> dict:
+    """The gateway's OpenAPI schema (``/openapi.json``) with the request bodies of ``REQUEST_BODIES``.
+
+    Returns:
+        The schema, made once per app.
+    """
+    if app.openapi_schema is None:
+        from fastapi.openapi.utils import get_openapi
+
+        schema = get_openapi(title=app.title, version=app.version, routes=app.routes)
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for (path, method), model in REQUEST_BODIES.items():
+            body = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            components.update(body.pop("$defs", {}))
+            components[model.__name__] = body
+            schema["paths"][path][method]["requestBody"] = {
+                "required": True,
+                "content": {
+                    "application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}
+                },
+            }
+        app.openapi_schema = schema
+    return app.openapi_schema
 
 
 def backend_metrics_updater(metrics: GatewayMetrics) -> Callable[[Backend], None]:

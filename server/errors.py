@@ -16,14 +16,34 @@ ERROR_TYPES = {
     403: "permission_error",
     404: "invalid_request_error",
     405: "invalid_request_error",
+    408: "invalid_request_error",
     413: "invalid_request_error",
     415: "invalid_request_error",
+    422: "invalid_request_error",
     429: "rate_limit_error",
-    500: "internal_server_error",
+    500: "server_error",
     502: "service_unavailable_error",
     503: "service_unavailable_error",
     504: "service_unavailable_error",
 }
+"""OpenAI's error ``type`` for each status the gateway answers (OpenAI answers an unknown model, too,
+with ``invalid_request_error`` and code ``model_not_found``)."""
+OPENAI_ERROR_TYPES = frozenset(ERROR_TYPES.values()) | {
+    "not_found_error",
+    "conflict_error",
+    "insufficient_quota",
+}
+
+
+def openai_error_type(status: int, upstream_type: object = None) -> str:
+    """The ``type`` a client of the gateway sees for an error with this status.
+
+    A backend's type already in OpenAI's vocabulary is kept; vLLM's own names (``BadRequestError``,
+    ``NotFoundError``, HTTP phrases such as ``Bad Request``) are replaced by OpenAI's for the status.
+    """
+    if isinstance(upstream_type, str) and upstream_type in OPENAI_ERROR_TYPES:
+        return upstream_type
+    return ERROR_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
 
 
 class GatewayError(Exception):
@@ -54,7 +74,7 @@ def error_body(status: int, message: str, *, param: str | None = None, code: str
     return {
         "error": {
             "message": message,
-            "type": ERROR_TYPES.get(status, "invalid_request_error"),
+            "type": openai_error_type(status),
             "param": param,
             "code": code,
         }

@@ -5,12 +5,15 @@ names a variant, or a calibration objective that resolves to the best served var
 aliased ``<objective>-best``, else the lowest calibration loss). Assignment is sticky: the arm is a
 pure function of ``sha256(experiment, user key)``, so a user keeps their arm across requests, gateway
 restarts and gateway replicas, and changing weights moves as few users as the cumulative split allows.
+The ``x-depthprune-arm`` header forces an arm with a positive weight; a zero-weight (dark) arm only when
+the experiment lists it in ``forcible``.
 """
 
 from __future__ import annotations
 
 import bisect
 import hashlib
+import math
 import random
 from dataclasses import dataclass
 
@@ -72,6 +75,8 @@ class Experiment:
     def __init__(self, name: str, spec: ExperimentSpec, arms: list[Arm]):
         self.name, self.spec, self.arms = name, spec, arms
         self.by_name = {arm.name: arm for arm in arms}
+        # A zero-weight arm is dark: forcing it by header is allowed only where the experiment says so.
+        self.forcible = {arm.name for arm in arms if arm.weight > 0} | set(spec.forcible)
         total = sum(arm.weight for arm in arms)
         cumulative, running = [], 0.0
         for arm in arms:
@@ -120,7 +125,23 @@ class Router:
 
     # -- experiments -------------------------------------------------------------------------
     def set_experiment(self, name: str, spec: ExperimentSpec) -> Experiment:
-        """Compile and install (or replace) an experiment.
+        """Compile and install (or replace) an experiment, all or nothing.
+
+        The new experiment is compiled and checked completely (its arms resolve, its shares are finite
+        numbers) before it replaces anything, so a refused change leaves every experiment as it was.
+
+        Raises:
+            ValueError: the name clashes with a variant, or an arm or fallback resolves to nothing served.
+        """
+        experiment = self.compile_experiment(name, spec)
+        shares = [arm["share"] for arm in experiment.describe()]
+        if not all(math.isfinite(share) for share in shares):
+            raise ValueError(f"the arms' shares are not finite numbers: {shares}")
+        self.experiments = {**self.experiments, name: experiment}
+        return experiment
+
+    def compile_experiment(self, name: str, spec: ExperimentSpec) -> Experiment:
+        """Resolve an experiment's arms and fallbacks to served variants, without installing it.
 
         Raises:
             ValueError: the name clashes with a variant, or an arm or fallback resolves to nothing served.
@@ -144,13 +165,13 @@ class Router:
                     fallback = None
             objective = arm_spec.objective or self.variants[backend].objective
             resolved.append(Arm(arm_spec.name, backend, arm_spec.weight, fallback, objective))
-        experiment = Experiment(name, spec, resolved)
-        self.experiments[name] = experiment
-        return experiment
+        return Experiment(name, spec, resolved)
 
     def remove_experiment(self, name: str) -> None:
         """Remove an experiment; KeyError when there is none of that name."""
-        del self.experiments[name]
+        remaining = dict(self.experiments)
+        del remaining[name]
+        self.experiments = remaining
 
     def _resolve_arm(self, arm) -> str:
         if arm.variant is not None:
@@ -230,6 +251,14 @@ class Router:
                     f"experiment '{model}' has no arm '{forced_arm}'; arms: {', '.join(experiment.by_name)}",
                     param="arm",
                     code="arm_not_found",
+                    status=400,
+                )
+            if arm.name not in experiment.forcible:
+                raise RoutingError(
+                    f"arm '{forced_arm}' of experiment '{model}' has weight 0 and is not listed as "
+                    f"forcible; forcible arms: {', '.join(sorted(experiment.forcible))}",
+                    param="arm",
+                    code="arm_not_forcible",
                     status=400,
                 )
         else:

@@ -117,6 +117,12 @@ class GatewayMetrics:
         self.backend_restarts = Counter(
             prefix + "backend_restarts", "Restarts of managed backends.", ["variant"], registry=self.registry
         )
+        self.upstream_retries = Counter(
+            prefix + "upstream_retries",
+            "Requests sent again on a new connection after a kept-alive one failed before any answer.",
+            ["variant"],
+            registry=self.registry,
+        )
         self.fallbacks = Counter(
             prefix + "fallbacks",
             "Requests served by a fallback because their arm was down.",

@@ -7,9 +7,18 @@ vLLM unchanged (``extra="allow"``), so new OpenAI/vLLM parameters pass through w
 
 from __future__ import annotations
 
+import math
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 
 class OpenAIRequest(BaseModel):
@@ -30,6 +39,14 @@ class OpenAIRequest(BaseModel):
     presence_penalty: float | None = Field(default=None, ge=-2, le=2)
     frequency_penalty: float | None = Field(default=None, ge=-2, le=2)
 
+    @field_validator("stream_options")
+    @classmethod
+    def _options_need_a_stream(cls, options: dict[str, Any] | None, info: ValidationInfo):
+        # vLLM refuses it too, but a refusal after the stream began would be a 200 carrying an error.
+        if options and info.data.get("stream") is not True:
+            raise ValueError("stream_options is only allowed with stream=true")
+        return options
+
     def requested_output_tokens(self) -> int | None:
         """The largest number of tokens the request may generate, when it says."""
         return self.max_tokens
@@ -41,6 +58,18 @@ class CompletionRequest(OpenAIRequest):
     prompt: str | list[str] | list[int] | list[list[int]]
     echo: StrictBool | None = None
     logprobs: int | None = Field(default=None, ge=0)
+    best_of: int | None = Field(default=None, ge=1, le=128)
+
+    @field_validator("best_of")
+    @classmethod
+    def _best_of_is_not_streamed(cls, best_of: int | None, info: ValidationInfo):
+        # OpenAI's rules: the best of several candidates cannot be streamed, and there are at least n.
+        if best_of is not None and best_of > 1 and info.data.get("stream") is True:
+            raise ValueError("best_of cannot be used with stream=true")
+        n = info.data.get("n")
+        if best_of is not None and n is not None and best_of < n:
+            raise ValueError(f"best_of ({best_of}) must be at least n ({n})")
+        return best_of
 
 
 class ChatMessage(BaseModel):
@@ -86,7 +115,9 @@ class ArmSpec(BaseModel):
     name: str | None = Field(default=None, description="Arm name (default: the variant or objective).")
     variant: str | None = Field(default=None, description="A served variant name or registry alias.")
     objective: str | None = Field(default=None, description="Calibration objective, e.g. ppl or margin.")
-    weight: float = Field(default=1.0, ge=0, description="Relative share of traffic.")
+    weight: float = Field(
+        default=1.0, ge=0, allow_inf_nan=False, description="Relative share of traffic (finite, >= 0)."
+    )
     fallback: str | None = Field(
         default=None, description="Arm or variant serving this arm's requests while its backend is down."
     )
@@ -108,14 +139,25 @@ class ExperimentSpec(BaseModel):
     arms: list[ArmSpec] = Field(min_length=1)
     sticky: bool = Field(default=True, description="Same user key, same arm (deterministic hashing).")
     fallback: str | None = Field(default=None, description="Default fallback of arms that declare none.")
+    forcible: list[str] = Field(
+        default_factory=list,
+        description="Arms with weight 0 that the x-depthprune-arm header may still force (arms with a "
+        "positive weight can always be forced).",
+    )
 
     @model_validator(mode="after")
     def _check_arms(self) -> ExperimentSpec:
         names = [arm.name for arm in self.arms]
         if len(set(names)) != len(names):
             raise ValueError(f"arm names must be unique, got {names}")
-        if sum(arm.weight for arm in self.arms) <= 0:
+        total = sum(arm.weight for arm in self.arms)
+        if total <= 0:
             raise ValueError("at least one arm needs a positive weight")
+        if not math.isfinite(total):
+            raise ValueError("the weights must add up to a finite number")
+        unknown = sorted(set(self.forcible) - set(names))
+        if unknown:
+            raise ValueError(f"forcible names no arm: {', '.join(unknown)} (arms: {', '.join(names)})")
         return self
 
 

@@ -5,12 +5,19 @@ backend's served name, and the answer is relayed as the backend sends it: a non-
 stream chunk by chunk with no re-framing (only the final usage event is looked at). Streams get
 ``stream_options.include_usage`` so the token counters are exact; the usage event is dropped again
 when the client did not ask for it, so clients see exactly what vLLM would have sent them.
+
+Failures are told apart by what they say about the backend. A request that fails on a kept-alive
+connection before any answer (the backend closed it just as the request went out) is sent once more on a
+new connection; any other failure answers 503 and asks the pool to check the backend's ``/health``, which
+alone marks it down. A stream is committed (200) only once its first event is in: vLLM checks a request in
+the engine's first step and reports a refusal as the first event, which the gateway answers as the 4xx it is.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import time
 from dataclasses import dataclass
 
@@ -20,7 +27,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 
 from server.backends import Backend, BackendPool
-from server.errors import GatewayError, error_body, validation_problems
+from server.errors import GatewayError, error_body, openai_error_type, validation_problems
 from server.experiments import Route, Router, RoutingError
 from server.metrics import GatewayMetrics
 from server.protocol import OpenAIRequest
@@ -31,9 +38,15 @@ EXPERIMENT_HEADER = "x-depthprune-experiment"
 ARM_HEADER = "x-depthprune-arm"
 FALLBACK_HEADER = "x-depthprune-fallback-from"
 PASSED_REQUEST_HEADERS = ("x-request-id", "traceparent")
-# Failures of the backend connection: the request is answered 503 and the backend marked down.
+# Failures of the backend connection: the request is answered 503 and the backend's health checked.
 UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
+# How a kept-alive connection that the backend closed fails when a request is sent on it.
+STALE_CONNECTION_ERRORS = (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError)
 CLIENT_CLOSED = "499"  # status label of a stream the client left (nginx's convention)
+MAX_JSON_DEPTH = 100  # far deeper than any OpenAI request, tool schemas included
+FIRST_EVENT_LIMIT = 64 * 1024  # bytes read, at most, while waiting for a stream's first event
+
+log = logging.getLogger("depthprune.server")
 
 
 class RelayResponse(StreamingResponse):
@@ -51,30 +64,43 @@ class RelayResponse(StreamingResponse):
             await self._finish(CLIENT_CLOSED)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
     """The request body, refusing more than ``limit`` bytes without reading them all.
 
     Raises:
-        GatewayError: 413 for an oversize body, 400 when the client went away mid-body.
+        GatewayError: 413 for an oversize body, 408 when it has not all arrived within ``timeout_s``
+            (uvicorn's keep-alive timeout does not cover a stalled body), 400 when the client went away.
     """
     declared = request.headers.get("content-length")
-    too_large = GatewayError(
-        413, f"request body exceeds the limit of {limit} bytes", code="request_too_large"
-    )
     if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise too_large
-    chunks, size = [], 0
+        raise _too_large(limit)
     try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise too_large
-            chunks.append(chunk)
+        return await asyncio.wait_for(_collect_body(request, limit), timeout_s)
+    except asyncio.TimeoutError:
+        raise GatewayError(
+            408,
+            f"the request body did not arrive within {timeout_s:g} s",
+            code="request_timeout",
+            headers={"connection": "close"},
+        ) from None
     except ClientDisconnect:
         raise GatewayError(
             400, "client disconnected while sending the body", code="client_disconnected"
         ) from None
+
+
+async def _collect_body(request: Request, limit: int) -> bytes:
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        chunks.append(chunk)
     return b"".join(chunks)
+
+
+def _too_large(limit: int) -> GatewayError:
+    return GatewayError(413, f"request body exceeds the limit of {limit} bytes", code="request_too_large")
 
 
 def parse_request(raw: bytes, schema: type[OpenAIRequest]) -> tuple[dict, OpenAIRequest]:
@@ -85,12 +111,20 @@ def parse_request(raw: bytes, schema: type[OpenAIRequest]) -> tuple[dict, OpenAI
     """
     if not raw:
         raise GatewayError(400, "request body is empty; send a JSON object", code="invalid_json")
+    too_deep = GatewayError(
+        400, f"request body is nested more than {MAX_JSON_DEPTH} levels deep", code="invalid_json"
+    )
     try:
         data = json.loads(raw)
+    except RecursionError:
+        raise too_deep from None
     except (ValueError, UnicodeDecodeError) as error:
         raise GatewayError(400, f"request body is not valid JSON: {error}", code="invalid_json") from None
     if not isinstance(data, dict):
         raise GatewayError(400, "request body must be a JSON object", code="invalid_json")
+    # Deep but parseable JSON would fail again, deeper in the stack, when it is written for the backend.
+    if raw.count(b"[") + raw.count(b"{") > MAX_JSON_DEPTH and json_depth(data) > MAX_JSON_DEPTH:
+        raise too_deep
     try:
         return data, schema.model_validate(data)
     except ValidationError as error:
@@ -100,6 +134,19 @@ def parse_request(raw: bytes, schema: type[OpenAIRequest]) -> tuple[dict, OpenAI
         raise GatewayError(400, message, param=param, code="invalid_value") from None
 
 
+def json_depth(value) -> int:
+    """How deeply lists and objects nest in a parsed JSON value (0 for a scalar), without recursion."""
+    deepest, pending = 0, [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        deepest = max(deepest, depth)
+        pending.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return deepest
+
+
 @dataclass
 class Accounting:
     """Labels and timings of one proxied request, recorded once when it ends."""
@@ -107,6 +154,7 @@ class Accounting:
     labels: tuple[str, str, str]
     endpoint: str
     started: float
+    first_event_at: float = 0.0
     prompt_tokens: int = 0
     generation_tokens: int = 0
 
@@ -116,13 +164,36 @@ class Proxy:
 
     def __init__(self, settings: GatewaySettings, pool: BackendPool, router: Router, metrics: GatewayMetrics):
         self.settings, self.pool, self.router, self.metrics = settings, pool, router, metrics
+        # Tells a request whether it went out on a kept-alive connection (only those are retried).
+        reuse_tracer = aiohttp.TraceConfig()
+        reuse_tracer.on_connection_reuseconn.append(_note_reused_connection)
+        pool.trace_configs.append(reuse_tracer)
+        self._fresh_session: aiohttp.ClientSession | None = None
+
+    def _fresh_connections(self) -> aiohttp.ClientSession:
+        """A session that opens a new connection for every request: the retry must not pick another
+        kept-alive connection that the backend is closing too."""
+        if self._fresh_session is None:
+            pooled = self.pool.session
+            self._fresh_session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0, force_close=True),
+                timeout=pooled.timeout,
+                headers=pooled.headers,
+            )
+        return self._fresh_session
+
+    async def close(self) -> None:
+        """Close the retry session (the pool closes the pooled one)."""
+        if self._fresh_session is not None:
+            await self._fresh_session.close()
+            self._fresh_session = None
 
     async def handle(self, request: Request, endpoint: str, schema: type[OpenAIRequest]) -> Response:
         """Answer one ``/v1/completions`` or ``/v1/chat/completions`` request."""
         started = time.perf_counter()
         route: Route | None = None
         try:
-            raw = await read_body(request, self.settings.max_body_bytes)
+            raw = await read_body(request, self.settings.max_body_bytes, self.settings.body_timeout_s)
             data, parsed = parse_request(raw, schema)
             user_key = parsed.user or request.headers.get(self.settings.user_header)
             try:
@@ -215,53 +286,111 @@ class Proxy:
         for name in PASSED_REQUEST_HEADERS:
             if name in request.headers:
                 headers[name] = request.headers[name]
-        in_flight = self.metrics.in_flight
-        in_flight.labels(backend.name).inc()
+        upstream, backend, fallback_from = await self._send_or_fall_back(
+            endpoint, data, headers, route, backend, fallback_from
+        )
         handed_to_stream = False
         try:
-            try:
-                upstream = await self._send(endpoint, data, headers, backend)
-            except aiohttp.ClientConnectorError as error:
-                # Nothing reached the backend, so trying the fallback cannot run the request twice.
-                self.pool.suspect(backend, error)
-                if fallback_from is not None or route.fallback is None or not self.pool[route.fallback].up:
-                    raise self._unavailable(backend) from None
-                in_flight.labels(backend.name).dec()
-                fallback_from, backend = backend.name, self.pool[route.fallback]
-                in_flight.labels(backend.name).inc()
-                self.metrics.fallbacks.labels(route.experiment or "", route.arm or "", backend.name).inc()
-                try:
-                    upstream = await self._send(endpoint, data, headers, backend)
-                except UPSTREAM_ERRORS as second:
-                    self.pool.suspect(backend, second)
-                    raise self._unavailable(backend) from None
-            except UPSTREAM_ERRORS as error:
-                self.pool.suspect(backend, error)
-                raise self._unavailable(backend) from None
-
             accounting = Accounting(self._labels(route, backend.name), endpoint, started)
             response_headers = self._route_headers(route, backend.name, fallback_from)
             if parsed.stream and upstream.status == 200:
-                handed_to_stream = True
-                return self._stream(upstream, backend, accounting, response_headers, strip_usage)
-            try:
-                body = await upstream.read()
-            except UPSTREAM_ERRORS as error:
-                self.pool.suspect(backend, error)
-                raise self._unavailable(backend) from None
-            finally:
-                upstream.release()
-            return self._finish(upstream.status, body, backend, accounting, response_headers)
+                first = await self._first_event(upstream, backend)
+                accounting.first_event_at = time.perf_counter()
+                refusal = _stream_refusal(first)
+                if refusal is None:
+                    handed_to_stream = True
+                    return self._stream(upstream, first, backend, accounting, response_headers, strip_usage)
+                status, body = refusal
+            else:
+                status, body = upstream.status, await self._read(upstream, backend)
+            return self._finish(status, body, backend, accounting, response_headers)
         finally:
             if not handed_to_stream:
-                in_flight.labels(backend.name).dec()
+                upstream.release()
+                self.metrics.in_flight.labels(backend.name).dec()
+
+    async def _send_or_fall_back(
+        self,
+        endpoint: str,
+        data: dict,
+        headers: dict,
+        route: Route,
+        backend: Backend,
+        fallback_from: str | None,
+    ) -> tuple[aiohttp.ClientResponse, Backend, str | None]:
+        """The backend's response headers, from the arm's fallback when the backend refused the connection.
+
+        The backend that answered is counted in flight; the caller decrements it.
+        """
+        in_flight = self.metrics.in_flight
+        in_flight.labels(backend.name).inc()
+        try:
+            return await self._send(endpoint, data, headers, backend), backend, fallback_from
+        except BaseException as error:  # the client leaving cancels the request: it is no longer in flight
+            in_flight.labels(backend.name).dec()
+            if not isinstance(error, UPSTREAM_ERRORS):
+                raise
+            self.pool.suspect(backend, error)
+            # Only a refused connection reached nothing, so only then can the fallback not run it twice.
+            refused = isinstance(error, aiohttp.ClientConnectorError)
+            if not refused or fallback_from is not None or route.fallback is None:
+                raise self._unavailable(backend) from None
+            if not self.pool[route.fallback].up:
+                raise self._unavailable(backend) from None
+        fallback_from, backend = backend.name, self.pool[route.fallback]
+        self.metrics.fallbacks.labels(route.experiment or "", route.arm or "", backend.name).inc()
+        in_flight.labels(backend.name).inc()
+        try:
+            return await self._send(endpoint, data, headers, backend), backend, fallback_from
+        except BaseException as error:
+            in_flight.labels(backend.name).dec()
+            if not isinstance(error, UPSTREAM_ERRORS):
+                raise
+            self.pool.suspect(backend, error)
+            raise self._unavailable(backend) from None
 
     async def _send(
         self, endpoint: str, data: dict, headers: dict, backend: Backend
     ) -> aiohttp.ClientResponse:
+        """POST the request; once more on a new connection when a kept-alive one failed before any answer.
+
+        The backend closes an idle connection when its own keep-alive runs out, and a request sent at that
+        moment fails although the backend is fine. Only such a request is sent again: one that failed on a
+        new connection may have reached the backend, and it is not run twice.
+        """
         data["model"] = backend.served_model
         payload = json.dumps(data, separators=(",", ":")).encode()
-        return await self.pool.session.post(f"{backend.url}{endpoint}", data=payload, headers=headers)
+        url = f"{backend.url}{endpoint}"
+        attempt = {"reused": False}
+        try:
+            return await self.pool.session.post(url, data=payload, headers=headers, trace_request_ctx=attempt)
+        except STALE_CONNECTION_ERRORS as error:
+            if isinstance(error, aiohttp.ClientConnectorError) or not attempt["reused"]:
+                raise
+            log.info("kept-alive connection to backend %s failed (%r); sending again", backend.name, error)
+        self.metrics.upstream_retries.labels(backend.name).inc()
+        return await self._fresh_connections().post(url, data=payload, headers=headers)
+
+    async def _read(self, upstream: aiohttp.ClientResponse, backend: Backend) -> bytes:
+        try:
+            return await upstream.read()
+        except UPSTREAM_ERRORS as error:
+            self.pool.suspect(backend, error)
+            raise self._unavailable(backend) from None
+
+    async def _first_event(self, upstream: aiohttp.ClientResponse, backend: Backend) -> bytes:
+        """What the stream sends up to the end of its first event (or its end, or 64 KiB)."""
+        first = b""
+        try:
+            while b"\n\n" not in first and len(first) < FIRST_EVENT_LIMIT:
+                chunk = await upstream.content.readany()
+                if not chunk:
+                    break
+                first += chunk
+        except UPSTREAM_ERRORS as error:
+            self.pool.suspect(backend, error)
+            raise self._unavailable(backend) from None
+        return first
 
     def _finish(
         self, status: int, body: bytes, backend: Backend, accounting: Accounting, headers: dict[str, str]
@@ -275,22 +404,22 @@ class Proxy:
                 error_body(503, f"variant '{backend.name}' failed: {message}", code="backend_error")
             ).encode()
             status = 503
-        elif not _is_openai_error(body):
-            body = json.dumps(
-                error_body(status, _backend_message(body) or f"backend answered {status}")
-            ).encode()
+        else:
+            body = _openai_error(status, body)
         self._record(accounting, status)
         return Response(body, status_code=status, media_type="application/json", headers=headers)
 
     def _stream(
         self,
         upstream: aiohttp.ClientResponse,
+        first: bytes,
         backend: Backend,
         accounting: Accounting,
         headers: dict[str, str],
         strip_usage: bool,
     ) -> StreamingResponse:
         metrics = self.metrics
+        metrics.ttft.labels(*accounting.labels).observe(accounting.first_event_at - accounting.started)
         finished = False
 
         async def finish(status: str) -> None:
@@ -307,17 +436,17 @@ class Proxy:
             metrics.in_flight.labels(backend.name).dec()
             self._record(accounting, status)
 
+        async def upstream_chunks():
+            if first:
+                yield first
+            async for chunk in upstream.content.iter_any():
+                yield chunk
+
         async def relay():
             status = "200"
-            first = True
             pending = b""
             try:
-                async for chunk in upstream.content.iter_any():
-                    if first:
-                        metrics.ttft.labels(*accounting.labels).observe(
-                            time.perf_counter() - accounting.started
-                        )
-                        first = False
+                async for chunk in upstream_chunks():
                     # Only the usage event needs looking at; everything else passes through untouched.
                     if pending or b'"usage"' in chunk:
                         pending += chunk
@@ -390,14 +519,47 @@ class Proxy:
             metrics.generation_tokens.labels(*labels).inc(accounting.generation_tokens)
 
 
-def _is_openai_error(body: bytes) -> bool:
+async def _note_reused_connection(session, context, params) -> None:
+    """aiohttp trace hook: the request went out on a kept-alive connection."""
+    if isinstance(context.trace_request_ctx, dict):
+        context.trace_request_ctx["reused"] = True
+
+
+def _openai_error(status: int, body: bytes) -> bytes:
+    """A backend's 4xx answer in OpenAI's error shape, with OpenAI's ``type`` in place of vLLM's."""
     try:
         payload = json.loads(body)
     except ValueError:
-        return False
-    return (
-        isinstance(payload, dict) and isinstance(payload.get("error"), dict) and "message" in payload["error"]
-    )
+        payload = None
+    error = payload.get("error") if isinstance(payload, dict) else None
+    if not (isinstance(error, dict) and "message" in error):
+        return json.dumps(error_body(status, _backend_message(body) or f"backend answered {status}")).encode()
+    error = {**error, "type": openai_error_type(status, error.get("type"))}
+    return json.dumps({**payload, "error": error}).encode()
+
+
+def _stream_refusal(first: bytes) -> tuple[int, bytes] | None:
+    """``(status, error body)`` when a stream's first event is vLLM refusing the request, else None.
+
+    vLLM sends ``data: {"error": {"message", "type", "param", "code": STATUS}}`` (older versions: the error
+    fields at the top with ``"object": "error"``).
+    """
+    if not first.startswith(b"data: {") or b"error" not in first:
+        return None
+    try:
+        payload = json.loads(first[6:].split(b"\n\n", 1)[0])
+    except ValueError:
+        return None
+    if not isinstance(payload, dict):
+        return None
+    error = payload.get("error") if isinstance(payload.get("error"), dict) else None
+    if error is None and payload.get("object") == "error":
+        error = {key: payload.get(key) for key in ("message", "type", "param", "code")}
+    if error is None:
+        return None
+    code = error.get("code")
+    status = code if isinstance(code, int) and 400 <= code <= 599 else 400
+    return status, json.dumps({"error": error}).encode()
 
 
 def _backend_message(body: bytes) -> str | None:

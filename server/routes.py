@@ -4,6 +4,11 @@ OpenAI API: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /v1/m
 Operations: ``GET /health`` (liveness), ``GET /ready`` (every backend up), ``GET /metrics`` (the gateway's
 Prometheus metrics), ``GET /metrics/backends/{variant}`` (that backend's own vLLM metrics).
 Admin (bearer ``--admin-token``): ``GET /admin/experiments``, ``PUT|DELETE /admin/experiments/{name}``.
+The schema of all of them: ``GET /openapi.json``.
+
+What is open without the API key: ``/health``; ``/ready`` with each variant's up/down only (its URL, PID
+and last error need the key); ``/metrics`` and ``/metrics/backends/*`` unless ``metrics_auth`` is set.
+A gateway without an API key shows everything to everyone.
 """
 
 from __future__ import annotations
@@ -21,6 +26,13 @@ from server.protocol import ChatCompletionRequest, CompletionRequest, Experiment
 from server.proxy import read_body
 
 router = APIRouter()
+# The handlers read their bodies themselves (to answer bad JSON in OpenAI's shape), so FastAPI cannot see
+# them: these are the bodies the OpenAPI schema documents, by (path, method).
+REQUEST_BODIES = {
+    ("/v1/completions", "post"): CompletionRequest,
+    ("/v1/chat/completions", "post"): ChatCompletionRequest,
+    ("/admin/experiments/{name}", "put"): ExperimentSpec,
+}
 
 
 def _bearer_ok(request: Request, secret: str) -> bool:
@@ -29,10 +41,15 @@ def _bearer_ok(request: Request, secret: str) -> bool:
     return scheme.lower() == "bearer" and hmac.compare_digest(token.strip().encode(), secret.encode())
 
 
+def has_api_key(request: Request) -> bool:
+    """True when the gateway needs no API key or the request carries it."""
+    api_key = request.app.state.settings.api_key
+    return not api_key or _bearer_ok(request, api_key)
+
+
 def require_api_key(request: Request) -> None:
     """401 unless the request carries the gateway's API key (when one is configured)."""
-    api_key = request.app.state.settings.api_key
-    if api_key and not _bearer_ok(request, api_key):
+    if not has_api_key(request):
         raise GatewayError(
             401,
             "missing or invalid API key: send 'Authorization: Bearer <key>'",
@@ -135,17 +152,23 @@ async def health(request: Request) -> Response:
 
 @router.get("/ready")
 async def ready(request: Request) -> Response:
-    """Readiness: 200 when every backend is up, else 503 with each backend's state."""
+    """Readiness: 200 when every backend is up, else 503; each backend's state (only up/down without the
+    API key: URLs and PIDs are for operators)."""
     pool = request.app.state.pool
-    backends = {name: backend.status() for name, backend in pool.backends.items()}
+    detailed = has_api_key(request)
+    backends = {
+        name: backend.status() if detailed else {"up": backend.up} for name, backend in pool.backends.items()
+    }
     all_up = pool.all_up()
     return JSONResponse({"ready": all_up, "backends": backends}, status_code=200 if all_up else 503)
 
 
 @router.get("/metrics")
 async def metrics(request: Request) -> Response:
-    """The gateway's Prometheus metrics."""
+    """The gateway's Prometheus metrics (behind the API key with ``metrics_auth``)."""
     state = request.app.state
+    if state.settings.metrics_auth:
+        require_api_key(request)
     for name, backend in state.pool.backends.items():
         state.metrics.backend_up.labels(name).set(1 if backend.up else 0)
     return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
@@ -155,6 +178,8 @@ async def metrics(request: Request) -> Response:
 async def backend_metrics(request: Request, variant: str) -> Response:
     """The Prometheus metrics of one backend (vLLM's ``vllm:*`` families), fetched live."""
     state = request.app.state
+    if state.settings.metrics_auth:
+        require_api_key(request)
     name = state.router.variant_name(variant)
     if name is None:
         raise GatewayError(404, f"no backend named '{variant}'", param="variant", code="model_not_found")
@@ -181,6 +206,7 @@ def _experiments_payload(state) -> dict:
             "arms": experiment.describe(),
             "sticky": experiment.spec.sticky,
             "fallback": experiment.spec.fallback,
+            "forcible": experiment.spec.forcible,
         }
         for name, experiment in state.router.experiments.items()
     }
@@ -195,10 +221,13 @@ async def get_experiments(request: Request) -> Response:
 
 @router.put("/admin/experiments/{name}")
 async def put_experiment(request: Request, name: str) -> Response:
-    """Create or replace an experiment; body ``{"arms": [{"objective"|"variant", "weight", ...}], ...}``."""
+    """Create or replace an experiment; body ``{"arms": [{"objective"|"variant", "weight", ...}], ...}``.
+
+    All or nothing: a refused experiment (400) changes nothing.
+    """
     require_admin(request)
     state = request.app.state
-    raw = await read_body(request, state.settings.max_body_bytes)
+    raw = await read_body(request, state.settings.max_body_bytes, state.settings.body_timeout_s)
     try:
         spec = ExperimentSpec.model_validate_json(raw)
     except ValidationError as error:
