@@ -54,7 +54,7 @@ from typing import Any
 from depthprune import settings as depthprune_settings
 from depthprune.errors import UserError
 from pruning.calibration.objectives import CalibrationConfig
-from pruning.search import ALL_SEARCHES, OPTIONS, PRIOR_GUIDED, SEARCHES, TrackedObjective
+from pruning.search import ALL_SEARCHES, OPTIONS, PRIOR_GUIDED, SEARCHES, TrackedObjective, cbo
 from pruning.search.base import (
     ProtectedObjective,
     SearchResult,
@@ -338,6 +338,8 @@ def plan_prune(config: PruneConfig) -> PrunePlan:
             chosen.setdefault("study_name", _bayesian_study_name(config, chosen, protected))
         parse_options(OPTIONS[search], chosen, search)  # a bad option fails now, not after loading
         options[search] = chosen
+    if "cbo" in config.searches and config.calibration.objective in cbo.ZERO_GRADIENT_OBJECTIVES:
+        raise UserError(cbo.KL_REFUSAL)  # now, not after the earlier searches of the run have been paid for
     if "exhaustive" in config.searches:
         limit = parse_options(OPTIONS["exhaustive"], options["exhaustive"], "exhaustive").max_subsets
         if math.comb(num_blocks, config.drop) > limit:
