@@ -104,16 +104,18 @@ def test_sticky_assignment_is_deterministic_and_weight_proportional():
     )
 
 
-def test_zero_weight_arm_is_never_chosen_but_can_be_forced():
+def test_zero_weight_arm_is_never_chosen_and_forced_only_when_forcible():
     router = Router(variant_metadata())
-    spec = ExperimentSpec.model_validate(
-        {"arms": [{"variant": "dense", "weight": 0}, {"variant": "ppl-best", "weight": 1}]}
-    )
-    router.set_experiment("exp", spec)
+    arms = [{"variant": "dense", "weight": 0}, {"variant": "ppl-best", "weight": 1}]
+    router.set_experiment("exp", ExperimentSpec.model_validate({"arms": arms, "forcible": ["dense"]}))
     assert {router.route("exp", f"u{i}").backend for i in range(300)} == {"ppl-v"}
     assert router.route("exp", "u1", forced_arm="dense").backend == "dense"
     with pytest.raises(RoutingError) as error:
         router.route("exp", forced_arm="nope")
+    assert error.value.status == 400
+    router.set_experiment("dark", ExperimentSpec.model_validate({"arms": arms}))
+    with pytest.raises(RoutingError) as error:
+        router.route("dark", "u1", forced_arm="dense")
     assert error.value.status == 400
 
 
