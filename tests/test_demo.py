@@ -130,9 +130,10 @@ def test_the_real_model_plan_is_what_the_demo_prints(tmp_path, monkeypatch, caps
     assert set(plan.searches) <= set(SEARCHES)
     sizes = plan.sizes
     assert (sizes.text_samples, sizes.choice_samples, sizes.seq_len) == (16, 24, 256)
-    assert (sizes.eval_seq_len, sizes.eval_limit) == (256, 32)
+    assert (sizes.eval_seq_len, sizes.eval_limit) == (256, 24)
     assert (sizes.rounds, sizes.num_prompts, sizes.input_len, sizes.output_len) == (2, 32, 128, 64)
     assert plan.suite == "offline" and plan.tasks == ("pydoc", "pydoc_cloze")
+    assert plan.serve_args == ("--max-model-len", "512", "--vllm-arg=--enforce-eager")
     assert plan.ideal_speedup == pytest.approx(30 / 22)
 
     # The demo prints exactly this plan before pruning: stop it there, with the model step stubbed out.
@@ -151,7 +152,8 @@ def test_the_real_model_plan_is_what_the_demo_prints(tmp_path, monkeypatch, caps
         "perplexity  on pydoc: 16 windows x 256 tokens, batch 8",
         "task_margin on pydoc-cloze: 24 items of at most 256 tokens, batch 8",
         "searches on each objective: one_shot, block_influence",
-        "offline suite (pydoc perplexity, 256-token windows; pydoc_cloze accuracy), at most 32 of each",
+        "offline suite (pydoc perplexity, 256-token windows; pydoc_cloze accuracy), at most 24 of each",
+        "one vLLM engine each (--max-model-len 512 --vllm-arg=--enforce-eager)",
         "2 interleaved rounds x 32 requests x (128 prompt + 64 generated tokens) per model",
     ):
         assert expected in printed
@@ -166,7 +168,7 @@ def test_the_demo_model_keeps_its_plan():
     assert plan.calibration_data("task_margin", "/m") == "demo:qa@/m"
     assert (plan.sizes.text_samples, plan.sizes.seq_len, plan.sizes.eval_limit) == (8, 64, None)
     assert (plan.sizes.num_prompts, plan.sizes.output_len, plan.sizes.rounds) == (8, 16, 1)
-    assert plan.suite == "demo"
+    assert plan.suite == "demo" and plan.serve_args == ()
     full = plan_demo(DemoConfig(model="demo"), num_blocks=16)
     assert full.drop == 4 and (full.sizes.text_samples, full.sizes.seq_len) == (32, 128)
     assert (full.sizes.num_prompts, full.sizes.output_len, full.sizes.rounds) == (48, 64, 2)
