@@ -15,7 +15,9 @@ Typical use::
     registry.resolve("ppl-best")             # also: a name, an id, "dense", "ppl-best@<base model>"
 
 Variants, evaluations and serving benchmarks of the dense model are attached to the base model;
-``resolve("dense")`` returns it as a :class:`VariantInfo` with ``is_dense=True``. A healed variant is
+``resolve("dense")`` returns it as a :class:`VariantInfo` with ``is_dense=True``. Registering a local
+checkpoint or base model directory stores the manifest of the files that define the model
+(:mod:`registry.integrity`); :meth:`Registry.verify_checkpoint` checks it before serving. A healed variant is
 registered like any other, from a record that names its ``parent`` and carries its ``healing``; it is then
 resolved, aliased, evaluated and served as any variant, and ``VariantInfo.parent`` keeps the lineage.
 """
@@ -35,6 +37,7 @@ from sqlalchemy.orm import Session
 from depthprune.errors import UserError
 from depthprune.settings import default_registry_url
 from registry.database import WRITE_OPTION, create_registry_engine, display_url, retrying
+from registry.integrity import check_model_files, hash_model_files
 from registry.naming import (
     DENSE,
     auto_variant_name,
@@ -104,6 +107,17 @@ MAX_NAME_LENGTH = 128
 """Longest variant name :func:`registry.naming.check_name` accepts."""
 
 
+def registered_files(directory: str | None) -> dict[str, str] | None:
+    """The manifest to store for a checkpoint or base model directory; None when it is not a local one, or
+    holds no weights (then nothing can be served from it, and verifying it says so)."""
+    if directory is None or not Path(directory).is_dir():
+        return None
+    try:
+        return hash_model_files(directory).files
+    except FileNotFoundError:
+        return None
+
+
 def healed_variant_name(parent_name: str, method: str, identity: str) -> str:
     """A readable, unique default name for a healed variant: ``<parent name>-lora-1a2b3c``."""
     method_part = re.sub(r"[^a-z0-9]+", "-", method.lower()).strip("-") or "healed"
@@ -162,6 +176,10 @@ class Registry:
     ) -> BaseModelInfo:
         """Record a dense model; registering it again updates its row.
 
+        A local directory is hashed file by file (:func:`registry.integrity.hash_model_files`): the manifest
+        of its weights, config, tokenizer and generation config is what ``dense`` is checked against before
+        it is served.
+
         Args:
             model: hub id or local directory (a directory is stored as its absolute path).
             revision: hub revision, if any.
@@ -182,6 +200,7 @@ class Registry:
             path = str(Path(path).expanduser().resolve())
         elif Path(key).is_dir():
             path = key
+        model_files = registered_files(path)  # outside the write transaction: hashing takes a while
 
         def operation(session: Session) -> BaseModelInfo:
             row = session.scalar(select(BaseModelRow).where(BaseModelRow.model == key))
@@ -191,6 +210,8 @@ class Registry:
             row.revision, row.weights_sha256, row.num_blocks = revision, weights_sha256, num_blocks
             row.architecture, row.updated_at = architecture, utc_now()
             row.path = path or row.path
+            if model_files is not None:
+                row.model_files = model_files
             session.flush()
             return self._base_info(row)
 
@@ -218,6 +239,7 @@ class Registry:
         ``checkpoint_sha256`` given as ``None`` keep the recorded checkpoint, and ``name=None`` keeps
         the recorded name. A healed variant (a record with ``parent`` and ``healing``) is its own row,
         told apart from its parent by the parent and the healing settings (not the measurements).
+        A checkpoint directory is hashed file by file (``VariantInfo.checkpoint_files``).
 
         Args:
             record: the variant (see :class:`VariantRecord` for its fields); its ``base_model`` must be
@@ -235,9 +257,14 @@ class Registry:
         if not isinstance(record, VariantRecord):
             raise TypeError(f"register_variant takes a VariantRecord, got {type(record).__name__}")
         versions = tool_versions()
-        return self._write(lambda session: self._store_variant(session, record, versions))
+        # Hashed outside the write transaction. A checkpoint given without its checksum stays unverifiable,
+        # as before manifests: the caller did not vouch for what is on disk.
+        files = registered_files(record.checkpoint_path) if record.checkpoint_sha256 else None
+        return self._write(lambda session: self._store_variant(session, record, versions, files))
 
-    def _store_variant(self, session: Session, record: VariantRecord, versions: dict) -> VariantInfo:
+    def _store_variant(
+        self, session: Session, record: VariantRecord, versions: dict, files: dict | None
+    ) -> VariantInfo:
         """Insert or update the row of ``record`` (inside a write transaction)."""
         base = self._find_base(session, record.base_model)
         removed = parse_removed_blocks(record.removed_blocks, base.num_blocks)
@@ -269,6 +296,7 @@ class Registry:
             setattr(row, what, getattr(record, what))
         if record.checkpoint_path is not None or record.checkpoint_sha256 is not None:
             row.checkpoint_path, row.checkpoint_sha256 = record.checkpoint_path, record.checkpoint_sha256
+            row.checkpoint_files = files
         row.versions, row.updated_at = versions, utc_now()
         session.flush()
         return self._variant_info(session, base, row)
@@ -557,16 +585,17 @@ class Registry:
     # ---------------------------------------------------------------- checkpoints
 
     def verify_checkpoint(self, variant: VariantReference) -> None:
-        """Refuse a checkpoint whose weights changed since it was registered.
+        """Refuse a checkpoint whose files changed since it was registered.
 
-        For the dense model, a local directory is checked against the base model's checksum; a hub id
-        is left to the hub's own revision pinning.
+        Every file of the registered manifest (weights, config, tokenizer, generation config, chat
+        template) must be there with the same sha256, and no weights file may have been added; a row
+        registered before manifests is checked by its weights checksum. For the dense model, a local
+        directory is checked against the base model's; a hub id is left to the hub's own revision pinning.
 
         Raises:
-            UserError: when the directory is missing, has no recorded checksum, or no longer matches.
+            UserError: when the directory is missing, has no recorded checksum, or no longer matches (the
+                message names each file that changed, went missing or was added).
         """
-        from depthprune.checksums import weights_sha256
-
         info = variant if isinstance(variant, VariantInfo) else self.resolve(variant)
         label = info.qualified_name
         if info.is_dense:
@@ -574,23 +603,12 @@ class Registry:
                 return
         elif not info.checkpoint_path:
             raise UserError(f"variant {label!r} has no checkpoint; write one with `depthprune checkpoint`")
-        directory = Path(info.checkpoint_path)
-        if not directory.is_dir():
-            raise UserError(f"checkpoint of {label!r} is missing: {directory} is not a directory")
-        if not info.checkpoint_sha256:
-            raise UserError(
-                f"checkpoint of {label!r} has no recorded sha256, so it cannot be verified; "
-                "register it again with its checksum"
-            )
-        try:
-            actual = weights_sha256(directory)
-        except FileNotFoundError as error:
-            raise UserError(f"checkpoint of {label!r} is not usable: {error}") from None
-        if actual != info.checkpoint_sha256:
-            raise UserError(
-                f"checkpoint of {label!r} at {directory} was modified: weights sha256 {actual[:12]}... "
-                f"!= registered {info.checkpoint_sha256[:12]}...; re-create or re-register it"
-            )
+        check_model_files(
+            info.checkpoint_path,
+            label,
+            files=info.checkpoint_files,
+            weights_checksum=info.checkpoint_sha256,
+        )
 
     # ---------------------------------------------------------------- lookups (inside a session)
 
@@ -687,6 +705,7 @@ class Registry:
             path=row.path,
             created_at=_utc(row.created_at),
             updated_at=_utc(row.updated_at),
+            model_files=None if row.model_files is None else dict(row.model_files),
         )
 
     @staticmethod
@@ -735,6 +754,7 @@ class Registry:
             parent=None if row.parent_id is None else session.get(VariantRow, row.parent_id).name,
             parent_id=row.parent_id,
             healing=None if row.healing is None else dict(row.healing),
+            checkpoint_files=None if row.checkpoint_files is None else dict(row.checkpoint_files),
         )
 
     def _dense_info(
@@ -765,6 +785,7 @@ class Registry:
             is_dense=True,
             base_weights_sha256=base.weights_sha256,
             updated_at=_utc(base.updated_at),
+            checkpoint_files=None if base.model_files is None else dict(base.model_files),
         )
 
     @staticmethod

@@ -178,6 +178,9 @@ class BaseModelInfo(_Record):
     """When first registered (UTC)."""
     updated_at: datetime
     """When last registered (UTC)."""
+    model_files: dict | None = None
+    """``{file name: sha256}`` of the files of ``path`` that define the model (weights, config, tokenizer,
+    generation config, chat template), taken at registration; None without a local directory."""
 
 
 @dataclass
@@ -220,7 +223,7 @@ class VariantInfo(_Record):
     checkpoint_path: str | None
     """Directory of the pruned checkpoint (for ``dense``: the base model's directory or hub id)."""
     checkpoint_sha256: str | None
-    """Weights checksum of that checkpoint, checked before serving."""
+    """Weights checksum of that checkpoint (checked before serving when there is no ``checkpoint_files``)."""
     created_at: datetime
     """When first registered (UTC)."""
     versions: dict
@@ -239,6 +242,11 @@ class VariantInfo(_Record):
     """Registry id of ``parent``."""
     healing: dict | None = None
     """For a healed variant: how it was trained from its parent (see :attr:`VariantRecord.healing`)."""
+    checkpoint_files: dict | None = None
+    """``{file name: sha256}`` of the checkpoint's files that define the model (weights, config, tokenizer,
+    generation config, chat template; :mod:`registry.integrity`), taken at registration and checked before
+    every start of a backend; for ``dense``, the base model's. None when registered without a local
+    directory, or before manifests existed."""
 
     @property
     def objective(self) -> str | None:

@@ -37,6 +37,8 @@ class BaseModelRow(Base):
     num_blocks: Mapped[int] = mapped_column(Integer)
     architecture: Mapped[str] = mapped_column(String(128))
     path: Mapped[str | None] = mapped_column(Text)
+    # {file name: sha256} of the files of ``path`` that define the model (registry.integrity).
+    model_files: Mapped[dict | None] = mapped_column(JSON(none_as_null=True))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
 
@@ -73,6 +75,8 @@ class VariantRow(Base):
     subset_evaluations: Mapped[int | None] = mapped_column(Integer)
     checkpoint_path: Mapped[str | None] = mapped_column(Text)
     checkpoint_sha256: Mapped[str | None] = mapped_column(String(64))
+    # {file name: sha256} of the checkpoint's files that define the model (registry.integrity).
+    checkpoint_files: Mapped[dict | None] = mapped_column(JSON(none_as_null=True))
     versions: Mapped[dict] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)

@@ -13,6 +13,11 @@ the gateway (even ``kill -9``), and when the server dies it takes the engine wor
 server gets it (``VLLM_API_KEY`` in its environment, not on its command line where ``ps`` shows it), so
 that a local process cannot bypass the gateway; health checks and proxied requests send it to every
 backend.
+
+Before every start and restart of a managed backend, the pool runs its ``check_before_start`` (``serve``
+passes one comparing the checkpoint's files with the manifest the registry took at registration): a backend
+that fails it is *refused*, kept down with the reason in ``/ready`` and the log, and never restarted by
+this gateway, while the others keep serving.
 """
 
 from __future__ import annotations
@@ -129,6 +134,8 @@ class Backend:
         self.restarts = 0
         self.next_restart_at = 0.0
         self.restart_backoff_s = 1.0
+        self.refused: str | None = None
+        """Why this backend may not be started (its files changed); set, it stays down for good."""
 
     @property
     def managed(self) -> bool:
@@ -324,9 +331,23 @@ class Backend:
 class BackendPool:
     """All backends of one gateway, the HTTP clients that reach them, and the monitor that heals them."""
 
-    def __init__(self, settings: GatewaySettings, on_change: Callable[[Backend], None] | None = None):
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        on_change: Callable[[Backend], None] | None = None,
+        check_before_start: Callable[[str], None] | None = None,
+    ):
+        """Backends for ``settings``, not started yet.
+
+        Args:
+            settings: the gateway's settings.
+            on_change: called with a backend whose state changed (metrics).
+            check_before_start: called with a managed backend's name, in a worker thread, before each start
+                and restart; a :class:`UserError` it raises refuses the backend (see :meth:`start_backend`).
+        """
         self.settings = settings
         self.on_change = on_change
+        self.check_before_start = check_before_start
         options = settings.vllm
         managed = [spec for spec in settings.backends if spec.managed]
         fraction = options.gpu_memory_utilization
@@ -372,10 +393,7 @@ class BackendPool:
                     if progress:
                         progress(backend.name)
                     if backend.managed:
-                        backend.spawn()
-                        await backend.wait_healthy(
-                            client, self.settings.vllm.start_timeout_s, self.settings.health_timeout_s
-                        )
+                        await self.start_backend(backend, client)
                     else:
                         reason = await backend.probe(client, self.settings.health_timeout_s)
                         if reason is None:
@@ -394,6 +412,25 @@ class BackendPool:
                 self.stop_processes()
                 raise
         self.started = True
+
+    async def start_backend(self, backend: Backend, client: httpx.AsyncClient) -> None:
+        """Check a managed backend's files, start its process and wait until it is healthy.
+
+        Raises:
+            BackendStartError: the check refused it (it is then kept down for good, with the reason), or it
+                did not come up.
+        """
+        if self.check_before_start is not None:
+            try:
+                await asyncio.to_thread(self.check_before_start, backend.name)
+            except UserError as error:
+                backend.refused = f"refused to start: {error}"
+                backend.mark_down(backend.refused)
+                log.error("backend %s %s", backend.name, backend.refused)
+                self._changed(backend)
+                raise BackendStartError(f"backend {backend.name!r} {backend.refused}") from None
+        backend.spawn()
+        await backend.wait_healthy(client, self.settings.vllm.start_timeout_s, self.settings.health_timeout_s)
 
     async def open(self) -> None:
         """Create the pooled HTTP clients and start the monitor (inside the serving event loop)."""
@@ -446,7 +483,11 @@ class BackendPool:
         while True:
             await asyncio.sleep(self.settings.health_interval_s)
             await asyncio.gather(
-                *(self.check(backend) for backend in self.backends.values() if not backend.restarting)
+                *(
+                    self.check(backend)
+                    for backend in self.backends.values()
+                    if not backend.restarting and backend.refused is None
+                )
             )
 
     async def check(self, backend: Backend) -> None:
@@ -489,7 +530,7 @@ class BackendPool:
 
     def maybe_restart(self, backend: Backend) -> None:
         """Schedule a restart of a managed backend unless one runs or the backoff has not passed."""
-        if not (backend.managed and self.settings.restart) or backend.restarting:
+        if not (backend.managed and self.settings.restart) or backend.restarting or backend.refused:
             return
         if time.monotonic() < backend.next_restart_at:
             return
@@ -502,15 +543,13 @@ class BackendPool:
         try:
             log.warning("restarting backend %s", backend.name)
             await asyncio.to_thread(backend.stop)
-            backend.spawn()
             backend.restarts += 1
-            if self.on_change is not None:
-                self.on_change(backend)
-            await backend.wait_healthy(
-                self._health_client, self.settings.vllm.start_timeout_s, self.settings.health_timeout_s
-            )
+            self._changed(backend)
+            await self.start_backend(backend, self._health_client)
             self._changed(backend)
         except BackendStartError as error:
+            if backend.refused:
+                return  # kept down with its reason; start_backend logged it
             backend.mark_down(str(error).splitlines()[0])
             backend.next_restart_at = time.monotonic() + backend.restart_backoff_s
             backend.restart_backoff_s = min(MAX_RESTART_BACKOFF_S, backend.restart_backoff_s * 2)

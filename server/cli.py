@@ -7,13 +7,16 @@ Example::
 
 The typer signature below is the command line; this module turns it (and ``--config``) into
 :class:`~server.settings.GatewaySettings`, resolving each name in the registry, and hands them to
-:func:`server.launch.serve_gateway`, which starts the processes and serves.
+:func:`server.launch.serve_gateway`, which starts the processes and serves. Before every start and restart
+of a managed backend, its directory is compared with the manifest the registry took at registration
+(:func:`registered_files_check`): a changed, missing or added model file keeps that backend down.
 """
 
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -101,6 +104,40 @@ def resolve_backends(variants: list[tuple[str, str | None]], registry_url: str |
             raise UserError(f"checkpoint of variant {name!r} is missing: {path}")
         specs.append(BackendSpec(name=name, model_dir=path, metadata=metadata_from_variant(info, name)))
     return specs
+
+
+def registered_files_check(
+    settings: GatewaySettings, registry_url: str | None
+) -> Callable[[str], None] | None:
+    """The check run before every start of a managed backend: its directory still holds the files the
+    registry hashed at registration (:func:`registry.integrity.check_model_files`).
+
+    The registry's records are read once, here; a restart needs no registry, only the files.
+
+    Args:
+        settings: the gateway's settings, from :func:`build_settings`.
+        registry_url: the registry the variants were resolved in.
+
+    Returns:
+        ``check(name)``, raising :class:`UserError` with the reason; None when nothing is managed.
+    """
+    managed = {spec.name: spec.model_dir for spec in settings.backends if spec.managed}
+    if not managed:
+        return None
+    from registry import open_registry
+    from registry.integrity import check_model_files
+
+    with open_registry(registry_url) as registry:
+        infos = {name: registry.resolve(name) for name in managed}
+
+    def check(name: str) -> None:
+        info, directory = infos[name], managed[name]
+        if info.is_dense and not directory.startswith((".", "/", "~")):
+            return  # a hub id: vLLM fetches the pinned revision itself
+        registered = dict(files=info.checkpoint_files, weights_checksum=info.checkpoint_sha256)
+        check_model_files(directory, info.qualified_name, **registered)
+
+    return check
 
 
 def build_settings(options: dict[str, Any], file_config: dict[str, Any]) -> GatewaySettings:
@@ -265,6 +302,7 @@ def serve(
         log_level=log_level,
         show_progress=not as_json,
         on_ready=lambda pool: print_ready(gateway_summary(settings, pool), pool, as_json),
+        check_before_start=registered_files_check(settings, registry or file_config.get("registry")),
     )
 
 

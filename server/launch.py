@@ -29,6 +29,7 @@ def serve_gateway(
     log_level: str = "info",
     show_progress: bool = True,
     on_ready: Callable[[BackendPool], None] | None = None,
+    check_before_start: Callable[[str], None] | None = None,
 ) -> None:
     """Start every backend of ``settings``, then serve the gateway until it is stopped (Ctrl-C, SIGTERM).
 
@@ -37,6 +38,8 @@ def serve_gateway(
         log_level: gateway log level (debug, info, warning).
         show_progress: show a progress bar on stderr while the backends start.
         on_ready: called with the started backends just before the gateway serves (to say where it serves).
+        check_before_start: run before every start and restart of a managed backend, with its name; a
+            UserError refuses it (see :class:`server.backends.BackendPool`).
 
     Raises:
         UserError: the port cannot be bound, or an experiment is malformed (before any process starts).
@@ -44,7 +47,7 @@ def serve_gateway(
     """
     sock = listen_socket(settings.host, settings.port)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    pool = BackendPool(settings)
+    pool = BackendPool(settings, check_before_start=check_before_start)
     app = create_app(settings, pool)  # checks the experiments before any process starts
     start_backends(pool, show_progress)
     if on_ready is not None:

@@ -14,6 +14,7 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 import httpx
@@ -68,8 +69,9 @@ def processes_of(tmp_path: Path, names: tuple[str, ...] = ("fake-m", "fake-n")) 
             command_line = " ".join(process.info["cmdline"] or [])
             if process.info["status"] == psutil.STATUS_ZOMBIE:
                 continue
-            mine = any(f"{tmp_path}/{name}" in command_line for name in names)
-            if mine or ("engine-core" in command_line and _descends_from_test_backend(process, tmp_path)):
+            markers = [f"{tmp_path}/{name}" for name in names]
+            mine = any(marker in command_line for marker in markers)
+            if mine or ("engine-core" in command_line and _descends_from(process, markers)):
                 found.append(process)
         except psutil.Error:
             continue
@@ -90,9 +92,9 @@ def engine_stand_ins() -> list[psutil.Process]:
     return found
 
 
-def _descends_from_test_backend(process: psutil.Process, tmp_path: Path) -> bool:
+def _descends_from(process: psutil.Process, markers: list[str]) -> bool:
     try:
-        return any(str(tmp_path) in " ".join(parent.cmdline()) for parent in process.parents())
+        return any(marker in " ".join(parent.cmdline()) for parent in process.parents() for marker in markers)
     except psutil.Error:
         return False
 
@@ -101,7 +103,8 @@ def server_process(backend_pid: int) -> psutil.Process:
     """The fake server (the one listening) among the backend's processes: its command names the module."""
     leader = psutil.Process(backend_pid)
     for process in [leader, *leader.children(recursive=True)]:
-        if "server_with_engine" in " ".join(process.cmdline()):
+        command_line = " ".join(process.cmdline())
+        if "server_with_engine" in command_line and "supervisor.py" not in command_line:
             return process
     raise AssertionError(f"no server process under {backend_pid}")
 
@@ -239,3 +242,66 @@ def test_health_checks_and_proxied_requests_carry_the_key(tmp_path):
     finally:
         gateway.stop()
         backend.stop()
+
+
+def registry_with_two_variants(tmp_path: Path) -> str:
+    """A registry URL where variants ``fake-m`` and ``fake-n`` have checkpoints (weights and a config)."""
+    from depthprune.testing.variants import fake_checkpoint, register_example_base, register_example_variant
+    from registry import open_registry
+
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    with open_registry(url) as registry:
+        register_example_base(registry)
+        for name, removed in (("fake-m", [1, 3]), ("fake-n", [2, 4])):
+            checkpoint = fake_checkpoint(tmp_path / name, content=name.encode())
+            (checkpoint / "config.json").write_text('{"num_hidden_layers": 4}')
+            register_example_variant(registry, removed, checkpoint=checkpoint, name=name)
+    return url
+
+
+def registered_pool(tmp_path: Path, url: str) -> BackendPool:
+    """The pool of ``depthprune serve --variants fake-m,fake-n``: resolved in the registry, files checked."""
+    from server.cli import build_settings, registered_files_check
+
+    vllm = engine_options(tmp_path).__dict__
+    settings = build_settings({"variants": "fake-m,fake-n", "registry": url}, {"vllm": vllm, **FAST_HEALTH})
+    return BackendPool(settings, check_before_start=registered_files_check(settings, url))
+
+
+def test_a_tampered_checkpoint_is_refused_at_restart_and_the_others_keep_serving(tmp_path, short_grace):
+    pool = registered_pool(tmp_path, registry_with_two_variants(tmp_path))
+    gateway = serve_in_thread(create_app(pool.settings, pool), free_port())
+    try:
+        first_pid = httpx.get(f"{gateway.url}/ready").json()["backends"]["fake-m"]["pid"]
+        (tmp_path / "fake-m" / "config.json").write_text('{"num_hidden_layers": 2}')
+        server_process(first_pid).kill()
+
+        def refused():
+            state = httpx.get(f"{gateway.url}/ready").json()["backends"]["fake-m"]
+            return not state["up"] and "config.json" in (state["error"] or "") and state["pid"] is None
+
+        wait_until(refused, 30, "fake-m refused")
+        state = httpx.get(f"{gateway.url}/ready").json()["backends"]["fake-m"]
+        assert "refused" in state["error"] and "changed config.json" in state["error"], state
+        post = {"model": "fake-n", "prompt": "w5", "max_tokens": 2}
+        assert httpx.post(f"{gateway.url}/v1/completions", json=post, timeout=30).status_code == 200
+        restarts = state["restarts"]
+        wait_until(lambda: pool["fake-m"].restarting is False, 10, "no restart running")
+        time.sleep(1.5)  # several health intervals: a refused backend is not restarted again and again
+        again = httpx.get(f"{gateway.url}/ready").json()["backends"]["fake-m"]
+        assert again["restarts"] == restarts and again["pid"] is None and not again["up"]
+        left = [" ".join(process.cmdline()) for process in processes_of(tmp_path, ("fake-m",))]
+        assert left == []
+    finally:
+        gateway.stop()
+
+
+def test_a_tampered_checkpoint_is_refused_at_the_first_start(tmp_path):
+    from server.backends import BackendStartError
+
+    url = registry_with_two_variants(tmp_path)
+    pool = registered_pool(tmp_path, url)
+    (tmp_path / "fake-n" / "model.safetensors").write_bytes(b"other weights")
+    with pytest.raises(BackendStartError, match="changed model.safetensors"):
+        asyncio.run(pool.start_backends())
+    assert not processes_of(tmp_path)
