@@ -9,8 +9,8 @@ What it does (every process it starts is stopped at the end):
    streaming (time to first token); overhead = median of the per-pair differences;
 4. throughput: in each round ``--requests`` requests at ``--concurrency`` against each target (order
    alternating between rounds so drift cancels); output tokens/s and their ratio;
-5. prints JSON and writes ``## Gateway overhead`` into docs/benchmarks.md (replacing an older one) unless
-   ``--no-write``.
+5. prints JSON and writes ``## Gateway overhead`` (or ``--section``) into docs/benchmarks.md (replacing an
+   older one) unless ``--no-write``.
 
 Run: ``.venv/bin/python benchmarks/bench_gateway.py`` (about 3-5 minutes here, most of it the engine start).
 """
@@ -33,6 +33,7 @@ from docs_section import write_section  # benchmarks/, on sys.path when run as a
 
 from depthprune.testing.models import save_tiny_model
 from depthprune.testing.servers import running_gateway
+from pruning.model_sources import resolve_model
 from server.backends import Backend
 from server.settings import BackendSpec, VllmOptions
 
@@ -42,7 +43,11 @@ PROMPT = " ".join(f"w{i}" for i in range(10, 42))  # 32 tokens of the tiny token
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", help="Checkpoint directory (default: a tiny random Llama made here).")
+    parser.add_argument(
+        "--model",
+        help="Checkpoint directory, a .gguf file or smollm2-135m (the embedded real model, converted once); "
+        "default: a tiny random Llama made here.",
+    )
     parser.add_argument("--rounds", type=int, default=6, help="Interleaved rounds.")
     parser.add_argument("--pairs", type=int, default=20, help="Sequential direct/gateway pairs per round.")
     parser.add_argument("--requests", type=int, default=256, help="Requests per throughput measurement.")
@@ -52,6 +57,9 @@ def parse_args() -> argparse.Namespace:
         "--compile", action="store_true", help="Let vLLM compile (slow start); default eager."
     )
     parser.add_argument("--no-write", action="store_true", help="Do not write docs/benchmarks.md.")
+    parser.add_argument(
+        "--section", default=SECTION, help=f"Heading of the docs section to write (default {SECTION!r})."
+    )
     parser.add_argument("--out", type=Path, help="Also write the JSON result here.")
     return parser.parse_args()
 
@@ -188,11 +196,11 @@ def reproduce_flags(args) -> str:
 def markdown(result: dict, args, model: str) -> str:
     goal_latency = "met" if result["overhead_p50_e2e_ms"] < 5 else "NOT met"
     goal_rate = "met" if abs(1 - result["throughput_ratio_median"]) <= 0.05 else "NOT met"
-    return f"""{SECTION}
+    return f"""{args.section}
 
 The gateway (`depthprune serve`, its own process) in front of one vLLM CPU server, against calling that
 server directly; requests interleaved pair by pair (which goes first alternates) so machine drift cancels.
-Model: {model}; prompt 32 tokens, {args.max_tokens} output tokens (`ignore_eos`), greedy.
+Model: {model}; prompt `w10 w11 … w41` (32 words), {args.max_tokens} output tokens (`ignore_eos`), greedy.
 Machine: {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}.
 
 | measure | direct | through the gateway | overhead |
@@ -215,7 +223,8 @@ def main() -> None:
     args = parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-gateway-") as work:
         work = Path(work)
-        model = args.model or str(save_tiny_model("llama", work / "tiny-llama"))
+        model = resolve_model(args.model).model if args.model else None
+        model = model or str(save_tiny_model("llama", work / "tiny-llama"))
         vllm_options = VllmOptions(
             dtype="float32",
             max_model_len=256,
@@ -243,7 +252,7 @@ def main() -> None:
     text = markdown(result, args, model_name)
     print(text)
     if not args.no_write:
-        write_section(SECTION, text)
+        write_section(args.section, text)
 
 
 if __name__ == "__main__":

@@ -3,16 +3,19 @@ when served, and does ``depthprune loadtest`` agree with ``vllm bench serve`` on
 
 What it does (every process it starts is stopped at the end):
 1. takes the demo model (``depthprune.demo.model.ensure_demo_model()``) or ``--model DIR``;
-2. writes a variant without round(N/4) evenly spread blocks (``pruning.checkpoint.write_pruned_checkpoint``);
+2. writes a variant without round(N/4) evenly spread blocks (``pruning.checkpoint.write_pruned_checkpoint``),
+   or serves the checkpoints given as ``--variant NAME=DIR`` (e.g. a searched variant and its healed child);
 3. starts one vLLM CPU server per model with identical settings, and the depthprune gateway in front
    (``depthprune serve --variants dense=URL,v25=URL``; ``--direct`` skips the gateway);
-4. in each of ``--rounds`` rounds, measures both models at saturation (all requests at once) with the
-   ``loadtest`` package, then with ``vllm bench serve`` (``vllm.benchmarks.serve``) on the same prompts,
-   so the two tools and the two models are interleaved and drift cancels;
+4. in each of ``--rounds`` rounds, measures every model at saturation (all requests at once) with the
+   ``loadtest`` package, then with ``vllm bench serve`` (``vllm.benchmarks.serve``; ``--no-vllm-bench``
+   skips it) on the same prompts, so the two tools and the models are interleaved and drift cancels;
 5. writes ``summary.json``, the load-test result and report (Markdown + PNG) into ``--out``, and prints the
    Markdown for docs/benchmarks.md.
 
 Run: ``.venv/bin/python benchmarks/bench_loadtest.py --out /tmp/bench-loadtest`` (about 5-10 minutes here).
+The real model: ``--model DEPTHPRUNE_HOME/models/gguf-<sha>`` (the converted SmolLM2-135M) and
+``--variant v27=DIR --variant v27-healed=DIR``.
 """
 
 from __future__ import annotations
@@ -42,6 +45,13 @@ COMPARED_KEYS = (
     "mean_itl_ms",
     "mean_e2el_ms",
 )
+VARIANT_KEYS = (
+    "ideal_speedup",
+    "output_throughput_speedup",
+    "fraction_of_ideal_speedup",
+    "fraction_of_ideal_gain",
+)
+"""Per variant, from the load-test result's comparison with dense."""
 AGREEMENT_TOLERANCE = 0.15
 TARGET_FRACTION = 0.9
 
@@ -67,6 +77,8 @@ def vllm_server(model_dir: Path, name: str, args, out: Path) -> tuple[subprocess
             args.dtype,
             "--max-model-len",
             str(args.max_model_len),
+            # Eager (no torch.compile): a real model's engine starts in about 1 min here instead of 2.5.
+            *(["--enforce-eager"] if args.eager else []),
         ],
         log,
         env={"VLLM_CPU_KVCACHE_SPACE": str(args.kv_cache_gib)},
@@ -135,26 +147,44 @@ def vllm_bench_serve(target: str, model: str, tokenizer_dir: Path, prompts_file:
 
 
 @dataclass
+class ServedVariant:
+    """A pruned checkpoint served beside the dense model."""
+
+    name: str
+    """Served model name (``v25`` for the evenly spread variant the benchmark writes)."""
+    directory: Path
+    """Its checkpoint directory."""
+    removed: list[int]
+    """The blocks it lacks."""
+
+
+@dataclass
 class BenchModels:
-    """The dense model and the variant written from it, with the block counts of both."""
+    """The dense model and the variants served beside it, with the block counts of each."""
 
     model_dir: Path
     """Directory of the dense model."""
     num_blocks: int
     """N, its number of blocks."""
-    removed: list[int]
-    """The blocks the variant lacks."""
-    variant_name: str
-    """Served name of the variant, ``v`` and the percentage of blocks removed (``v25``)."""
-    variant_dir: Path
-    """Directory of the variant's checkpoint."""
+    variants: list[ServedVariant]
+    """The variants, the headline one first."""
+
+    @property
+    def variant_name(self) -> str:
+        """Served name of the headline variant."""
+        return self.variants[0].name
+
+    @property
+    def removed(self) -> list[int]:
+        """The blocks the headline variant lacks."""
+        return self.variants[0].removed
 
     def counts(self) -> dict[str, BlockCounts]:
         """``model -> BlockCounts`` for the load-test result."""
-        return {
-            "dense": BlockCounts(self.num_blocks, 0, "bench"),
-            self.variant_name: BlockCounts(self.num_blocks, len(self.removed), "bench"),
-        }
+        counts = {"dense": BlockCounts(self.num_blocks, 0, "bench")}
+        for variant in self.variants:
+            counts[variant.name] = BlockCounts(self.num_blocks, len(variant.removed), "bench")
+        return counts
 
 
 @dataclass
@@ -176,7 +206,11 @@ class BenchLoad:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """The benchmark's command line."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", type=Path, help="Dense model directory (default: the demo model).")
+    parser.add_argument(
+        "--model",
+        help="Dense model directory, a .gguf file or smollm2-135m (the embedded real model, converted once); "
+        "default: the demo model.",
+    )
     parser.add_argument("--removed-fraction", type=float, default=0.25)
     parser.add_argument("--out", type=Path, default=Path("bench-loadtest"))
     parser.add_argument("--num-prompts", type=int, default=64)
@@ -188,27 +222,63 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--max-model-len", type=int, default=512)
     parser.add_argument("--kv-cache-gib", type=int, default=1)
     parser.add_argument("--direct", action="store_true", help="Measure the vLLM servers without the gateway.")
+    parser.add_argument("--eager", action="store_true", help="Start vLLM with --enforce-eager (no compile).")
+    parser.add_argument(
+        "--target-fraction",
+        type=float,
+        default=TARGET_FRACTION,
+        help="Goal for the headline variant's fraction of the ideal speedup (summary's goal_fraction_met).",
+    )
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=DIR",
+        help="Serve this pruned checkpoint as NAME instead of writing an evenly spread variant; repeatable "
+        "(the first is the headline variant, e.g. a pruned variant, then its healed child).",
+    )
+    parser.add_argument(
+        "--no-vllm-bench", action="store_true", help="Measure with depthprune loadtest only (half the time)."
+    )
     return parser.parse_args(argv)
 
 
+def named_variant(assignment: str) -> ServedVariant:
+    """``NAME=DIR`` of ``--variant`` -> the variant, its removed blocks read from ``DIR/pruning.json``."""
+    name, separator, directory = assignment.partition("=")
+    if not separator or not name or not directory:
+        raise SystemExit(f"--variant takes NAME=DIR, got {assignment!r}")
+    path = Path(directory).expanduser().resolve()
+    pruning_file = path / "pruning.json"
+    if not pruning_file.is_file():
+        raise SystemExit(f"--variant {name}: {path} has no pruning.json")
+    return ServedVariant(name, path, json.loads(pruning_file.read_text())["removed_blocks"])
+
+
 def prepare_models(args: argparse.Namespace, out: Path) -> BenchModels:
-    """Steps 1-2: the dense model (the demo model unless ``--model``) and its variant, written if missing."""
+    """Steps 1-2: the dense model (the demo model unless ``--model``) and its variants: the ``--variant``
+    checkpoints, else one written without evenly spread blocks (if missing)."""
     if args.model is None:
         from depthprune.demo.model import ensure_demo_model
 
         model_dir = Path(ensure_demo_model())
     else:
-        model_dir = args.model.resolve()
-    num_blocks = json.loads((model_dir / "config.json").read_text())["num_hidden_layers"]
-    removed = removed_blocks_for(num_blocks, args.removed_fraction)
-    variant_name = f"v{round(100 * len(removed) / num_blocks)}"
-    variant_dir = out / variant_name
-    if not (variant_dir / "pruning.json").is_file():
-        from pruning.checkpoint import write_pruned_checkpoint
+        from pruning.model_sources import resolve_model
 
-        write_pruned_checkpoint(str(model_dir), removed, variant_dir, overwrite=True)
-    print(f"dense: {model_dir} ({num_blocks} blocks); {variant_name}: removed {removed}", file=sys.stderr)
-    return BenchModels(model_dir, num_blocks, removed, variant_name, variant_dir)
+        model_dir = Path(resolve_model(args.model).model).resolve()
+    num_blocks = json.loads((model_dir / "config.json").read_text())["num_hidden_layers"]
+    variants = [named_variant(assignment) for assignment in args.variant]
+    if not variants:
+        removed = removed_blocks_for(num_blocks, args.removed_fraction)
+        variant_dir = out / f"v{round(100 * len(removed) / num_blocks)}"
+        if not (variant_dir / "pruning.json").is_file():
+            from pruning.checkpoint import write_pruned_checkpoint
+
+            write_pruned_checkpoint(str(model_dir), removed, variant_dir, overwrite=True)
+        variants = [ServedVariant(variant_dir.name, variant_dir, removed)]
+    listed = "; ".join(f"{variant.name}: removed {variant.removed}" for variant in variants)
+    print(f"dense: {model_dir} ({num_blocks} blocks); {listed}", file=sys.stderr)
+    return BenchModels(model_dir, num_blocks, variants)
 
 
 def start_servers(
@@ -221,28 +291,41 @@ def start_servers(
     Returns:
         ``model -> base URL`` the load goes to, and the target as the result reports it.
     """
-    dense_process, dense_url = vllm_server(models.model_dir, "dense", args, out)
-    processes.append(dense_process)
-    variant_process, variant_url = vllm_server(models.variant_dir, models.variant_name, args, out)
-    processes.append(variant_process)
+    urls = {}
+    for name, directory in [("dense", models.model_dir)] + [(v.name, v.directory) for v in models.variants]:
+        process, urls[name] = vllm_server(directory, name, args, out)
+        processes.append(process)
     if args.direct:
-        targets = {"dense": dense_url, models.variant_name: variant_url}
-        return targets, f"{dense_url} (dense), {variant_url} ({models.variant_name}): direct"
+        listed = ", ".join(f"{url} ({name})" for name, url in urls.items())
+        return dict(urls), f"{listed}: direct"
     port = free_port()
     log = out / "gateway.log"
-    variants = f"dense={dense_url},{models.variant_name}={variant_url}"
+    variants = ",".join(f"{name}={url}" for name, url in urls.items())
     gateway = start_logged(
         [sys.executable, "-m", "depthprune", "serve", "--variants", variants, "--port", str(port)], log
     )
     processes.append(gateway)
     target = f"http://127.0.0.1:{port}"
     wait_until_up(target + "/ready", gateway, log, timeout_s=120)
-    return {"dense": target, models.variant_name: target}, target
+    return {name: target for name in urls}, target
+
+
+def prompt_source(model_dir: Path, out: Path) -> str:
+    """``--prompts`` of the load: the demo model's test text, else pydoc's test split (held-out English text
+    that ships with CPython) written as JSON Lines into ``out``."""
+    demo_text = data_file(model_dir, "text_test")
+    if demo_text.is_file():
+        return str(demo_text)
+    from pruning.calibration.offline_sources import pydoc_documents
+
+    path = out / "prompts-pydoc-test.jsonl"
+    lines = [json.dumps({"text": document.text}) + "\n" for document in pydoc_documents("test")]
+    path.write_text("".join(lines))
+    return str(path)
 
 
 def prepare_load(model_dir: Path, args: argparse.Namespace, out: Path) -> BenchLoad:
-    """The load settings and prompts (the demo model's test text when it has one, else synthetic)."""
-    demo_text = data_file(model_dir, "text_test")
+    """The load settings and prompts (:func:`prompt_source`)."""
     config = LoadConfig(
         num_prompts=args.num_prompts,
         input_len=args.input_len,
@@ -250,7 +333,7 @@ def prepare_load(model_dir: Path, args: argparse.Namespace, out: Path) -> BenchL
         warmup=4,
         seed=args.seed,
         rounds=args.rounds,
-        prompts=str(demo_text) if demo_text.is_file() else "synthetic",
+        prompts=prompt_source(model_dir, out),
     )
     tokenizer = HFTokenizer(model_dir)
     prompts = build_prompts(
@@ -279,6 +362,9 @@ def measure_interleaved(
         for model in order:
             theirs[model].append(vllm_bench_serve(targets[model], model, model_dir, load.prompts_file, args))
 
+    if args.no_vllm_bench:
+        # One call for every round: the load test alternates the models' order from round to round.
+        return run(benchmark.measure([load.measured] * args.rounds)), theirs
     for round_index in range(args.rounds):
         # Alternate which tool goes first (and the model order of vLLM's runs): drift hits both alike.
         order = list(targets) if round_index % 2 == 0 else list(targets)[::-1]
@@ -310,7 +396,13 @@ def tool_agreement(result: dict, theirs: dict[str, list[dict]]) -> dict[str, dic
     return agreement
 
 
-def build_summary(models: BenchModels, target: str, result: dict, theirs: dict[str, list[dict]]) -> dict:
+def build_summary(
+    models: BenchModels,
+    target: str,
+    result: dict,
+    theirs: dict[str, list[dict]],
+    target_fraction: float = TARGET_FRACTION,
+) -> dict:
     """Step 5: what ``summary.json`` holds: both tools' speedups against the ideal, and how far they agree."""
     agreement = tool_agreement(result, theirs)
     vllm_speedup = geometric_mean(
@@ -334,8 +426,20 @@ def build_summary(models: BenchModels, target: str, result: dict, theirs: dict[s
         "vllm_bench_speedup": vllm_speedup,
         "loadtest_over_vllm_bench": agreement,
         "vllm_bench_rounds": theirs,
-        "goal_fraction_met": (comparison["fraction_of_ideal_speedup"] or 0) >= TARGET_FRACTION,
-        "agreement_within_15_percent": all(
+        "variants": {
+            variant.name: {
+                "removed_blocks": variant.removed,
+                "checkpoint": str(variant.directory),
+                **{key: result["comparison"][variant.name][key] for key in VARIANT_KEYS},
+            }
+            for variant in models.variants
+        },
+        "target_fraction": target_fraction,
+        "goal_fraction_met": (comparison["fraction_of_ideal_speedup"] or 0) >= target_fraction,
+        # None when vllm bench serve did not run (--no-vllm-bench): nothing to agree with.
+        "agreement_within_15_percent": None
+        if vllm_speedup is None
+        else all(
             abs(ratio - 1) <= AGREEMENT_TOLERANCE
             for per in agreement.values()
             for ratio in per.values()
@@ -347,15 +451,16 @@ def build_summary(models: BenchModels, target: str, result: dict, theirs: dict[s
 def print_for_docs(result: dict, summary: dict) -> None:
     """The Markdown for docs/benchmarks.md: load-test report, the tools' agreement, the headline numbers."""
     print(markdown_report(result))
-    print(f"vllm bench serve output-throughput speedup: {summary['vllm_bench_speedup']:.3f}")
-    print("| model | " + " | ".join(f"{key} ours/vLLM" for key in COMPARED_KEYS) + " |")
-    print("|---" * (len(COMPARED_KEYS) + 1) + "|")
-    for model, per in summary["loadtest_over_vllm_bench"].items():
-        print(
-            f"| {model} | "
-            + " | ".join(f"{per[key]:.3f}" if per[key] else "–" for key in COMPARED_KEYS)
-            + " |"
-        )
+    if summary["vllm_bench_speedup"] is not None:
+        print(f"vllm bench serve output-throughput speedup: {summary['vllm_bench_speedup']:.3f}")
+        print("| model | " + " | ".join(f"{key} ours/vLLM" for key in COMPARED_KEYS) + " |")
+        print("|---" * (len(COMPARED_KEYS) + 1) + "|")
+        for model, per in summary["loadtest_over_vllm_bench"].items():
+            print(
+                f"| {model} | "
+                + " | ".join(f"{per[key]:.3f}" if per[key] else "–" for key in COMPARED_KEYS)
+                + " |"
+            )
     headline = (
         "ideal_speedup",
         "loadtest_speedup",
@@ -366,6 +471,8 @@ def print_for_docs(result: dict, summary: dict) -> None:
         "agreement_within_15_percent",
     )
     print(json.dumps({key: summary[key] for key in headline}, indent=2))
+    if len(summary["variants"]) > 1:
+        print(json.dumps(summary["variants"], indent=2))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -390,7 +497,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         (out / "loadtest_result.json").write_text(json.dumps(result, indent=2))
         write_report(result, out / "report")
-        summary = build_summary(models, target, result, theirs)
+        summary = build_summary(models, target, result, theirs, args.target_fraction)
         (out / "summary.json").write_text(json.dumps(summary, indent=2))
         print_for_docs(result, summary)
     finally:
