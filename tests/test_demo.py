@@ -131,7 +131,7 @@ def test_the_real_model_plan_is_what_the_demo_prints(tmp_path, monkeypatch, caps
     sizes = plan.sizes
     assert (sizes.text_samples, sizes.choice_samples, sizes.seq_len) == (16, 24, 256)
     assert (sizes.eval_seq_len, sizes.eval_limit) == (256, 24)
-    assert (sizes.rounds, sizes.num_prompts, sizes.input_len, sizes.output_len) == (2, 32, 128, 64)
+    assert (sizes.rounds, sizes.num_prompts, sizes.input_len, sizes.output_len) == (2, 16, 128, 32)
     assert plan.suite == "offline" and plan.tasks == ("pydoc", "pydoc_cloze")
     assert plan.serve_args == ("--max-model-len", "512", "--vllm-arg=--enforce-eager")
     assert plan.ideal_speedup == pytest.approx(30 / 22)
@@ -154,7 +154,7 @@ def test_the_real_model_plan_is_what_the_demo_prints(tmp_path, monkeypatch, caps
         "searches on each objective: one_shot, block_influence",
         "offline suite (pydoc perplexity, 256-token windows; pydoc_cloze accuracy), at most 24 of each",
         "one vLLM engine each (--max-model-len 512 --vllm-arg=--enforce-eager)",
-        "2 interleaved rounds x 32 requests x (128 prompt + 64 generated tokens) per model",
+        "2 interleaved rounds x 16 requests x (128 prompt + 32 generated tokens) per model",
     ):
         assert expected in printed
 

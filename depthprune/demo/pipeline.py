@@ -2,8 +2,9 @@
 
 Resolves the model (the embedded ``smollm2-135m`` GGUF is converted once to a cached float32 checkpoint),
 prints the plan (budget M, searches, calibration and evaluation sizes, load), prunes it under both
-calibration objectives, registers and evaluates every variant, serves dense and the best variant of each
-objective through the gateway with one vLLM engine each, load-tests them side by side, and prints one table.
+calibration objectives, registers every variant and evaluates each distinct one, serves dense and the best
+variant of each objective through the gateway with one vLLM engine each, load-tests them side by side, and
+prints one table.
 Every process it starts is stopped on the way out, Ctrl-C included.
 
 Two plans (:func:`plan_demo`), sized so that ``make demo`` finishes in under 20 minutes on 2 cores:
@@ -78,12 +79,15 @@ REAL_SIZES = DemoSizes(
     seq_len=256,
     eval_seq_len=256,
     eval_limit=24,
-    num_prompts=32,
+    num_prompts=16,
     input_len=128,
-    output_len=64,
+    output_len=32,
     rounds=2,
 )
-"""A real model (SmolLM2-135M: ~5 s per subset evaluation on 2 cores at 16 x 256 tokens), full run."""
+"""A real model (SmolLM2-135M: ~5 s per subset evaluation on 2 cores at 16 x 256 tokens), full run. The load
+test is the longest step: three engines share 2 cores, and 32 requests x 64 tokens per model and round took
+12 of the demo's 21.5 minutes on the quiet machine; 16 x 32 keeps every engine batching (16 sequences in
+flight) at a quarter of the tokens."""
 REAL_QUICK_SIZES = DemoSizes(4, 8, 128, 128, 4, 8, 64, 16, 1)
 """A real model, ``--quick``."""
 DEMO_SIZES = DemoSizes(32, 32, 128, 2048, None, 48, 128, 64, 2)
@@ -102,7 +106,7 @@ DEMO_DATA = {"perplexity": "demo:text", "task_margin": "demo:qa"}
 """The demo model's calibration data per objective: its own held-out text and questions."""
 REAL_SERVE_ARGS = ("--max-model-len", "512", "--vllm-arg=--enforce-eager")
 """``depthprune serve`` options for a real model: without torch.compile and with a short context (the
-load test needs 192 tokens), a SmolLM2 engine starts in about 1 minute on 2 cores instead of 2.5, and
+load test needs 160 tokens), a SmolLM2 engine starts in about 1 minute on 2 cores instead of 2.5, and
 dense and variants run the same way, so their ratio holds."""
 
 
