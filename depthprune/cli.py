@@ -25,6 +25,7 @@ COMMANDS = {
     "bench-evaluator": "pruning.cli:bench_evaluator",
     "eval": "pruning.cli:evaluate",
     "study": "pruning.cli:study",
+    "data": "pruning.data_cli:app",
     "variants": "registry.cli:app",
     "serve": "server.cli:serve",
     "loadtest": "loadtest.cli:loadtest",

@@ -29,6 +29,24 @@ ModelOption = Annotated[
 ]
 """The dense model a command starts from."""
 
+PruneDataOption = Annotated[
+    str,
+    typer.Option(
+        help="Calibration data: c4, wikitext2, lambada, commonsense170k[:PATH], demo:text, demo:qa, "
+        "text:PATH or mc:PATH (its kind must suit the objective; 'depthprune data show' prints it)."
+    ),
+]
+"""``prune --data``: one calibration data spec."""
+
+SamplingOption = Annotated[
+    str,
+    typer.Option(
+        help="Text instances: documents (one document each, truncated to --seq-len; shorter ones skipped, "
+        "the study's way) or stream (windows cut from all documents joined)."
+    ),
+]
+"""``prune --sampling``, ``study --sampling``, ``data show --sampling``."""
+
 ObjectiveOption = Annotated[str, typer.Option(help="Calibration objective: perplexity, task_margin or kl.")]
 """One calibration objective."""
 
@@ -252,13 +270,7 @@ def _print_variant(outcome, as_json: bool) -> None:
 def prune(
     model: ModelOption,
     objective: ObjectiveOption,
-    data: Annotated[
-        str,
-        typer.Option(
-            help="Calibration data: c4, wikitext2, lambada, commonsense170k, demo:text, demo:qa, text:PATH "
-            "or mc:PATH (its kind must suit the objective)."
-        ),
-    ],
+    data: PruneDataOption,
     drop: Annotated[int, typer.Option(help="M, the number of blocks to remove.")],
     search: Annotated[
         str,
@@ -271,6 +283,7 @@ def prune(
     samples: CalibrationSamplesOption = 64,
     seq_len: Annotated[int, typer.Option(help="Tokens per calibration window.")] = 2048,
     data_seed: Annotated[int, typer.Option(help="Seed of the calibration sample draw.")] = 0,
+    sampling: SamplingOption = "documents",
     random_prior: Annotated[
         bool,
         typer.Option(
@@ -313,7 +326,7 @@ def prune(
     config = PruneConfig(
         model=model,
         calibration=CalibrationConfig(
-            objective=objective, data=data, samples=samples, seq_len=seq_len, seed=data_seed
+            objective, data, samples=samples, seq_len=seq_len, seed=data_seed, sampling=sampling
         ),
         drop=drop,
         searches=searches,
@@ -466,10 +479,37 @@ def heal(
 StudySearchesOption = Annotated[
     str,
     typer.Option(
-        help=f"Searches, comma-separated, or 'all' (the study's seven: {', '.join(STUDY_SEARCHES)})."
+        help=f"Searches, comma-separated: names, 'study' (the paper's seven: {', '.join(STUDY_SEARCHES)}) "
+        "or 'all' (the seven and the structural baselines block_influence, lorp, streamline); mixable."
     ),
 ]
 """``study --searches``."""
+
+StudyWorkerOption = Annotated[
+    bool,
+    typer.Option(
+        "--worker",
+        help="Be one of several workers (same arguments, same --registry) sharing the grid: claim cells "
+        "one at a time from the registry's work queue; every worker writes the report once all are done.",
+    ),
+]
+"""``study --worker`` (:mod:`pruning.study.worker`)."""
+
+LeaseSecondsOption = Annotated[
+    float,
+    typer.Option(help="With --worker: a killed worker's cell is taken over after this many seconds."),
+]
+"""``study --lease-seconds``."""
+
+StudyObjectivesOption = Annotated[
+    str, typer.Option(help="Calibration objectives, comma-separated: perplexity, task_margin, kl.")
+]
+"""``study --objectives``."""
+
+CrossControlsOption = Annotated[
+    bool, typer.Option("--cross-controls", help="Run every objective on every --data source of its kind.")
+]
+"""``study --cross-controls``."""
 
 StudyDataOption = Annotated[
     str | None,
@@ -507,18 +547,15 @@ StudySearchOptions = Annotated[
 def study(
     model: ModelOption,
     drop: Annotated[str, typer.Option(help="Budgets M (blocks removed), comma-separated, e.g. 4,6.")],
-    objectives: Annotated[
-        str, typer.Option(help="Calibration objectives, comma-separated: perplexity, task_margin, kl.")
-    ] = "perplexity,task_margin",
-    searches: StudySearchesOption = "all",
+    objectives: StudyObjectivesOption = "perplexity,task_margin",
+    searches: StudySearchesOption = "study",
     data: StudyDataOption = None,
     seeds: Annotated[str, typer.Option(help="Search seeds, comma-separated, e.g. 0,1,2.")] = "0",
     random_prior_control: RandomPriorControlOption = False,
-    cross_controls: Annotated[
-        bool, typer.Option("--cross-controls", help="Run every objective on every --data source of its kind.")
-    ] = False,
+    cross_controls: CrossControlsOption = False,
     samples: Annotated[int, typer.Option(help="Calibration samples per configuration.")] = 64,
     seq_len: StudySeqLenOption = None,
+    sampling: SamplingOption = "documents",
     option: StudySearchOptions = None,
     suite: EvalSuiteOption = "all",
     engine: Annotated[str, typer.Option(help="Evaluation engine: auto, vllm or torch.")] = "auto",
@@ -536,17 +573,19 @@ def study(
     as_json: Annotated[
         bool, typer.Option("--json", help="Print the study's numbers as JSON at the end.")
     ] = False,
+    worker: StudyWorkerOption = False,
+    lease_seconds: LeaseSecondsOption = 120.0,
 ) -> None:
     """Run the depth-pruning study grid (objective x data x budget x search x seed), evaluate every variant,
     and write a report with the study's tables and figures.
 
-    Resumable: cells already in the report's cells.json or in the registry are never recomputed.
+    Resumable: cells already in the report's cells.json or in the registry are never recomputed. With
+    --worker, start the same command on several machines against one PostgreSQL --registry to share the grid.
     """
-    from pruning.prune import parse_option_assignments, parse_searches
-    from pruning.search import STUDY_SEARCHES
-    from pruning.study.grid import StudyConfig, run_study
+    from pruning.prune import parse_option_assignments
+    from pruning.study.grid import StudyConfig, run_study, study_searches
 
-    names = STUDY_SEARCHES if searches.strip() == "all" else parse_searches(searches)
+    names = study_searches(searches)
     config = StudyConfig(
         model=model,
         drops=_integers(drop, "--drop"),
@@ -558,6 +597,7 @@ def study(
         cross_controls=cross_controls,
         samples=samples,
         seq_len=seq_len,
+        sampling=sampling,
         options={k: v for k, v in parse_option_assignments(option or [], names).items() if v},
         suites=_comma_list(suite),
         engine=engine,
@@ -571,6 +611,8 @@ def study(
         protect=_comma_list(protect),
         timing=timing,
         progress=not as_json,
+        worker=worker,
+        lease_seconds=lease_seconds,
     )
     report = run_study(config)
     if as_json:
