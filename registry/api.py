@@ -420,17 +420,26 @@ class Registry:
                 found[f"{alias.alias}@{base.model}"] = target
             return found
 
-    def remove_variant(self, name: VariantReference, *, delete_checkpoint: bool = False) -> VariantInfo:
+    def remove_variant(
+        self, name: VariantReference, *, delete_checkpoint: bool = False, force: bool = False
+    ) -> VariantInfo:
         """Delete a variant with its aliases, evaluations and serving benchmarks; variants healed from it
         stay, without a parent.
 
         Args:
             name: the variant's id or name (not an alias, so that an alias never deletes by surprise).
             delete_checkpoint: also delete its checkpoint directory (only one holding ``pruning.json``).
+            force: delete the checkpoint even while a running gateway serves the variant.
 
         Returns:
             What was removed.
+
+        Raises:
+            UserError: an unknown name, an alias, the dense model, or (without ``force``) a checkpoint to
+                delete that a gateway serves (:meth:`refuse_if_served`).
         """
+        if delete_checkpoint and not force:
+            self.refuse_if_served(name)
 
         def operation(session: Session) -> VariantInfo:
             base, row = self._find(session, name)
@@ -458,6 +467,29 @@ class Registry:
             if (checkpoint / "pruning.json").is_file():
                 shutil.rmtree(checkpoint)
         return removed
+
+    def refuse_if_served(self, name: VariantReference) -> None:
+        """Refuse to take away the checkpoint of a variant that a running gateway serves.
+
+        The gateways are those of this ``DEPTHPRUNE_HOME`` (:mod:`registry.serving`): a managed backend's
+        checkpoint is on the gateway's own disk.
+
+        Raises:
+            UserError: one line naming the gateways (URL and pid) and the way out (stop them, or ``--force``).
+        """
+        from registry.serving import serving_gateways
+
+        info = self.resolve(name)
+        if info.is_dense or not info.checkpoint_path:
+            return
+        gateways = serving_gateways(info.checkpoint_path)
+        if gateways:
+            where = ", ".join(f"{gateway['url']} (pid {gateway['pid']})" for gateway in gateways)
+            raise UserError(
+                f"variant {info.name!r} is served by the gateway at {where}: deleting its checkpoint would "
+                f"take it down; stop that gateway first, or pass --force (the gateway then keeps "
+                f"{info.name!r} down at its next restart)"
+            )
 
     # ---------------------------------------------------------------- evaluations and benchmarks
 

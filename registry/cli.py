@@ -331,15 +331,30 @@ def remove(
     delete_checkpoint: Annotated[
         bool, typer.Option(help="Also delete each variant's checkpoint directory (one holding pruning.json).")
     ] = False,
+    force: Annotated[
+        bool,
+        typer.Option(
+            help="With --delete-checkpoint: delete it even while a running gateway serves the variant "
+            "(the gateway keeps that variant down from its next restart)."
+        ),
+    ] = False,
     registry_url: RegistryOption = None,
     as_json: JsonOption = False,
 ) -> None:
-    """Remove variants with their aliases, evaluations and serving benchmarks."""
+    """Remove variants with their aliases, evaluations and serving benchmarks.
+
+    A checkpoint that a running gateway (``depthprune serve`` with this DEPTHPRUNE_HOME) serves is not
+    deleted without --force.
+    """
     with _open(registry_url) as registry:
-        # Resolve every name first, so that a typo in the third name removes nothing.
+        # Resolve every name first, so that a typo in the third name (or a served one) removes nothing.
         for name in names:
             registry.resolve(name)
-        removed = [registry.remove_variant(name, delete_checkpoint=delete_checkpoint) for name in names]
+            if delete_checkpoint and not force:
+                registry.refuse_if_served(name)
+        removed = [
+            registry.remove_variant(name, delete_checkpoint=delete_checkpoint, force=force) for name in names
+        ]
     if as_json:
         _print_json([variant.to_dict() for variant in removed])
         return

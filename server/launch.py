@@ -3,7 +3,9 @@
 The order is the point: the port is bound first (a taken port is an error in a second, not after the engines
 loaded for minutes), the experiments are checked before any process starts, the backends are started and
 waited for, and only then does the gateway accept requests; every process it started is stopped when it
-stops. ``server.cli`` builds the :class:`~server.settings.GatewaySettings` and calls :func:`serve_gateway`::
+stops. While it runs, a lease under ``DEPTHPRUNE_HOME/serving`` (:mod:`registry.serving`) says which
+variants it serves. ``server.cli`` builds the :class:`~server.settings.GatewaySettings` and calls
+:func:`serve_gateway`::
 
     serve_gateway(settings, log_level="info", on_ready=lambda pool: print(gateway_summary(settings, pool)))
 """
@@ -14,8 +16,10 @@ import asyncio
 import logging
 import socket
 from collections.abc import Callable
+from pathlib import Path
 
 from depthprune.errors import UserError
+from registry.serving import remove_lease, write_lease
 from server.app import create_app
 from server.backends import BackendPool
 from server.settings import GatewaySettings
@@ -49,20 +53,46 @@ def serve_gateway(
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     pool = BackendPool(settings, check_before_start=check_before_start)
     app = create_app(settings, pool)  # checks the experiments before any process starts
-    start_backends(pool, show_progress)
-    if on_ready is not None:
-        on_ready(pool)
-
-    import uvicorn
-
-    config = uvicorn.Config(app, log_level=log_level.lower(), access_log=False, timeout_graceful_shutdown=10)
+    lease = write_lease(served_variants(settings), url=f"http://{settings.host}:{settings.port}")
     try:
-        uvicorn.Server(config).run(sockets=[sock])
-    except KeyboardInterrupt:
-        pass  # uvicorn re-raises the Ctrl-C it already handled by shutting down cleanly
+        start_backends(pool, show_progress)
+        if on_ready is not None:
+            on_ready(pool)
+
+        import uvicorn
+
+        config = uvicorn.Config(
+            app, log_level=log_level.lower(), access_log=False, timeout_graceful_shutdown=10
+        )
+        try:
+            uvicorn.Server(config).run(sockets=[sock])
+        except KeyboardInterrupt:
+            pass  # uvicorn re-raises the Ctrl-C it already handled by shutting down cleanly
+        finally:
+            sock.close()
+            pool.stop_processes()
     finally:
-        sock.close()
-        pool.stop_processes()
+        remove_lease(lease)  # also when a backend failed to start: this gateway serves nothing any more
+
+
+def served_variants(settings: GatewaySettings) -> list[dict]:
+    """What the gateway's lease (:mod:`registry.serving`) says it serves: each managed backend's variant
+    and checkpoint directory, so that ``variants rm --delete-checkpoint`` can refuse to pull it away."""
+    return [
+        {
+            "name": spec.name,
+            "variant_id": spec.metadata.variant_id,
+            "checkpoint_path": local_path(spec.model_dir),
+        }
+        for spec in settings.backends
+        if spec.managed
+    ]
+
+
+def local_path(model_dir: str) -> str:
+    """A local directory as an absolute path (``variants rm`` may run elsewhere); a hub id as it is."""
+    path = Path(model_dir).expanduser()
+    return str(path.absolute()) if path.exists() else model_dir
 
 
 def listen_socket(host: str, port: int) -> socket.socket:

@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -99,12 +100,12 @@ def _descends_from(process: psutil.Process, markers: list[str]) -> bool:
         return False
 
 
-def server_process(backend_pid: int) -> psutil.Process:
+def server_process(backend_pid: int, module: str = "server_with_engine") -> psutil.Process:
     """The fake server (the one listening) among the backend's processes: its command names the module."""
     leader = psutil.Process(backend_pid)
     for process in [leader, *leader.children(recursive=True)]:
         command_line = " ".join(process.cmdline())
-        if "server_with_engine" in command_line and "supervisor.py" not in command_line:
+        if module in command_line and "supervisor.py" not in command_line:
             return process
     raise AssertionError(f"no server process under {backend_pid}")
 
@@ -305,3 +306,88 @@ def test_a_tampered_checkpoint_is_refused_at_the_first_start(tmp_path):
     with pytest.raises(BackendStartError, match="changed model.safetensors"):
         asyncio.run(pool.start_backends())
     assert not processes_of(tmp_path)
+
+
+def serve_config(tmp_path: Path) -> Path:
+    """A ``serve --config`` file whose managed backends run the fake server, with fast health checks."""
+    config = tmp_path / "gateway.json"
+    vllm = {"server_module": "depthprune.testing.fake_vllm", "log_dir": str(tmp_path), "start_timeout_s": 60}
+    config.write_text(json.dumps({"vllm": vllm, "health_interval_s": 0.2}))
+    return config
+
+
+def test_removing_the_checkpoint_of_a_served_variant_needs_force_and_then_keeps_it_down(
+    tmp_path, monkeypatch
+):
+    from depthprune.testing.cli import run_cli
+    from depthprune.testing.servers import running_gateway
+    from registry import open_registry
+
+    url, home = registry_with_two_variants(tmp_path), tmp_path / "home"
+    options = ("--registry", url, "--config", str(serve_config(tmp_path)), "--log-level", "warning")
+    monkeypatch.setenv("DEPTHPRUNE_HOME", str(home))
+    with running_gateway(
+        "fake-m,fake-n", tmp_path / "serve.log", *options, env={"DEPTHPRUNE_HOME": str(home)}
+    ) as gateway:
+        code, _, error = run_cli("variants", "rm", "fake-m", "--delete-checkpoint", "--registry", url)
+        assert code != 0 and len(error.strip().splitlines()) == 1, error
+        assert "served by the gateway" in error and str(gateway.process.pid) in error and "--force" in error
+        assert (tmp_path / "fake-m" / "model.safetensors").is_file()
+        with open_registry(url) as registry:
+            assert registry.resolve("fake-m").name == "fake-m"
+
+        code, out, error = run_cli(
+            "variants", "rm", "fake-m", "--delete-checkpoint", "--force", "--registry", url
+        )
+        assert code == 0 and not (tmp_path / "fake-m").exists(), error
+        server_process(gateway.summary["variants"]["fake-m"]["pid"], "fake_vllm").kill()
+
+        def refused():
+            state = httpx.get(f"{gateway.url}/ready").json()["backends"]["fake-m"]
+            return not state["up"] and "refused" in (state["error"] or "") and state
+
+        state = wait_until(refused, 30, "fake-m refused")
+        assert "missing" in state["error"], state
+        time.sleep(1.5)
+        assert httpx.get(f"{gateway.url}/ready").json()["backends"]["fake-m"]["restarts"] == state["restarts"]
+        post = {"model": "fake-n", "prompt": "w5", "max_tokens": 2}
+        assert httpx.post(f"{gateway.url}/v1/completions", json=post, timeout=30).status_code == 200
+    assert not list((home / "serving").glob("*.json"))  # a gateway that stopped gives its lease back
+
+
+def test_a_lease_left_by_a_killed_gateway_does_not_block_removal(tmp_path, monkeypatch):
+    from depthprune.testing.cli import run_cli
+    from registry.serving import write_lease
+
+    url, home = registry_with_two_variants(tmp_path), tmp_path / "home"
+    monkeypatch.setenv("DEPTHPRUNE_HOME", str(home))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    lease = write_lease(
+        [{"name": "fake-m", "checkpoint_path": str(tmp_path / "fake-m")}], url="http://x", pid=dead.pid
+    )
+    code, _, error = run_cli("variants", "rm", "fake-m", "--delete-checkpoint", "--registry", url)
+    assert code == 0 and not (tmp_path / "fake-m").exists() and not lease.exists(), error
+
+
+def test_a_live_gateway_blocks_only_the_checkpoint_directory_it_serves(tmp_path, monkeypatch):
+    """Variant ids are per registry: a gateway serving another directory under the same id blocks nothing."""
+    from depthprune.testing.cli import run_cli
+    from registry import open_registry
+    from registry.serving import remove_lease, write_lease
+
+    url, home = registry_with_two_variants(tmp_path), tmp_path / "home"
+    monkeypatch.setenv("DEPTHPRUNE_HOME", str(home))
+    with open_registry(url) as registry:
+        m_id = registry.resolve("fake-m").id
+    elsewhere = {"name": "other", "variant_id": m_id, "checkpoint_path": str(tmp_path / "other" / "v")}
+    served_n = {"name": "fake-n", "variant_id": 99, "checkpoint_path": str(tmp_path / "x" / ".." / "fake-n")}
+    lease = write_lease([elsewhere, served_n], url="http://gateway:1")  # this process: alive
+    try:
+        code, _, error = run_cli("variants", "rm", "fake-n", "--delete-checkpoint", "--registry", url)
+        assert code != 0 and "http://gateway:1" in error and (tmp_path / "fake-n").is_dir(), error
+        code, _, error = run_cli("variants", "rm", "fake-m", "--delete-checkpoint", "--registry", url)
+        assert code == 0 and not (tmp_path / "fake-m").exists(), error
+        assert lease.exists()
+    finally:
+        remove_lease(lease)
