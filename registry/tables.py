@@ -1,4 +1,5 @@
-"""SQLAlchemy tables of the registry: base models, variants, aliases, evaluations, serving benchmarks.
+"""SQLAlchemy tables of the registry: base models, variants, aliases, evaluations, serving benchmarks, and
+the cells of distributed studies (the work queue of ``depthprune study --worker``).
 
 The schema itself is created and evolved by the Alembic migrations in ``registry/migrations``; these
 classes must stay in step with them (``tests/test_registry.py`` compares the two).
@@ -11,7 +12,17 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from sqlalchemy import JSON, DateTime, Float, ForeignKey, Integer, String, Text, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    UniqueConstraint,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
 
@@ -137,3 +148,33 @@ class ServingBenchmarkRow(Base):
     hardware: Mapped[str] = mapped_column(String(512))
     versions: Mapped[dict] = mapped_column(JSON)
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+
+
+class StudyCellRow(Base):
+    """One cell of a study grid in the work queue that ``depthprune study --worker`` processes share.
+
+    ``study_key`` names the study (a hash of its arguments, so workers started with the same arguments share
+    one queue); ``state`` is ``pending``, ``running`` (held by ``worker`` until ``lease_expires_at``, renewed
+    by its heartbeat), ``done`` or ``failed``. See :mod:`registry.work_queue`.
+    """
+
+    __tablename__ = "study_cells"
+    __table_args__ = (
+        UniqueConstraint("study_key", "cell_key", name="uq_study_cells_study_cell"),
+        CheckConstraint("state IN ('pending', 'running', 'done', 'failed')", name="ck_study_cells_state"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    study_key: Mapped[str] = mapped_column(String(64))
+    cell_key: Mapped[str] = mapped_column(Text)
+    state: Mapped[str] = mapped_column(String(16))
+    worker: Mapped[str | None] = mapped_column(String(256))
+    # Claims since the cell was (re)queued: a cell whose workers keep dying is failed after a few.
+    attempts: Mapped[int] = mapped_column(Integer)
+    lease_expires_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The variant the cell produced; NULL for the dense model's evaluation, or once the variant is removed.
+    variant_id: Mapped[int | None] = mapped_column(ForeignKey("variants.id", ondelete="SET NULL"), index=True)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    claimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
