@@ -6,8 +6,8 @@ to the weights go the tokenizer, the generation config, ``pruning.json`` (what w
 base model, and why) and a model card. Parity rule: the variant's logits equal the dense model run with
 those blocks skipped (``pruning.models.BlockStack.forward``).
 
-The directory is built under a temporary name beside ``out`` and renamed into place at the end, so a
-failure or Ctrl-C never leaves a half-written checkpoint behind.
+The directory is built under a temporary name beside ``out`` and renamed into place at the end
+(:func:`staged_directory`), so a failure or Ctrl-C never leaves a half-written checkpoint behind.
 
 **pruning.json** is :class:`PrunedCheckpoint` as ``dataclasses.asdict``. Its top-level keys describe the
 checkpoint (``base_model``, ``base_num_blocks``, ``removed_blocks``, ``kept_to_original``, the weight
@@ -30,10 +30,12 @@ import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 from depthprune.checksums import weights_sha256
 from depthprune.errors import UserError
+from pruning.disk_space import checkpoint_bytes, full_disk_as_user_error
 from pruning.model_sources import GgufSource
 from pruning.models import load_config, resolve, validate_removed
 from registry.records import VariantRecord
@@ -269,7 +271,9 @@ def write_pruned_checkpoint(
     kept_to_original = [i for i in range(config.num_hidden_layers) if i not in removed]
     causal_lm = _without_blocks(model_dir, kept_to_original, dtype)
 
-    with _staged(out) as staging:
+    # Around the staging, not in it: a failed write is removed before the free space is measured.
+    needed_bytes = partial(checkpoint_bytes, causal_lm, model_dir)  # counted only on a full disk
+    with full_disk_as_user_error(out, needed_bytes=needed_bytes), staged_directory(out) as staging:
         causal_lm.save_pretrained(staging)
         AutoTokenizer.from_pretrained(model_dir).save_pretrained(staging)
         path, variant_sha256 = str(out.resolve()), weights_sha256(staging)
@@ -334,8 +338,21 @@ def _without_blocks(model_dir: Path, kept_to_original: list[int], dtype: str | N
 
 
 @contextmanager
-def _staged(out: Path) -> Iterator[Path]:
-    """A fresh directory beside ``out`` that replaces ``out`` when the block succeeds, and vanishes if not."""
+def staged_directory(out: Path) -> Iterator[Path]:
+    """Build a directory atomically: write into the yielded one, and it becomes ``out`` at the end.
+
+    The staging directory is created beside ``out`` (same file system, so the final rename is atomic).
+    When the ``with`` block succeeds, an existing ``out`` is replaced by it; when the block raises (Ctrl-C
+    included), it is removed and ``out`` is left as it was, so no reader ever sees a half-written checkpoint.
+    Pruned (:func:`write_pruned_checkpoint`) and healed (:mod:`pruning.healing.merge`) checkpoints are both
+    written through it.
+
+    Args:
+        out: the directory to create or replace; its parent is created if needed.
+
+    Yields:
+        The empty staging directory to write into.
+    """
     out.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     try:

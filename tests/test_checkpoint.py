@@ -13,7 +13,7 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from depthprune.checksums import weights_sha256
 from depthprune.errors import UserError
 from depthprune.testing.generation import transformers_greedy, vllm_greedy
-from pruning.checkpoint import PrunedCheckpoint, write_pruned_checkpoint
+from pruning.checkpoint import PrunedCheckpoint, staged_directory, write_pruned_checkpoint
 from pruning.models import BlockStack
 from registry.records import VariantRecord
 
@@ -144,6 +144,22 @@ def test_existing_output_is_not_clobbered(tiny_model_dirs, tmp_path):
     assert (out / "keep.txt").read_text() == "mine"
     write_pruned_checkpoint(str(tiny_model_dirs("llama")), [1], out, overwrite=True)
     assert not (out / "keep.txt").exists() and (out / "pruning.json").is_file()
+
+
+def test_staged_directory_replaces_on_success_and_leaves_nothing_on_failure(tmp_path):
+    out = tmp_path / "nested" / "checkpoint"
+    with staged_directory(out) as staging:
+        assert staging.parent == out.parent and not out.exists()
+        (staging / "weights").write_text("first")
+    assert (out / "weights").read_text() == "first"
+    with pytest.raises(KeyboardInterrupt), staged_directory(out) as staging:
+        (staging / "weights").write_text("half")
+        raise KeyboardInterrupt
+    assert (out / "weights").read_text() == "first"
+    assert sorted(path.name for path in out.parent.iterdir()) == ["checkpoint"]  # no staging left behind
+    with staged_directory(out) as staging:
+        (staging / "other").write_text("second")
+    assert sorted(path.name for path in out.iterdir()) == ["other"]
 
 
 def test_cli_json(tiny_model_dirs, tmp_path, run_cli):

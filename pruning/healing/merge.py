@@ -5,7 +5,8 @@ result has exactly the parent's modules and shapes: transformers and vLLM load i
 It is saved in the parent's own dtype next to its tokenizer and generation config. ``pruning.json`` is the
 parent's (base model, removed blocks, kept-to-original map, calibration, scores) with this checkpoint's
 path and weights sha256, and under ``variant`` the healed variant's record: the parent's removal record
-plus ``parent`` and ``healing``. The directory is built under a temporary name and renamed into place.
+plus ``parent`` and ``healing``. The directory is built under a temporary name and renamed into place
+(:func:`pruning.checkpoint.staged_directory`).
 """
 
 from __future__ import annotations
@@ -13,11 +14,13 @@ from __future__ import annotations
 import datetime as dt
 import json
 from dataclasses import asdict, replace
+from functools import partial
 from pathlib import Path
 
 import depthprune
 from depthprune.checksums import weights_sha256
-from pruning.checkpoint import PRUNING_FILE, PrunedCheckpoint, _staged, model_card
+from pruning.checkpoint import PRUNING_FILE, PrunedCheckpoint, model_card, staged_directory
+from pruning.disk_space import checkpoint_bytes, full_disk_as_user_error
 from pruning.models import load_config
 from registry.records import VariantRecord
 
@@ -72,7 +75,8 @@ def write_healed_checkpoint(
     """
     parent = PrunedCheckpoint.read(parent_dir)
     causal_lm.to(saved_dtype(parent_dir))
-    with _staged(out) as staging:
+    needed_bytes = partial(checkpoint_bytes, causal_lm, parent_dir)  # counted only on a full disk
+    with full_disk_as_user_error(out, needed_bytes=needed_bytes), staged_directory(out) as staging:
         causal_lm.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
         path, sha256 = str(out.resolve()), weights_sha256(staging)
