@@ -2,7 +2,9 @@
 
 JSON keeps everything (``depthprune variants export --out registry.json``); CSV has one row per
 variant (the dense models included) with one column per evaluation (``suite/task/metric``) and the
-latest serving benchmark's metrics (``serve:median_ttft_ms``, ...), for spreadsheets and plots.
+latest serving benchmark's metrics (``serve:median_ttft_ms``, ...), for spreadsheets and plots. A healed
+variant's row names its ``parent`` and carries its ``healing`` record: the main fields in ``healing:method``,
+``healing:steps``, ``healing:heldout_loss``, ... and the whole record as JSON in ``healing``.
 """
 
 from __future__ import annotations
@@ -27,6 +29,13 @@ CSV_VARIANT_COLUMNS = (
     "checkpoint_path", "checkpoint_sha256", "aliases", "created_at",
 )  # fmt: skip
 CSV_CALIBRATION_COLUMNS = ("data", "samples", "seq_len", "seed")
+CSV_LINEAGE_COLUMNS = ("parent", "parent_id")
+"""A healed variant's parent (empty for pruned variants and dense models)."""
+CSV_HEALING_COLUMNS = (
+    "method", "data", "steps", "seed", "train_loss", "heldout_loss", "parent_heldout_loss", "wall_seconds",
+)  # fmt: skip
+"""Fields of a healed variant's ``healing`` record, as ``healing:<field>`` columns; the whole record (the
+hyper-parameters included) is in the ``healing`` column as JSON."""
 
 
 def export_document(
@@ -89,6 +98,9 @@ def export_csv(document: dict[str, Any]) -> str:
     header = [
         *CSV_VARIANT_COLUMNS,
         *CSV_CALIBRATION_COLUMNS,
+        *CSV_LINEAGE_COLUMNS,
+        *(f"healing:{column}" for column in CSV_HEALING_COLUMNS),
+        "healing",
         *evaluation_keys,
         *(f"serve:{key}" for key in serve_keys),
     ]
@@ -101,10 +113,14 @@ def export_csv(document: dict[str, Any]) -> str:
             for item in variant["evaluations"]
         }
         latest = variant["serving_benchmarks"][0]["metrics"] if variant["serving_benchmarks"] else {}
+        healing = variant.get("healing") or {}
         writer.writerow(
             [
                 *(_cell(variant.get(column)) for column in CSV_VARIANT_COLUMNS),
                 *(_cell(variant["calibration"].get(column)) for column in CSV_CALIBRATION_COLUMNS),
+                *(_cell(variant.get(column)) for column in CSV_LINEAGE_COLUMNS),
+                *(_cell(healing.get(column)) for column in CSV_HEALING_COLUMNS),
+                _cell(variant.get("healing")),
                 *(_cell(evaluations.get(key)) for key in evaluation_keys),
                 *(_cell(latest.get(key)) for key in serve_keys),
             ]

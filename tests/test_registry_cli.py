@@ -137,6 +137,36 @@ def test_export_writes_json_and_csv(populated, tmp_path):
     assert sorted(path.name for path in target.parent.iterdir()) == ["registry.csv"]  # no temporary left
 
 
+def test_csv_export_has_the_lineage_and_healing_columns(populated, tmp_path):
+    url, first = populated["url"], populated["names"][0]
+    healing = {
+        "method": "lora", "data": "pydoc", "train_split": "heal", "steps": 200, "seed": 0,
+        "hyperparameters": {"lr": 1e-4, "lora_rank": 8}, "train_loss": 2.5, "heldout_loss": 2.75,
+        "parent_heldout_loss": 3.25, "wall_seconds": 61.5,
+    }  # fmt: skip
+    with open_registry(url) as registry:
+        parent = registry.resolve(first)
+        child = register_example_variant(
+            registry,
+            parent.removed_blocks,
+            base_model=BASE,
+            calibration=parent.calibration,
+            parent=first,
+            healing=healing,
+        )
+    target = tmp_path / "registry.csv"
+    code, _, _ = run_cli("variants", "export", "--format", "csv", "--out", str(target), "--registry", url)
+    assert code == 0
+    rows = {row["name"]: row for row in csv.DictReader(io.StringIO(target.read_text()))}
+    healed = rows[child.name]
+    assert (healed["parent"], healed["parent_id"]) == (first, str(parent.id))
+    assert [healed[f"healing:{key}"] for key in ("method", "data", "steps")] == ["lora", "pydoc", "200"]
+    assert (healed["healing:heldout_loss"], healed["healing:parent_heldout_loss"]) == ("2.75", "3.25")
+    assert healed["healing:wall_seconds"] == "61.5" and json.loads(healed["healing"]) == healing
+    for name in ("dense", first):  # not healed: the lineage and healing columns are empty
+        assert rows[name]["parent"] == rows[name]["healing:method"] == rows[name]["healing"] == ""
+
+
 def test_rm_removes_variants_and_optionally_their_checkpoints(populated):
     url, (first, second) = populated["url"], populated["names"]
     code, _, err = run_cli("variants", "rm", second, "no-such-variant", "--registry", url)
