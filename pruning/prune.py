@@ -54,6 +54,7 @@ from typing import Any
 from depthprune import settings as depthprune_settings
 from depthprune.errors import UserError
 from pruning.calibration.objectives import CalibrationConfig
+from pruning.disk_space import full_disk_as_user_error, is_disk_full
 from pruning.search import ALL_SEARCHES, OPTIONS, PRIOR_GUIDED, SEARCHES, TrackedObjective, cbo
 from pruning.search.base import (
     ProtectedObjective,
@@ -629,16 +630,27 @@ def prune(
 
     plan = plan_prune(config)
     registry = open_registry(config.registry_url)  # a bad URL fails before the model loads
-    if config.timing == "standalone":
-        return _prune_standalone(plan, registry, on_variant)
+    # A full disk is one line (a checkpoint names its own directory; the rest is under the run directory).
+    with full_disk_as_user_error(plan.run_dir, what="run's scores and records"):
+        if config.timing == "standalone":
+            return _prune_standalone(plan, registry, on_variant)
+        return _prune_shared(plan, registry, on_variant)
+
+
+def _prune_shared(plan: PrunePlan, registry, on_variant) -> list[VariantOutcome]:
+    """``prune`` under ``--timing shared``: one evaluator whose memo is loaded, journalled as it grows (so a
+    ``kill -9`` loses nothing, :mod:`pruning.calibration.memo_journal`) and saved after each search."""
+    config = plan.config
     evaluator = _start_run(plan)
+    journal = evaluator.journal_memo(plan.memo_path.with_suffix(".journal"))
     outcomes: list[VariantOutcome] = []
-    finished = False
+    interrupted = True
     try:
         dense_loss = evaluator.dense_loss()
 
         def record(run: SearchRun) -> None:
             evaluator.save_memo(plan.memo_path)
+            journal.compact()  # memo.json holds every score now
             outcome = _register(registry, plan, run, dense_loss)
             outcomes.append(outcome)
             if on_variant is not None:
@@ -654,10 +666,19 @@ def prune(
             on_run=record,
             protected=plan.protected,
         )
-        finished = True
+        interrupted = False
+    except Exception as error:
+        # A user's mistake or a full disk is one line saying what to fix; a re-run resumes all the same.
+        interrupted = not isinstance(error, UserError) and not is_disk_full(error)
+        raise
     finally:
-        evaluator.save_memo(plan.memo_path)
-        if not finished:
+        saved = False
+        try:
+            evaluator.save_memo(plan.memo_path)
+            saved = True
+        finally:
+            journal.close(delete=saved)  # kept when memo.json could not be written
+        if interrupted:
             print(
                 f"scores so far saved to {plan.memo_path}; run the same command again to resume",
                 file=sys.stderr,

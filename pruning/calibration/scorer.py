@@ -763,6 +763,20 @@ class SubsetEvaluator:
                 self._bounds[removed] = PartialScore(recorded_bound=float(entry["lower_bound"]))
         return len(payload["scores"])
 
+    def journal_memo(self, path: str | Path):
+        """Add the scores a killed run journalled at ``path``, and journal every new score there as it is
+        memoised (values only, never bounds; :mod:`pruning.calibration.memo_journal`).
+
+        Returns:
+            The :class:`~pruning.calibration.memo_journal.MemoJournal`: compact it after :meth:`save_memo`.
+        """
+        from pruning.calibration.memo_journal import journalled_memo
+
+        self._memo, journal = journalled_memo(path, self._memo_key(), self._memo, self.num_blocks)
+        for removed, _ in journal.replayed:
+            self._bounds.pop(frozenset(removed), None)  # a value read back supersedes a bound
+        return journal
+
 
 def build_evaluator(
     model: str,

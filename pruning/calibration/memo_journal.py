@@ -1,0 +1,188 @@
+"""The evaluator's memo as an append-only journal, so that a killed ``prune`` resumes with its scores.
+
+``prune`` saves the memo (:meth:`~pruning.calibration.scorer.SubsetEvaluator.save_memo`, one JSON file) after
+each search and on Ctrl-C; a ``kill -9``, an out-of-memory kill or a power cut mid-search used to lose every
+score of the running search. With a journal attached
+(:meth:`~pruning.calibration.scorer.SubsetEvaluator.journal_memo`), every score is also appended, as it is
+memoised, to ``memo.journal`` next to ``memo.json``:
+
+* line 1 is a header naming the format, the model, the dtype and the calibration configuration, the key
+  that ``memo.json`` carries; a journal with another key is refused;
+* every further line is one scored set, ``{"removed": [1, 4], "loss": 2.71}``, written with one ``write``
+  call on a file opened for appending, so a killed process loses at most the set it was scoring. ``fsync``
+  runs at most once a second (and every 64 lines), so a power cut loses at most that much; a line torn by
+  a power cut is skipped when read back, and the journal is rewritten without it before it grows again;
+* only values are journalled: the lower bounds of sets a ranking query stopped early stay apart from the
+  memo (``_bounds``) and are never written here, so a resumed run never takes a bound for a value;
+* compaction: once ``memo.json`` holds every score (written atomically), :meth:`MemoJournal.compact` replaces
+  the journal by its header alone (a temporary file renamed over it); a kill between the two replays scores
+  that ``memo.json`` already has, which is harmless. On a clean end ``prune`` deletes it.
+
+Two ``prune`` processes of one configuration share the run directory, its ``memo.json`` and this journal;
+lines they append do not mix (each is one ``O_APPEND`` write), but what one compacts away while the other
+writes is lost for a crash of the other, as ``memo.json`` is shared the same way.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import time
+from collections.abc import Iterable
+from pathlib import Path
+
+from depthprune.errors import UserError
+from pruning.models import validate_removed
+
+__all__ = ["JOURNAL_FORMAT", "JournalledMemo", "MemoJournal", "journalled_memo"]
+
+JOURNAL_FORMAT = "depthprune-memo-journal/1"
+"""``format`` of a journal's header line."""
+
+SYNC_INTERVAL_S = 1.0
+"""At most this long between a journalled score and its ``fsync`` (a power cut loses no more)."""
+
+SYNC_EVERY_LINES = 64
+"""... and at most this many lines."""
+
+
+class MemoJournal:
+    """An append-only file of scored removal sets under a header (module doc).
+
+    Args:
+        path: the journal file; created with its header when missing or empty.
+        key: what the scores belong to (model, dtype, calibration configuration), as ``memo.json`` has it.
+
+    Raises:
+        UserError: the file exists with a header of another format or key.
+    """
+
+    def __init__(self, path: str | Path, key: dict):
+        self.path = Path(path)
+        self.header = {"format": JOURNAL_FORMAT, **json.loads(json.dumps(key))}
+        self.replayed: list[tuple[list[int], float]] = []
+        """The scores a killed run left in the journal, read when it was opened."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.is_file() and self.path.stat().st_size > 0:
+            self.replayed = self._read()
+        # Rewritten whole, so that a line torn by a crash is not continued by the next append.
+        self._rewrite(self.replayed)
+        self._descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        self._unsynced, self._synced_at = 0, time.monotonic()
+
+    def _read(self) -> list[tuple[list[int], float]]:
+        lines = self.path.read_bytes().split(b"\n")
+        try:
+            header = json.loads(lines[0])
+        except ValueError:
+            header = None
+        if header != self.header:
+            found = header.get("format") if isinstance(header, dict) else "not a journal"
+            raise UserError(
+                f"memo journal {str(self.path)!r} belongs to another model or calibration configuration "
+                f"({found}); delete it to start afresh"
+            )
+        scores = []
+        for line in lines[1:]:
+            try:
+                entry = json.loads(line)
+                scores.append(([int(block) for block in entry["removed"]], float(entry["loss"])))
+            except (ValueError, KeyError, TypeError):
+                continue  # a line torn by a crash (only ever the last one) or the empty tail
+        return scores
+
+    def _rewrite(self, scores: list[tuple[list[int], float]]) -> None:
+        """Replace the file by its header and ``scores``, atomically (a temporary file renamed over it)."""
+        partial = self.path.with_name(self.path.name + ".tmp")
+        with open(partial, "w") as handle:
+            handle.write(json.dumps(self.header) + "\n")
+            handle.writelines(self._line(removed, loss) for removed, loss in scores)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(partial, self.path)
+
+    def append(self, removed: Iterable[int], loss: float) -> None:
+        """Journal one scored set (a value, never a bound)."""
+        # One write call on an O_APPEND descriptor: a kill leaves the line whole or absent.
+        os.write(self._descriptor, self._line(removed, loss).encode())
+        self._unsynced += 1
+        now = time.monotonic()
+        if self._unsynced >= SYNC_EVERY_LINES or now - self._synced_at >= SYNC_INTERVAL_S:
+            self.sync()
+
+    @staticmethod
+    def _line(removed: Iterable[int], loss: float) -> str:
+        return json.dumps({"removed": sorted(removed), "loss": float(loss)}) + "\n"
+
+    def sync(self) -> None:
+        """``fsync`` what was appended (a power cut loses nothing written before)."""
+        if self._unsynced:
+            os.fsync(self._descriptor)
+        self._unsynced, self._synced_at = 0, time.monotonic()
+
+    def compact(self) -> None:
+        """Empty the journal (header kept) once ``memo.json`` holds every score it has."""
+        os.close(self._descriptor)
+        self._rewrite([])
+        self._descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        self._unsynced = 0
+
+    def close(self, *, delete: bool = False) -> None:
+        """Stop journalling; ``delete`` removes the file (``memo.json`` holds every score)."""
+        if self._descriptor < 0:
+            return
+        self.sync()
+        os.close(self._descriptor)
+        self._descriptor = -1
+        if delete:
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+
+
+class JournalledMemo(dict):
+    """The evaluator's memo (``frozenset -> loss``) that appends every score it is given to a journal.
+
+    Every way of adding an entry goes through :meth:`__setitem__`; reading is a plain ``dict``'s.
+    """
+
+    def __init__(self, entries: dict, journal: MemoJournal):
+        super().__init__(entries)
+        self.journal = journal
+
+    def __setitem__(self, removed, loss) -> None:
+        super().__setitem__(removed, loss)
+        self.journal.append(removed, loss)
+
+    def update(self, *args, **kwargs) -> None:
+        for removed, loss in dict(*args, **kwargs).items():
+            self[removed] = loss
+
+    def setdefault(self, removed, default=None):
+        if removed not in self:
+            self[removed] = default
+        return self[removed]
+
+
+def journalled_memo(
+    path: str | Path, key: dict, memo: dict, num_blocks: int
+) -> tuple[JournalledMemo, MemoJournal]:
+    """``memo`` with the scores a killed run journalled at ``path`` added, journalling from now on.
+
+    Args:
+        path: the journal file.
+        key: model, dtype and calibration configuration of the scores (``memo.json``'s).
+        memo: the evaluator's memo so far (``memo.json``'s scores included).
+        num_blocks: the model's block count (a journalled set is checked against it).
+
+    Returns:
+        The memo to use instead, and its journal (``replayed`` lists what was read back).
+
+    Raises:
+        UserError: the journal belongs to another model or configuration, or holds an impossible set.
+    """
+    journal = MemoJournal(path, key)
+    entries = dict(memo)
+    for removed, loss in journal.replayed:
+        entries[validate_removed(removed, num_blocks)] = loss
+    return JournalledMemo(entries, journal), journal
