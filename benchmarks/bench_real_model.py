@@ -444,7 +444,7 @@ def quality_section(found: Results) -> str | None:
         "",
         f"Held-out quality of the real model (`{MODEL}`, N = 30) and of the M = {DROP} variants that a "
         "fast search (one_shot) and LoRP found under each objective, and of the best one (the lowest "
-        "calibration loss of the searches in the next section). "
+        "calibration loss in the searches section). "
         f"*Perplexity*: pydoc's test split ({windows['windows']} windows × {windows['seq_len']} tokens, "
         f"{windows['tokens']:,} tokens scored), which no calibration, healing or cloze-calibration text "
         "shares; *cloze*: lm-eval's `acc` and `acc_norm` on the test split's LAMBADA-style cloze items "
@@ -457,8 +457,52 @@ def quality_section(found: Results) -> str | None:
         "|---|---|---:|---:|---:|---:|---:|---|",
     ]
     return "\n".join(
-        intro + rows + ["", "Commands (`bench_real_model.py quality` runs them):", ""] + commands
+        intro
+        + rows
+        + ["", *quality_reading(found)]
+        + ["Commands (`bench_real_model.py quality` runs them):", ""]
+        + commands
     )
+
+
+def quality_reading(found: Results) -> list[str]:
+    """Which variants were not measured, and per objective whether its best calibration loss also gave
+    the lowest held-out perplexity of the variants measured."""
+    missing = [
+        f"{objective} / {found.variant(objective, search)['search']}"
+        for objective, search in found.quality_pairs()
+        if found.quality(found.variant(objective, search)["name"]) is None
+    ]
+    sentences = []
+    for objective in CALIBRATION:
+        measured = [
+            (found.quality(line["name"])["perplexity"], line["search"])
+            for line in found.variants(objective)
+            if found.quality(line["name"]) is not None
+        ]
+        if len(measured) < 2:
+            continue
+        best = found.variant(objective, "best")["search"]
+        lowest, by_search = min(measured), {search: value for value, search in measured}
+        if best not in by_search:
+            continue
+        best_perplexity = by_search[best]
+        verdict = (
+            f"yes ({best}, {best_perplexity:.2f})"
+            if lowest[1] == best
+            else f"no: {best} {best_perplexity:.2f} against {lowest[1]} {lowest[0]:.2f}"
+        )
+        sentences.append(f"under {objective}, {verdict}")
+    lines = []
+    if sentences:
+        lines.append(
+            "Reading: does the lowest calibration loss give the lowest held-out perplexity of the variants "
+            "measured? " + "; ".join(sentences) + "."
+        )
+    if missing:
+        listed = ", ".join(dict.fromkeys(missing))
+        lines.append(f"Not measured (the heavy-time budget of this session): {listed}.")
+    return [*lines, ""] if lines else []
 
 
 def evaluator_section(found: Results) -> str | None:
