@@ -543,6 +543,25 @@ StudySearchOptions = Annotated[
 ]
 """``study --option``/``-o``: search settings, repeatable."""
 
+StudyHealOption = Annotated[
+    str | None,
+    typer.Option(
+        "--heal",
+        help="Heal every distinct mask with METHOD:STEPS (lora:200 or distill:200; heal's other defaults) "
+        "and report whether the search or the calibration still matters after healing.",
+    ),
+]
+"""``study --heal``: heal the study's variants and compare before vs after."""
+
+StudyHealDataOption = Annotated[
+    str | None,
+    typer.Option(
+        help="With --heal: text to heal on (its heal split, else its calibration split; never a test split). "
+        "Default: the study's text calibration data."
+    ),
+]
+"""``study --heal-data``."""
+
 
 def study(
     model: ModelOption,
@@ -561,6 +580,8 @@ def study(
     engine: Annotated[str, typer.Option(help="Evaluation engine: auto, vllm or torch.")] = "auto",
     eval_limit: EvalLimitOption = None,
     eval_seq_len: EvalSeqLenOption = 2048,
+    heal_spec: StudyHealOption = None,
+    heal_data: StudyHealDataOption = None,
     out: Annotated[Path, typer.Option(help="Report directory (Markdown, HTML, figures, study.json).")] = Path(
         "study"
     ),
@@ -603,6 +624,8 @@ def study(
         engine=engine,
         eval_limit=eval_limit,
         eval_seq_len=eval_seq_len,
+        heal=heal_spec,
+        heal_data=heal_data,
         out=out,
         checkpoints=checkpoints,
         registry_url=registry,

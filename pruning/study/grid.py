@@ -12,7 +12,8 @@
    configuration, budget, seed and prior;
 3. every variant (and the dense model) is evaluated with :mod:`pruning.evaluation` unless the registry already
    holds those numbers;
-4. :func:`pruning.study.report.write_report` writes the tables and figures.
+4. with ``--heal lora:STEPS``, every distinct mask is healed and evaluated (:mod:`pruning.study.healing`);
+5. :func:`pruning.study.report.write_report` writes the tables and figures.
 
 Options beyond the study itself: several ``--seeds``; ``--random-prior-control`` re-runs the prior-guided
 searches with a seeded random prior; ``--cross-controls`` runs every objective on every data source of its
@@ -121,6 +122,11 @@ class StudyConfig:
     lease_seconds: float = 120.0
     """Worker mode: how long a claimed cell stays this worker's without a heartbeat (a killed worker's cell is
     taken over after this long)."""
+    heal: str | None = None
+    """``METHOD:STEPS`` (``lora:200``, ``distill:200``): heal every distinct mask and report before vs after
+    healing (:mod:`pruning.study.healing`); None = no healing."""
+    heal_data: str | None = None
+    """Text spec to heal on; None = the study's text calibration data (see :mod:`pruning.study.healing`)."""
 
     def __post_init__(self):
         from pruning.calibration.objectives import get_objective
@@ -151,6 +157,9 @@ class StudyConfig:
         self.protect = tuple(str(item).strip() for item in self.protect if str(item).strip())
         if not self.lease_seconds > 0:
             raise UserError(f"--lease-seconds must be positive, got {self.lease_seconds}")
+        from pruning.study.healing import check_heal_options
+
+        check_heal_options(self)
         from pruning.calibration.data import SAMPLINGS
 
         if self.sampling not in SAMPLINGS:
@@ -629,7 +638,13 @@ def run_study(config: StudyConfig) -> Path:
         prune_missing(plan, missing, done, save)
     dense.update(evaluate_all(plan, done, registry, save))
     save()
-    write_report(config.out, plan_summary(plan), [done[cell.key] for cell in plan.cells], dense)
+    healing = None
+    if config.heal:
+        from pruning.study.healing import heal_study
+
+        healing = heal_study(plan, done, registry)
+    cells = [done[cell.key] for cell in plan.cells]
+    write_report(config.out, plan_summary(plan), cells, dense, healing=healing)
     return config.out
 
 

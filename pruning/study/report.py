@@ -12,6 +12,8 @@
   per-cell statistics over the paper's seven searches and, when more ran, over all;
 * ``figures/`` — the heatmaps, the trade-off and the rank-correlation figures (:mod:`pruning.study.figures`);
 * ``study.json`` — every cell with its mask, losses, costs and metrics.
+
+With ``study --heal``, the healing sections of :mod:`pruning.study.healing` come before the figures.
 """
 
 from __future__ import annotations
@@ -92,7 +94,9 @@ def render_html(title: str, sections: Sequence[Section], reading: str | None = N
 # ------------------------------------------------------------------------------------------------- entry
 
 
-def write_report(out: Path, summary: dict, cells: Sequence, dense: dict, reading: str | None = None) -> Path:
+def write_report(
+    out: Path, summary: dict, cells: Sequence, dense: dict, reading: str | None = None, healing=None
+) -> Path:
     """Write ``README.md``, ``report.html``, ``study.json`` and ``figures/`` into ``out``.
 
     Args:
@@ -101,6 +105,8 @@ def write_report(out: Path, summary: dict, cells: Sequence, dense: dict, reading
         cells: finished cells (:class:`pruning.study.CellResult`), metrics filled in.
         dense: the dense model's metrics, ``"task/metric" -> value``.
         reading: optional hand-written interpretation placed at the top (kept in ``reading.md``).
+        healing: the study's healed variants (:class:`pruning.study.healing.StudyHealing`), when it healed:
+            adds the healing sections before the figures and ``healing`` to ``study.json``.
 
     Returns:
         The path of ``README.md``.
@@ -113,6 +119,12 @@ def write_report(out: Path, summary: dict, cells: Sequence, dense: dict, reading
     elif reading is not None:
         reading_file.write_text(reading)
     sections, numbers = build_sections(summary, cells, dense)
+    if healing is not None:
+        from pruning.study.healing import healing_sections
+
+        healed, numbers["healing"] = healing_sections(summary, cells, dense, healing)
+        figures = next((i for i, section in enumerate(sections) if section.title == "Figures"), len(sections))
+        sections[figures:figures] = healed
     draw_figures(out / "figures", summary, cells, dense)
     title = f"Depth-pruning study: {Path(summary['model']).name}"
     (out / "README.md").write_text(render_markdown(title, sections, reading))
