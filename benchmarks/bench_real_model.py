@@ -404,6 +404,12 @@ def searches_section(found: Results) -> str | None:
     return "\n".join(intro + body + searches_reading(found) + ["", SEARCHES_SKIPPED])
 
 
+def number(value: float) -> str:
+    """Two decimals, or a whole number with thousands separators from 1,000 on (a broken model's
+    perplexity)."""
+    return f"{value:.2f}" if value < 1000 else f"{value:,.0f}"
+
+
 def quality_row(found: Results, label: str, name: str, line: dict | None, dense: dict | None) -> str | None:
     """One model's row: removal, calibration loss, held-out perplexity and cloze accuracy (None: not
     measured yet)."""
@@ -411,10 +417,11 @@ def quality_row(found: Results, label: str, name: str, line: dict | None, dense:
     if measured is None:
         return None
     loss = f"{line['calibration_loss']:.4f}" if line else "–"
-    ratio = f"{measured['perplexity'] / dense['perplexity']:.2f}×" if line and dense else "–"
+    ratio = f"{number(measured['perplexity'] / dense['perplexity'])}×" if line and dense else "–"
     record = measured["record"]
     return (
-        f"| {label} | {line['removed_blocks'] if line else '–'} | {loss} | {measured['perplexity']:.2f} | "
+        f"| {label} | {line['removed_blocks'] if line else '–'} | {loss} | "
+        f"{number(measured['perplexity'])} | "
         f"{ratio} | {measured['acc']:.3f} | {measured['acc_norm']:.3f} | {record['started'][11:16]}, "
         f"{record['wall_seconds'] / 60:.1f} min, {load_note(record)} |"
     )
@@ -465,6 +472,27 @@ def quality_section(found: Results) -> str | None:
     )
 
 
+def broken_variants(found: Results) -> list[str]:
+    """A sentence per measured variant whose held-out cloze accuracy is near chance (below 0.4; chance is
+    0.25) although its calibration loss is below dense's: the objective rewarded a broken model."""
+    sentences = []
+    for objective in CALIBRATION:
+        for line in found.variants(objective):
+            measured = found.quality(line["name"])
+            if measured is None or measured["acc"] >= 0.4 or line["calibration_loss"] >= line["dense_loss"]:
+                continue
+            sentences.append(
+                f"**{objective} / {line['search']} is broken on held-out data** (cloze acc "
+                f"{measured['acc']:.3f}, chance 0.25; perplexity {number(measured['perplexity'])}) although "
+                f"its calibration loss ({line['calibration_loss']:.3f}) is below dense's "
+                f"({line['dense_loss']:.3f}): it removes blocks {line['removed_blocks']}, and the task "
+                "margin, a mean over the calibration questions of unbounded log-probability differences, "
+                "can be raised by a model that is extremely confident on those few questions: most likely "
+                "the search overfitted the calibration set, which held-out data exposes."
+            )
+    return sentences
+
+
 def quality_reading(found: Results) -> list[str]:
     """Which variants were not measured, and per objective whether its best calibration loss also gave
     the lowest held-out perplexity of the variants measured."""
@@ -493,7 +521,7 @@ def quality_reading(found: Results) -> list[str]:
             else f"no: {best} {best_perplexity:.2f} against {lowest[1]} {lowest[0]:.2f}"
         )
         sentences.append(f"under {objective}, {verdict}")
-    lines = []
+    lines = [*broken_variants(found)]
     if sentences:
         lines.append(
             "Reading: does the lowest calibration loss give the lowest held-out perplexity of the variants "
@@ -502,7 +530,7 @@ def quality_reading(found: Results) -> list[str]:
     if missing:
         listed = ", ".join(dict.fromkeys(missing))
         lines.append(f"Not measured (the heavy-time budget of this session): {listed}.")
-    return [*lines, ""] if lines else []
+    return [paragraph for line in lines for paragraph in (line, "")]
 
 
 def evaluator_section(found: Results) -> str | None:
@@ -709,6 +737,18 @@ def healing_rows(found: Results, objective: str, dense: dict) -> list[str]:
     return [pruned_row, *rows]
 
 
+def not_healed_note(found: Results, objective: str) -> str:
+    """Why the objective's best variant has no healed rows."""
+    ran = found.variants(objective)
+    quality = found.quality(found.variant(objective, HEAL_SEARCH)["name"]) if ran else None
+    broken = (
+        f" It is broken on held-out data (cloze acc {quality['acc']:.3f}; see the held-out quality section)."
+        if quality and quality["acc"] < 0.4
+        else ""
+    )
+    return f"Not healed here: {objective}'s best variant (the heavy-time budget of this session).{broken}"
+
+
 def healing_section(found: Results) -> str | None:
     """``## SmolLM2-135M: healing``."""
     dense = found.quality(MODEL)
@@ -744,11 +784,7 @@ def healing_section(found: Results) -> str | None:
         f"| dense | – | – | {dense['perplexity']:.2f} | 1 | {dense['acc']:.3f} | {dense['acc_norm']:.3f} | "
         "– | – | |",
     ]
-    skipped = (
-        [f"Not healed here: {', '.join(missing)}'s best variant (the heavy-time budget of this session)."]
-        if missing
-        else []
-    )
+    skipped = [not_healed_note(found, objective) for objective in missing]
     return "\n".join(
         intro
         + [row for objective in healed for row in rows[objective]]
