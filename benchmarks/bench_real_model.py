@@ -217,8 +217,15 @@ def quality(results: Path, force: bool, best_only: bool = False) -> None:
 
 
 def evaluator(objective: str, results: Path, force: bool) -> dict:
-    """``bench-evaluator`` on the real model: fast vs naive on single-block and random M = 8 sets."""
-    arguments = ["bench-evaluator", "--model", MODEL, "--objective", objective]
+    """``bench-evaluator`` on the real model: fast vs naive on single-block and random M = 8 sets.
+
+    ``bench-evaluator --model`` takes a directory or hub id only (not ``smollm2-135m``), so it gets the
+    converted checkpoint that ``smollm2-135m`` resolves to.
+    """
+    from pruning.model_sources import resolve_model
+
+    checkpoint = resolve_model(MODEL).model
+    arguments = ["bench-evaluator", "--model", str(checkpoint), "--objective", objective]
     data, samples = EVALUATOR_DATA[objective]
     arguments += ["--data", data, "--samples", str(samples), *EVALUATOR_FLAGS, "--json"]
     return run_command(f"evaluator-{objective}", arguments, results, force)
@@ -737,6 +744,29 @@ def healing_rows(found: Results, objective: str, dense: dict) -> list[str]:
     return [pruned_row, *rows]
 
 
+def healing_reading(found: Results, dense: dict) -> list[str]:
+    """Per healed variant: the gap recovered and the wall time against the goals (≥ 0.5, ≤ 15 min)."""
+    sentences = []
+    for objective in CALIBRATION:
+        parent = found.variant(objective, HEAL_SEARCH) if found.variants(objective) else None
+        pruned = found.quality(parent["name"]) if parent else None
+        for method in HEAL_METHODS:
+            record = found.record(f"heal-{objective}-{method}")
+            healed = found.quality(heal_outcome(record)["name"]) if record and pruned else None
+            if healed is None:
+                continue
+            recovered = (pruned["perplexity"] - healed["perplexity"]) / (
+                pruned["perplexity"] - dense["perplexity"]
+            )
+            minutes = heal_outcome(record)["wall_seconds"] / 60
+            met = "both goals met" if recovered >= 0.5 and minutes <= 15 else "goals NOT both met"
+            sentences.append(
+                f"{objective} + {method}: {recovered:.2f} of the gap in {minutes:.1f} min ({met}; cloze acc "
+                f"{pruned['acc']:.3f} → {healed['acc']:.3f}, dense {dense['acc']:.3f})"
+            )
+    return ["Reading: " + "; ".join(sentences) + ".", ""] if sentences else []
+
+
 def not_healed_note(found: Results, objective: str) -> str:
     """Why the objective's best variant has no healed rows."""
     ran = found.variants(objective)
@@ -789,6 +819,7 @@ def healing_section(found: Results) -> str | None:
         intro
         + [row for objective in healed for row in rows[objective]]
         + [""]
+        + healing_reading(found, dense)
         + skipped
         + ["", f"Commands (each healed variant then `depthprune eval NAME {' '.join(EVAL_FLAGS)}`):", ""]
         + commands
