@@ -175,6 +175,9 @@ class SubsetEvaluator:
         self._memo: dict[frozenset[int], float] = {}
         # Scores stopped early by a ranking query: lower bounds, never values (kept apart from the memo).
         self._bounds: dict[frozenset[int], PartialScore] = {}
+        # Per-sample losses of the batches minibatch scores ran, per set: sample index -> loss (score_samples;
+        # never memo values, which are full losses).
+        self._sample_losses: dict[frozenset[int], dict[int, float]] = {}
         self._single_scores: np.ndarray | None = None
         self._influence: np.ndarray | None = None
         self._similarity: np.ndarray | None = None
@@ -625,13 +628,114 @@ class SubsetEvaluator:
             self._prefix.remember(removed, boundary, nodes[boundary])
 
     def _naive_loss(self, removed: frozenset[int]) -> float:
-        losses = []
-        for batch_index, batch in enumerate(self.batches):
-            logits = self.stack.forward(batch.input_ids, removed)
-            self._count_blocks(batch, self.num_blocks - len(removed))
-            self.stats.head_positions += batch.input_ids.numel()
-            losses.append(self.objective.loss(batch, logits, lambda x: x, self._reference_for(batch_index)))
+        losses = [self._naive_batch_losses(removed, index) for index in range(len(self.batches))]
         return float(torch.cat(losses).double().mean())
+
+    def _naive_batch_losses(self, removed: frozenset[int], batch_index: int) -> torch.Tensor:
+        """Per-sample losses of one calibration batch by a full forward (naive mode)."""
+        batch = self.batches[batch_index]
+        logits = self.stack.forward(batch.input_ids, removed)
+        self._count_blocks(batch, self.num_blocks - len(removed))
+        self.stats.head_positions += batch.input_ids.numel()
+        return self.objective.loss(batch, logits, lambda x: x, self._reference_for(batch_index))
+
+    # ---------------------------------------------------------------------------- minibatch scores
+
+    def score_samples(self, removed_blocks, samples) -> float:
+        """Mean per-sample calibration loss of ``removed_blocks`` over the calibration samples ``samples``.
+
+        EvoPress's minibatch fitness (:mod:`pruning.search.evolution`): a cheap, noisier estimate of
+        :meth:`score` from a few samples. Exactly :meth:`score` when ``samples`` names every sample.
+
+        Args:
+            removed_blocks: the removal set.
+            samples: indices in ``0..num_samples-1`` (text windows or questions, in calibration order).
+
+        Returns:
+            The mean of the objective's per-sample losses over ``samples``.
+
+        Raises:
+            UserError: an invalid removal set. ValueError: an empty, out-of-range or repeated sample index.
+        """
+        return self.score_samples_many([removed_blocks], samples)[0]
+
+    def score_samples_many(self, removed_sets, samples) -> list[float]:
+        """:meth:`score_samples` of several sets on the same samples.
+
+        Only the calibration batches holding ``samples`` run, each whole (a batch's sequences are one
+        forward), and with shortcuts depth first through the trie of the sets, as :meth:`score_many`. Every
+        per-sample loss a set's batches gave is kept (and saved with the memo), so a set scored again on
+        another minibatch (EvoPress's parents, its survivors) runs only the batches it has not run yet.
+
+        Returns:
+            One loss per set, in the order given.
+        """
+        sets = [validate_removed(removed, self.num_blocks) for removed in removed_sets]
+        indices = self._checked_samples(samples)
+        if len(indices) == self.num_samples:
+            return self.score_many(sets)  # every sample: the full loss, memoised
+        start = time.perf_counter()
+        ranges = self._sample_ranges()
+        with torch.no_grad():
+            for batch_index, batch_samples in enumerate(ranges):
+                wanted = [index for index in indices if index in batch_samples]
+                missing = [removed for removed in sets if not self._knows(removed, wanted)]
+                if missing:
+                    self._run_batch_for_samples(list(dict.fromkeys(missing)), batch_index, batch_samples)
+        self.stats.wall_seconds += time.perf_counter() - start
+        return [float(np.mean([self._sample_losses[removed][i] for i in indices])) for removed in sets]
+
+    def _checked_samples(self, samples) -> list[int]:
+        """The sample indices, sorted; a ValueError for none, a repeat or one out of range."""
+        indices = sorted(int(sample) for sample in samples)
+        if not indices:
+            raise ValueError("score_samples needs at least one sample")
+        if len(set(indices)) != len(indices):
+            raise ValueError(f"repeated sample indices in {indices}")
+        if not 0 <= indices[0] <= indices[-1] < self.num_samples:
+            raise ValueError(f"sample indices must be in 0..{self.num_samples - 1}, got {indices}")
+        return indices
+
+    def _sample_ranges(self) -> list[range]:
+        """The calibration sample indices each run batch holds (samples in calibration order)."""
+        ranges, first = [], 0
+        for run in self.run_batches:
+            ranges.append(range(first, first + run.calibration.num_samples))
+            first += run.calibration.num_samples
+        return ranges
+
+    def _knows(self, removed: frozenset[int], samples: list[int]) -> bool:
+        known = self._sample_losses.get(removed, {})
+        return all(index in known for index in samples)
+
+    def _run_batch_for_samples(self, sets: list[frozenset[int]], batch_index: int, samples: range) -> None:
+        """Per-sample losses of one batch for each of ``sets``, into ``_sample_losses``."""
+        pending = []
+        for removed in sets:
+            partial = self._bounds.get(removed)
+            if partial is not None and batch_index in partial.losses:  # a ranking query ran this batch
+                self._keep_sample_losses(removed, samples, partial.losses[batch_index])
+            else:
+                pending.append(removed)
+        if self.naive:
+            computed = [self._naive_batch_losses(removed, batch_index) for removed in pending]
+        else:
+            prefixes = {tuple(sorted(removed)): removed for removed in pending}
+            # One set at a time without shortcuts, as score() runs them; a trie group with them.
+            if self.shortcuts:
+                groups = [trie_order(list(prefixes), self.num_blocks)]
+            else:
+                groups = [[prefix] for prefix in prefixes]
+            pending, computed = [], []
+            for ordered in groups:
+                pending += [prefixes[prefix] for prefix in ordered]
+                computed += self._run_trie_batch(ordered, batch_index)
+        for removed, losses in zip(pending, computed, strict=True):
+            self._keep_sample_losses(removed, samples, losses)
+
+    def _keep_sample_losses(self, removed: frozenset[int], samples: range, losses: torch.Tensor) -> None:
+        known = self._sample_losses.setdefault(removed, {})
+        known.update(zip(samples, losses.double().cpu().tolist(), strict=True))
 
     # ------------------------------------------------------------------------------- what searches need
 
@@ -730,6 +834,11 @@ class SubsetEvaluator:
                 }
                 for removed, partial in sorted(self._bounds.items(), key=lambda kv: sorted(kv[0]))
             ],
+            # Per-sample losses of minibatch scores (score_samples), [[sample, loss], ...]: not values either.
+            "sample_losses": [
+                {"removed": sorted(removed), "losses": sorted(known.items())}
+                for removed, known in sorted(self._sample_losses.items(), key=lambda kv: sorted(kv[0]))
+            ],
         }
         temporary = path.with_suffix(path.suffix + ".tmp")
         temporary.write_text(json.dumps(payload, indent=1))
@@ -761,6 +870,9 @@ class SubsetEvaluator:
             removed = validate_removed(entry["removed"], self.num_blocks)
             if removed not in self._memo and removed not in self._bounds:
                 self._bounds[removed] = PartialScore(recorded_bound=float(entry["lower_bound"]))
+        for entry in payload.get("sample_losses", []):
+            known = self._sample_losses.setdefault(validate_removed(entry["removed"], self.num_blocks), {})
+            known.update((int(sample), float(loss)) for sample, loss in entry["losses"])
         return len(payload["scores"])
 
     def journal_memo(self, path: str | Path):

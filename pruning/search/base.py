@@ -395,8 +395,29 @@ class TrackedObjective:
         return self.objective.block_input_similarity()
 
     def __getattr__(self, name: str):
-        # Optional extensions (screen_score, dense_loss, ...) pass straight through.
-        return getattr(self.objective, name)
+        attribute = getattr(self.objective, name)
+        # Sets scored on a minibatch (EvoPress's screen) were asked for too. Wrapped here rather than
+        # defined as methods, so that the tracker offers them only when the objective does.
+        if name == "score_samples":
+
+            def score_samples(removed_blocks, samples):
+                key = as_key(removed_blocks)
+                self.calls += 1
+                self.requested.add(key)
+                return attribute(key, samples)
+
+            return score_samples
+        if name == "score_samples_many":
+
+            def score_samples_many(removed_sets, samples):
+                keys = [as_key(removed) for removed in removed_sets]
+                self.calls += len(keys)
+                self.requested.update(keys)
+                return attribute(keys, samples)
+
+            return score_samples_many
+        # Other optional extensions (screen_score, dense_loss, ...) pass straight through.
+        return attribute
 
     @property
     def subset_evaluations(self) -> int:

@@ -25,7 +25,9 @@ the token count); a step asking for every sample, or more, uses the full (memois
 **Fitness** (``screen`` option) — how a selection step scores its candidates:
 
 * ``"samples"`` — EvoPress's own: the loss on the step's random minibatch, from an objective that
-  implements :class:`~pruning.search.base.SampleScoringObjective` (``score_samples``);
+  implements :class:`~pruning.search.base.SampleScoringObjective` (``score_samples``), as the subset
+  evaluator does (:meth:`~pruning.calibration.scorer.SubsetEvaluator.score_samples_many`: only the batches
+  holding the minibatch run, the step's candidates together through the trie);
 * ``"objective"`` — an objective that implements :class:`~pruning.search.base.ScreeningObjective`
   (``screen_score``, a fixed cheap estimate) in every step but the last, the full loss in the last;
 * ``"mixed"``, ``"prior"``, ``"random"`` — **approximations** for an objective that can do neither (this
@@ -198,6 +200,9 @@ class Selection:
             total = int(self.objective.num_samples)
             minibatch = sorted(int(index) for index in self.rng.choice(total, size=samples, replace=False))
             self.minibatch_scores += samples * len(candidates)
+            score_group = getattr(self.objective, "score_samples_many", None)
+            if score_group is not None:  # the subset evaluator runs the group through its trie at once
+                return dict(zip(candidates, score_group(candidates, minibatch), strict=True))
             return {candidate: self.objective.score_samples(candidate, minibatch) for candidate in candidates}
         if self.screen == "objective" and not last:
             return {candidate: self.objective.screen_score(candidate) for candidate in candidates}
