@@ -50,8 +50,14 @@ SUPERVISOR_GRACE_S = 10.0
 """Seconds a supervisor gives the server's processes between SIGTERM and SIGKILL (less than STOP_GRACE_S)."""
 SUPERVISOR = Path(__file__).with_name("supervisor.py")
 MAX_RESTART_BACKOFF_S = 60.0
-# A slow /health under load is not a death: only this many timeouts in a row mark a backend down.
+# A slow /health under load is not a death: only this many inconclusive checks in a row (timeouts, or
+# connections that broke on every attempt) mark a backend down. A refused connection or an exited process is
+# conclusive at once.
 TIMEOUTS_BEFORE_DOWN = 2
+PROBE_ATTEMPTS = 2
+"""Connections a health probe tries when one breaks after it was made."""
+BROKEN_CONNECTION = "connection broken"
+INCONCLUSIVE_PROBES = ("timeout", BROKEN_CONNECTION)
 MODEL_INFO_TIMEOUT_S = 15.0
 
 
@@ -129,7 +135,7 @@ class Backend:
         self.process: subprocess.Popen | None = None
         self.log_path: Path | None = None
         self.last_error: str | None = None
-        self.consecutive_timeouts = 0
+        self.inconclusive_checks = 0
         self.restarting = False
         self.restarts = 0
         self.next_restart_at = 0.0
@@ -271,12 +277,19 @@ class Backend:
         if self.managed and (self.process is None or self.process.poll() is not None):
             code = None if self.process is None else self.process.returncode
             return f"process exited (code {code})"
-        try:
-            response = await client.get(f"{self.url}/health", timeout=timeout_s)
-        except httpx.TimeoutException:
-            return "timeout"
-        except httpx.TransportError as error:
-            return f"unreachable ({type(error).__name__})"
+        for attempt in range(PROBE_ATTEMPTS):
+            try:
+                response = await client.get(f"{self.url}/health", timeout=timeout_s)
+                break
+            except httpx.TimeoutException:
+                return "timeout"
+            except httpx.ConnectError as error:  # nothing listens there: conclusive
+                return f"unreachable ({type(error).__name__})"
+            except httpx.TransportError as error:
+                # The connection broke after it was made (closed under us, or by a server starved of CPU
+                # while an engine beside it loads): try a new one before concluding anything.
+                if attempt + 1 == PROBE_ATTEMPTS:
+                    return f"{BROKEN_CONNECTION} ({type(error).__name__})"
         if response.status_code != 200:
             return f"/health answered {response.status_code}"
         return None
@@ -306,7 +319,7 @@ class Backend:
         """Healthy: requests go here again."""
         if not self.up:
             log.info("backend %s is up at %s", self.name, self.url)
-        self.up, self.last_error, self.consecutive_timeouts = True, None, 0
+        self.up, self.last_error, self.inconclusive_checks = True, None, 0
         self.restart_backoff_s = 1.0
 
     def mark_down(self, reason: str) -> None:
@@ -450,8 +463,12 @@ class BackendPool:
         )
         # Control traffic (health, model info, backend metrics) is rare and keeps httpx.
         self.client = httpx.AsyncClient(timeout=settings.request_timeout_s, headers=self.backend_headers())
+        # No kept-alive connections for probes: a connection the server closed while idle would fail the
+        # next probe, which says nothing about the server (and once restarted healthy backends).
         self._health_client = httpx.AsyncClient(
-            timeout=settings.health_timeout_s, headers=self.backend_headers()
+            timeout=settings.health_timeout_s,
+            headers=self.backend_headers(),
+            limits=httpx.Limits(max_keepalive_connections=0),
         )
         if not self.started:
             await self.start_backends()
@@ -494,6 +511,7 @@ class BackendPool:
         """Probe one backend, update its state, and schedule a restart of a managed one that is down."""
         reason = await backend.probe(self._health_client, self.settings.health_timeout_s)
         if reason is None:
+            backend.inconclusive_checks = 0
             if not backend.up or not backend.model_info_known:
                 # A backend coming back may have been restarted with other settings: read them again.
                 await backend.refresh_model_info(self._health_client, self.settings.health_timeout_s)
@@ -501,11 +519,12 @@ class BackendPool:
                 backend.mark_up()
                 self._changed(backend)
             return
-        if reason == "timeout":
-            backend.consecutive_timeouts += 1
-            if backend.consecutive_timeouts < TIMEOUTS_BEFORE_DOWN:
+        if reason.startswith(INCONCLUSIVE_PROBES):
+            backend.inconclusive_checks += 1
+            if backend.inconclusive_checks < TIMEOUTS_BEFORE_DOWN:
                 return
-            reason = f"/health did not answer within {self.settings.health_timeout_s:g} s"
+            if reason == "timeout":
+                reason = f"/health did not answer within {self.settings.health_timeout_s:g} s"
         backend.mark_down(reason)
         self._changed(backend)
         self.maybe_restart(backend)

@@ -179,3 +179,48 @@ def test_start_timeout_stops_the_process(tmp_path):
         asyncio.run(pool.start_backends())
     assert "loading weights forever" in str(error.value)
     assert pool["sleepy"].process is None
+
+
+def probed_pool(outcomes: list) -> tuple[BackendPool, list[str]]:
+    """A pool with one remote backend ``a``, up, whose health probes meet ``outcomes`` in order: an
+    exception class to raise, or a status code."""
+    settings = GatewaySettings(backends=[BackendSpec("a", url="http://127.0.0.1:9")], **FAST_HEALTH)
+    pool, calls = BackendPool(settings), []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        outcome = outcomes[min(len(calls), len(outcomes) - 1)]
+        calls.append(request.url.path)
+        if isinstance(outcome, type):
+            raise outcome("injected", request=request)
+        return httpx.Response(outcome)
+
+    pool._health_client = httpx.AsyncClient(transport=httpx.MockTransport(answer))
+    pool["a"].up = pool["a"].model_info_known = True
+    return pool, calls
+
+
+def test_a_probe_whose_connection_breaks_once_keeps_a_healthy_backend_up():
+    # What took healthy backends down (and restarted them) while another engine loaded: a /health whose
+    # connection the server dropped. It is tried again on a new connection; only a failure there counts.
+    pool, calls = probed_pool([httpx.RemoteProtocolError, 200])
+    asyncio.run(pool.check(pool["a"]))
+    assert pool["a"].up and calls == ["/health", "/health"]
+
+
+def test_broken_probes_mark_a_backend_down_only_after_two_checks_and_a_refused_one_at_once():
+    pool, _ = probed_pool([httpx.ReadError])
+    asyncio.run(pool.check(pool["a"]))
+    assert pool["a"].up  # one inconclusive check
+    asyncio.run(pool.check(pool["a"]))
+    assert not pool["a"].up and pool["a"].last_error.startswith("connection broken")
+
+    refused, _ = probed_pool([httpx.ConnectError])
+    asyncio.run(refused.check(refused["a"]))
+    assert not refused["a"].up and refused["a"].last_error.startswith("unreachable")
+
+
+def test_a_success_between_inconclusive_checks_starts_the_count_again():
+    pool, _ = probed_pool([httpx.ReadTimeout, 200, httpx.ReadTimeout])
+    for _ in range(3):
+        asyncio.run(pool.check(pool["a"]))
+    assert pool["a"].up
