@@ -1,5 +1,6 @@
 """Shared fixtures: an isolated data directory per session, tiny random models on disk, the tiny demo model,
-and ``run_cli``. What they build comes from the testing kit, :mod:`depthprune.testing`."""
+a tiny model with demo-style data, a throwaway PostgreSQL server, and ``run_cli``. What they build comes from
+the testing kit, :mod:`depthprune.testing`."""
 
 from __future__ import annotations
 
@@ -58,3 +59,38 @@ def demo_tiny_dir(isolated_home) -> Path:
     from depthprune.demo.recipe import DemoRecipe
 
     return ensure_demo_model(DemoRecipe.tiny(), progress=False)
+
+
+@pytest.fixture(scope="module")
+def tiny_demo_like(tmp_path_factory, tiny_model_dirs):
+    """A tiny llama with hand-made demo-style data: text and questions, calibration and test splits."""
+    import random
+
+    from depthprune.testing.data import demo_like_model, random_questions, random_texts
+
+    rng = random.Random(1)
+    data = {}
+    for split in ("calibration", "test"):
+        data[f"text_{split}"] = random_texts(rng, rows=12, words=40)
+        data[f"qa_{split}"] = random_questions(rng, rows=10, choices=3, context_words=5, labels="cycle")
+    return demo_like_model(tiny_model_dirs("llama"), tmp_path_factory.mktemp("demo-like") / "model", data)
+
+
+@pytest.fixture(scope="session")
+def postgres_admin_url():
+    """URL of a PostgreSQL server where tests may create databases, for the whole session: the one in
+    ``DEPTHPRUNE_TEST_POSTGRES_URL``, else a throwaway server (skipped without its binaries, unless
+    ``DEPTHPRUNE_REQUIRE_POSTGRES`` is set)."""
+    from depthprune.testing.postgres import TemporaryPostgres, find_postgres_bin
+
+    given = os.environ.get("DEPTHPRUNE_TEST_POSTGRES_URL")
+    if given:
+        yield given
+        return
+    if find_postgres_bin() is None:
+        message = "no PostgreSQL server binaries (initdb, pg_ctl) and no DEPTHPRUNE_TEST_POSTGRES_URL"
+        if os.environ.get("DEPTHPRUNE_REQUIRE_POSTGRES"):
+            pytest.fail(f"DEPTHPRUNE_REQUIRE_POSTGRES is set but {message}")
+        pytest.skip(message)
+    with TemporaryPostgres() as server:
+        yield server.admin_url

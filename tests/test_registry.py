@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import multiprocessing
-import os
 import subprocess
 import sys
 import uuid
@@ -24,10 +23,8 @@ from sqlalchemy import func, select
 from depthprune.checksums import weights_sha256
 from depthprune.errors import UserError
 from depthprune.testing.postgres import (
-    TemporaryPostgres,
     create_database_at,
     drop_database_at,
-    find_postgres_bin,
 )
 from registry import DENSE, VariantInfo, open_registry
 from registry.records import VariantRecord
@@ -38,22 +35,6 @@ CALIBRATION = {"objective": "ppl", "data": "c4", "samples": 64, "seq_len": 2048,
 
 
 # ------------------------------------------------------------------------------ fixtures
-
-
-@pytest.fixture(scope="session")
-def postgres_admin_url():
-    """URL of a PostgreSQL server where tests may create databases, for the whole session."""
-    given = os.environ.get("DEPTHPRUNE_TEST_POSTGRES_URL")
-    if given:
-        yield given
-        return
-    if find_postgres_bin() is None:
-        message = "no PostgreSQL server binaries (initdb, pg_ctl) and no DEPTHPRUNE_TEST_POSTGRES_URL"
-        if os.environ.get("DEPTHPRUNE_REQUIRE_POSTGRES"):
-            pytest.fail(f"DEPTHPRUNE_REQUIRE_POSTGRES is set but {message}")
-        pytest.skip(message)
-    with TemporaryPostgres() as server:
-        yield server.admin_url
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.postgres)])

@@ -248,21 +248,6 @@ def test_accuracy_movement_and_pooled_jaccard_rows(hand_report):
 # ------------------------------------------------------------------------------ a tiny end-to-end study
 
 
-@pytest.fixture(scope="module")
-def tiny_demo_like(tmp_path_factory, tiny_model_dirs):
-    """A tiny llama with hand-made demo-style data: text and questions, calibration and test splits."""
-    import random
-
-    from depthprune.testing.data import demo_like_model, random_questions, random_texts
-
-    rng = random.Random(1)
-    data = {}
-    for split in ("calibration", "test"):
-        data[f"text_{split}"] = random_texts(rng, rows=12, words=40)
-        data[f"qa_{split}"] = random_questions(rng, rows=10, choices=3, context_words=5, labels="cycle")
-    return demo_like_model(tiny_model_dirs("llama"), tmp_path_factory.mktemp("study-model") / "model", data)
-
-
 @pytest.mark.slow
 def test_tiny_study_end_to_end_and_resume(tiny_demo_like, tmp_path, capsys):
     import json

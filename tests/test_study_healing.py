@@ -6,29 +6,16 @@
 from __future__ import annotations
 
 import json
-import random
 
 import pytest
 
 from depthprune.errors import UserError
-from depthprune.testing.data import demo_like_model, random_questions, random_texts
 from pruning.study.grid import StudyConfig, run_study
 from pruning.study.healing import HealOption, parse_heal_option
 from pruning.study.statistics import inter_method_variance
 from registry import open_registry
 
 DEMO_METRICS = {"demo_text/perplexity", "demo_qa/acc", "demo_qa/acc_norm"}
-
-
-@pytest.fixture(scope="module")
-def tiny_demo_like(tmp_path_factory, tiny_model_dirs):
-    """A tiny llama with demo-style text and questions, calibration and test splits."""
-    rng = random.Random(1)
-    data = {}
-    for split in ("calibration", "test"):
-        data[f"text_{split}"] = random_texts(rng, rows=12, words=40)
-        data[f"qa_{split}"] = random_questions(rng, rows=10, choices=3, context_words=5, labels="cycle")
-    return demo_like_model(tiny_model_dirs("llama"), tmp_path_factory.mktemp("heal-model") / "model", data)
 
 
 def _config(model, tmp_path, **overrides) -> StudyConfig:

@@ -28,10 +28,8 @@ from pathlib import Path
 import pytest
 
 from depthprune.testing.postgres import (
-    TemporaryPostgres,
     create_database_at,
     drop_database_at,
-    find_postgres_bin,
 )
 from registry import open_registry
 from registry.work_queue import DONE, FAILED, PENDING, RUNNING, WorkQueue, study_key
@@ -39,22 +37,6 @@ from registry.work_queue import DONE, FAILED, PENDING, RUNNING, WorkQueue, study
 KEY = study_key({"study": "test"})
 
 # ------------------------------------------------------------------------------ fixtures
-
-
-@pytest.fixture(scope="module")
-def postgres_admin_url():
-    """URL of a PostgreSQL server where tests may create databases (as in tests/test_registry.py)."""
-    given = os.environ.get("DEPTHPRUNE_TEST_POSTGRES_URL")
-    if given:
-        yield given
-        return
-    if find_postgres_bin() is None:
-        message = "no PostgreSQL server binaries (initdb, pg_ctl) and no DEPTHPRUNE_TEST_POSTGRES_URL"
-        if os.environ.get("DEPTHPRUNE_REQUIRE_POSTGRES"):
-            pytest.fail(f"DEPTHPRUNE_REQUIRE_POSTGRES is set but {message}")
-        pytest.skip(message)
-    with TemporaryPostgres() as server:
-        yield server.admin_url
 
 
 @pytest.fixture
@@ -358,21 +340,6 @@ def test_the_study_key_ignores_where_a_worker_writes_and_runs(tmp_path):
 
 
 # ------------------------------------------------------------------------------ end to end
-
-
-@pytest.fixture(scope="module")
-def tiny_demo_like(tmp_path_factory, tiny_model_dirs):
-    """A tiny llama with demo-style data (as tests/test_study.py builds it)."""
-    import random
-
-    from depthprune.testing.data import demo_like_model, random_questions, random_texts
-
-    rng = random.Random(1)
-    data = {}
-    for split in ("calibration", "test"):
-        data[f"text_{split}"] = random_texts(rng, rows=12, words=40)
-        data[f"qa_{split}"] = random_questions(rng, rows=10, choices=3, context_words=5, labels="cycle")
-    return demo_like_model(tiny_model_dirs("llama"), tmp_path_factory.mktemp("queue-model") / "model", data)
 
 
 def _start_worker(model: Path, url: str, root: Path, name: str) -> tuple[subprocess.Popen, Path]:
