@@ -1,4 +1,5 @@
-"""The registry of depth-pruned variants: base models, variants, aliases, evaluations, serving benchmarks.
+"""The registry of depth-pruned variants: base models, variants, aliases, evaluations, serving benchmarks,
+and the work queue of distributed studies.
 
 It is the one shared state between pruning, serving and load tests. SQLite by default (a file under
 ``DEPTHPRUNE_HOME``), PostgreSQL by URL (``DEPTHPRUNE_REGISTRY_URL`` or ``--registry URL``); the schema is
@@ -20,6 +21,7 @@ _EXPORTS = {
     "VariantInfo": "registry.records",
     "VariantRecord": "registry.records",
     "VariantReference": "registry.api",
+    "WorkQueue": "registry.work_queue",
     "open_registry": "registry.api",
 }
 __all__ = sorted(_EXPORTS)

@@ -4,13 +4,18 @@
 * :mod:`~pruning.study.statistics` — Jaccard overlaps, inter-method variance, Spearman ρ;
 * :mod:`~pruning.study.tables` — one function per table of the report;
 * :mod:`~pruning.study.figures` — one function per figure (PNG);
-* :mod:`~pruning.study.report` — the report itself (Markdown, HTML).
+* :mod:`~pruning.study.report` — the report itself (Markdown, HTML);
+* :mod:`~pruning.study.healing` — ``study --heal``: each distinct mask healed once, before/after sections;
+* :mod:`~pruning.study.worker` — ``study --worker``: cells claimed from the registry's work queue.
 """
 
 from depthprune.lazy import lazy_exports
 
 _EXPORTS = {
     "StudyConfig": "pruning.study.grid",
+    "heal_study": "pruning.study.healing",
+    "parse_heal_option": "pruning.study.healing",
+    "run_worker": "pruning.study.worker",
     "plan_study": "pruning.study.grid",
     "run_study": "pruning.study.grid",
     "write_report": "pruning.study.report",
