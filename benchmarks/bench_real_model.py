@@ -813,8 +813,8 @@ def healing_section(found: Results) -> str | None:
         f"(ppl pruned − ppl dense), on the pydoc test perplexity (dense {dense['perplexity']:.2f}, cloze acc "
         f"{dense['acc']:.3f}). *Wall min* is the heal command's own (training, the held-out loss before and "
         "after, merge and write). *Throughput vs unhealed*: output tok/s of the healed variant over its "
-        "parent's in the SmolLM2-135M load test (one run, geometric mean of per-round ratios). Goals: at least "
-        "half of the gap recovered, at most 15 minutes per variant. " + THREADS_NOTE,
+        "parent's in the SmolLM2-135M load test (one run, geometric mean of per-round ratios). Goals: at "
+        "least half of the gap recovered, at most 15 minutes per variant. " + THREADS_NOTE,
         "",
         "| variant | steps | held-out loss | pydoc test ppl | gap recovered | cloze acc | cloze acc_norm | "
         "wall min | throughput vs unhealed | load |",
