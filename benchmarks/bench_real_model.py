@@ -578,7 +578,11 @@ def evaluator_section(found: Results) -> str | None:
         f"`depthprune bench-evaluator` on the real model (`{MODEL}`, N = {first['num_blocks']}): every "
         f"single-block removal, then {first['sets'] - first['num_blocks']} random sets of M = "
         f"{first['budget']}, scored by the fast evaluator and by naive full forwards (the SLEB way); "
-        f"{first['calibration']['samples']} samples × ≤{first['calibration']['seq_len']} tokens, batch "
+        + " and ".join(
+            f"{r['output']['calibration']['samples']} {r['output']['calibration']['objective']} samples"
+            for r in records
+        )
+        + f" × ≤{first['calibration']['seq_len']} tokens, batch "
         f"{first['batch_size']}, {first['dtype']}, {first['threads']} torch thread(s), one round each "
         f"(sized to finish in minutes here). Measured {records[0]['started']}.",
         "",
