@@ -689,7 +689,10 @@ def _print_benchmark(
 def bench_evaluator(
     model: Annotated[
         str | None,
-        typer.Option(help="Model directory or hub id (default: the demo model, built on first use)."),
+        typer.Option(
+            help="smollm2-135m, a .gguf file, a model directory or hub id (default: the demo model, built "
+            "on first use)."
+        ),
     ] = None,
     objective: ObjectiveOption = "task_margin",
     data: Annotated[
@@ -732,6 +735,10 @@ def bench_evaluator(
         from depthprune.demo.model import ensure_demo_model
 
         model = str(ensure_demo_model(progress=not as_json))
+    else:
+        from pruning.model_sources import resolve_model
+
+        model = resolve_model(model, progress=not as_json).model  # an embedded name or a GGUF: converted
     if data is None:
         data = _demo_data_spec(model, kind)
     config = CalibrationConfig(objective, data, samples=samples, seq_len=seq_len, seed=seed)

@@ -374,3 +374,14 @@ def test_two_processes_converting_at_once_convert_once(tiny_gguf, home, monkeypa
         thread.join()
     assert len(conversions) == 1 and len(results) == 2 and results[0] == results[1]
     assert cache_entries(home) == [Path(results[0].model).name]
+
+
+def test_bench_evaluator_takes_a_gguf(tiny_gguf, home, tmp_path, run_cli):
+    path, _ = tiny_gguf
+    text = tmp_path / "text.txt"
+    text.write_text("\n".join(f"line {i} of plain text for the evaluator benchmark" for i in range(40)))
+    arguments = ["--objective", "perplexity", "--data", f"text:{text}", "--samples", "2", "--seq-len", "8"]
+    arguments += ["--budget", "1", "--random-sets", "1", "--json"]
+    code, out, error = run_cli("bench-evaluator", "--model", str(path), *arguments)
+    assert code == 0, error
+    assert json.loads(out.strip().splitlines()[-1])["agree"] is True
