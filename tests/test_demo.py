@@ -89,7 +89,9 @@ def group_members(pgid: int) -> list[str]:
 
 
 def test_interrupt_stops_a_cooperative_group_gracefully():
-    parent = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
+    # The child sets Python's Ctrl-C handler: started from a background job it would inherit SIGINT ignored.
+    sleeper = "import signal, time; signal.signal(signal.SIGINT, signal.default_int_handler); time.sleep(300)"
+    parent = subprocess.Popen([sys.executable, "-c", sleeper], start_new_session=True)
     time.sleep(0.5)
     started = time.monotonic()
     stop_process_group(parent, grace_s=30)
