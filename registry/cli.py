@@ -305,7 +305,8 @@ def export(
     as_json: JsonOption = False,
 ) -> None:
     """Export every variant with its evaluations and serving benchmarks as JSON or CSV."""
-    from registry.export import FORMATS, export_document, render_export, write_atomically
+    from depthprune.files import write_text_atomically
+    from registry.export import FORMATS, export_document, render_export
 
     if export_format not in FORMATS:
         raise UserError(f"--format must be one of {', '.join(FORMATS)}, got {export_format!r}")
@@ -317,7 +318,7 @@ def export(
     if out is None:
         print(text, end="")
         return
-    write_atomically(out, text)
+    write_text_atomically(out, text)
     summary = {"path": str(out), "format": export_format, "variants": len(document["variants"])}
     if as_json:
         _print_json(summary)

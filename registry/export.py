@@ -12,10 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import tempfile
 from datetime import datetime, timezone
-from pathlib import Path
 from typing import Any
 
 from registry.api import Registry
@@ -133,16 +130,3 @@ def render_export(document: dict[str, Any], export_format: str) -> str:
     if export_format == "csv":
         return export_csv(document)
     return json.dumps(document, indent=2, default=str) + "\n"
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file, so a failure never leaves half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8", newline="") as stream:
-            stream.write(text)
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise

@@ -21,6 +21,7 @@ import socket
 import time
 from pathlib import Path
 
+from depthprune.files import write_text_atomically
 from depthprune.settings import home_dir
 
 __all__ = ["active_leases", "remove_lease", "serving_gateways", "write_lease"]
@@ -64,9 +65,7 @@ def write_lease(variants: list[dict], *, url: str, pid: int | None = None) -> Pa
         "variants": variants,
     }
     path = leases_dir() / f"gateway-{pid}.json"
-    partial = path.with_suffix(".json.tmp")
-    partial.write_text(json.dumps(lease, indent=2))
-    os.replace(partial, path)  # readers never see half a lease
+    write_text_atomically(path, json.dumps(lease, indent=2))  # readers never see half a lease
     return path
 
 

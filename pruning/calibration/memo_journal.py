@@ -33,6 +33,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from depthprune.errors import UserError
+from depthprune.files import write_atomically
 from pruning.models import validate_removed
 
 __all__ = ["JOURNAL_FORMAT", "JournalledMemo", "MemoJournal", "journalled_memo"]
@@ -94,13 +95,15 @@ class MemoJournal:
 
     def _rewrite(self, scores: list[tuple[list[int], float]]) -> None:
         """Replace the file by its header and ``scores``, atomically (a temporary file renamed over it)."""
-        partial = self.path.with_name(self.path.name + ".tmp")
-        with open(partial, "w") as handle:
-            handle.write(json.dumps(self.header) + "\n")
-            handle.writelines(self._line(removed, loss) for removed, loss in scores)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(partial, self.path)
+
+        def write(partial: Path) -> None:
+            with open(partial, "w") as handle:
+                handle.write(json.dumps(self.header) + "\n")
+                handle.writelines(self._line(removed, loss) for removed, loss in scores)
+                handle.flush()
+                os.fsync(handle.fileno())
+
+        write_atomically(self.path, write)
 
     def append(self, removed: Iterable[int], loss: float) -> None:
         """Journal one scored set (a value, never a bound)."""

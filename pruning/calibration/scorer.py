@@ -51,6 +51,7 @@ import torch
 from tqdm.auto import tqdm
 
 from depthprune.errors import UserError
+from depthprune.files import write_text_atomically
 from pruning.calibration.objectives import CalibrationBatch, CalibrationConfig, get_objective, make_batches
 from pruning.calibration.packing import RunBatch, as_run_batch, pack_choice_batches
 from pruning.calibration.shortcuts import (
@@ -840,9 +841,7 @@ class SubsetEvaluator:
                 for removed, known in sorted(self._sample_losses.items(), key=lambda kv: sorted(kv[0]))
             ],
         }
-        temporary = path.with_suffix(path.suffix + ".tmp")
-        temporary.write_text(json.dumps(payload, indent=1))
-        temporary.replace(path)
+        write_text_atomically(path, json.dumps(payload, indent=1))
         return path
 
     def load_memo(self, path: str | Path) -> int:

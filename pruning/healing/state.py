@@ -14,7 +14,6 @@ command again re-registers that checkpoint instead of training again.
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import threading
@@ -23,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from depthprune.files import write_atomically, write_text_atomically
 from depthprune.settings import home_dir
 
 STATE_FILE = "state.pt"
@@ -47,12 +47,6 @@ class TrainingState:
     """Training time so far, over every session of the run."""
 
 
-def _write_atomically(path: Path, write) -> None:
-    partial = path.with_name(f".{path.name}.partial")
-    write(partial)
-    os.replace(partial, path)
-
-
 def save_state(run_dir: Path, model, optimizer, state: TrainingState) -> None:
     """Write the trainable weights, the optimizer, the random generators and ``state`` to ``state.pt``."""
     payload = {
@@ -67,7 +61,7 @@ def save_state(run_dir: Path, model, optimizer, state: TrainingState) -> None:
             "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
         },
     }
-    _write_atomically(run_dir / STATE_FILE, lambda path: torch.save(payload, path))
+    write_atomically(run_dir / STATE_FILE, lambda path: torch.save(payload, path))
 
 
 def load_state(run_dir: Path, model, optimizer) -> TrainingState | None:
@@ -94,7 +88,7 @@ def _trainable(model) -> dict[str, torch.Tensor]:
 
 def write_json(path: Path, value: dict) -> None:
     """``value`` as indented JSON, written atomically."""
-    _write_atomically(path, lambda partial: partial.write_text(json.dumps(value, indent=1) + "\n"))
+    write_text_atomically(path, json.dumps(value, indent=1) + "\n")
 
 
 class DeferredInterrupt:
