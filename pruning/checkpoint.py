@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -33,7 +34,7 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
-from depthprune.checksums import weights_sha256
+from depthprune.checksums import WEIGHT_PATTERNS, weights_sha256
 from depthprune.errors import UserError
 from pruning.disk_space import checkpoint_bytes, full_disk_as_user_error
 from pruning.model_sources import GgufSource
@@ -277,6 +278,7 @@ def write_pruned_checkpoint(
         causal_lm.save_pretrained(staging)
         AutoTokenizer.from_pretrained(model_dir).save_pretrained(staging)
         path, variant_sha256 = str(out.resolve()), weights_sha256(staging)
+        share_identical_weights(staging, out.parent, variant_sha256)
         if variant is not None:
             variant = replace(variant, checkpoint_path=path, checkpoint_sha256=variant_sha256)
         checkpoint = PrunedCheckpoint(
@@ -299,6 +301,43 @@ def write_pruned_checkpoint(
         (staging / PRUNING_FILE).write_text(json.dumps(asdict(checkpoint), indent=2) + "\n")
         (staging / "README.md").write_text(model_card(checkpoint))
     return checkpoint
+
+
+def share_identical_weights(staging: Path, parent: Path, sha256: str) -> bool:
+    """Make ``staging``'s weight files hard links to those of a sibling checkpoint with the same weights.
+
+    A study writes one checkpoint per (calibration, search, mask), and many of them remove the same blocks
+    (deterministic searches under several seeds, searches that agree), so identical weights would be
+    stored dozens of times. Identity is the weights' sha256 recorded in the sibling's ``pruning.json``,
+    checked against the files themselves before linking; a hard link keeps either checkpoint whole when
+    the other is deleted. Where linking fails (another file system, no permission) the copy stays.
+
+    Returns:
+        Whether the weight files are now shared.
+    """
+    for sibling in sorted(parent.glob(f"*/{PRUNING_FILE}")):
+        directory = sibling.parent
+        if directory == staging:
+            continue
+        try:
+            recorded = json.loads(sibling.read_text()).get("weights_sha256")
+        except (OSError, ValueError):
+            continue
+        if recorded != sha256:
+            continue
+        ours = sorted(path.name for pattern in WEIGHT_PATTERNS for path in staging.glob(pattern))
+        theirs = sorted(path.name for pattern in WEIGHT_PATTERNS for path in directory.glob(pattern))
+        if ours != theirs or weights_sha256(directory) != sha256:
+            continue
+        try:
+            for name in ours:
+                temporary = staging / f".{name}.link"
+                os.link(directory / name, temporary)
+                os.replace(temporary, staging / name)
+        except OSError:
+            return False
+        return True
+    return False
 
 
 def _variant_to_write(

@@ -146,6 +146,23 @@ def test_existing_output_is_not_clobbered(tiny_model_dirs, tmp_path):
     assert not (out / "keep.txt").exists() and (out / "pruning.json").is_file()
 
 
+def test_identical_weights_share_their_files_and_survive_each_others_deletion(tiny_model_dirs, tmp_path):
+    import shutil
+
+    base = str(tiny_model_dirs("llama"))
+    first = write_pruned_checkpoint(base, [1, 4], tmp_path / "greedy-seed0")
+    same = write_pruned_checkpoint(base, [4, 1], tmp_path / "beam-seed0")
+    other = write_pruned_checkpoint(base, [1, 3], tmp_path / "genetic-seed0")
+    weights = "model.safetensors"
+    inode = (Path(first.path) / weights).stat().st_ino
+    assert (Path(same.path) / weights).stat().st_ino == inode  # one copy on disk
+    assert (Path(other.path) / weights).stat().st_ino != inode
+    assert not list(Path(same.path).glob(".*.link"))
+    shutil.rmtree(first.path)  # deleting one checkpoint leaves the other whole
+    assert weights_sha256(same.path) == same.weights_sha256
+    AutoModelForCausalLM.from_pretrained(same.path)
+
+
 def test_staged_directory_replaces_on_success_and_leaves_nothing_on_failure(tmp_path):
     out = tmp_path / "nested" / "checkpoint"
     with staged_directory(out) as staging:

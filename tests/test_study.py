@@ -249,7 +249,7 @@ def test_accuracy_movement_and_pooled_jaccard_rows(hand_report):
 
 
 @pytest.mark.slow
-def test_tiny_study_end_to_end_and_resume(tiny_demo_like, tmp_path, capsys):
+def test_tiny_study_end_to_end_and_resume(tiny_demo_like, tmp_path, capsys, monkeypatch):
     import json
 
     from pruning.study.grid import StudyConfig, run_study
@@ -267,6 +267,16 @@ def test_tiny_study_end_to_end_and_resume(tiny_demo_like, tmp_path, capsys):
         checkpoints=tmp_path / "variants",
         progress=False,
     )
+    import pruning.evaluation.suites as suites
+
+    evaluated = []
+    evaluate_model = suites.evaluate_model
+
+    def counting(path, *args, **kwargs):
+        evaluated.append(path)
+        return evaluate_model(path, *args, **kwargs)
+
+    monkeypatch.setattr(suites, "evaluate_model", counting)
     report = run_study(config)
     for name in (
         "README.md",
@@ -289,6 +299,9 @@ def test_tiny_study_end_to_end_and_resume(tiny_demo_like, tmp_path, capsys):
         assert set(cell["metrics"]) == {"demo_text/perplexity", "demo_qa/acc", "demo_qa/acc_norm"}
         recorded = {f"{e.task}/{e.metric}": e.value for e in registry.evaluations(cell["variant"])}
         assert recorded == pytest.approx(cell["metrics"])
+    # the dense model and each distinct set of weights once: a mask found twice is evaluated once
+    distinct_weights = {registry.resolve(cell["variant"]).checkpoint_sha256 for cell in cells}
+    assert len(evaluated) == 1 + len(distinct_weights) < 1 + len({cell["variant"] for cell in cells})
     assert set(study["dense"]) == {"demo_text/perplexity", "demo_qa/acc", "demo_qa/acc_norm"}
     headline = study["headline"]["2"]
     assert headline["search_pairs"] == 2 and headline["objective_pairs"] == 2

@@ -512,11 +512,11 @@ def prune_missing(plan: StudyPlan, missing: list[Cell], done: dict[str, CellResu
         )
 
 
-def _metrics_from_registry(registry, variant, settings, context: int) -> dict[str, float]:
-    """``task/metric -> value`` of evaluations already recorded with these settings (by either engine)."""
+def _evaluations_from_registry(registry, variant, settings, context: int) -> list:
+    """The recorded evaluations of ``variant`` made with these settings (by either engine)."""
     # the recorded window is the requested one capped at the engine's context (vLLM keeps one token spare)
     window_lengths = {min(settings.seq_len, context), min(settings.seq_len, context - 1)}
-    found: dict[str, float] = {}
+    found = []
     for evaluation in registry.evaluations(variant):
         recorded = evaluation.settings or {}
         if recorded.get("limit") != settings.limit or recorded.get("dtype") != settings.dtype:
@@ -525,16 +525,26 @@ def _metrics_from_registry(registry, variant, settings, context: int) -> dict[st
             continue
         if "seq_len" in recorded and recorded["seq_len"] not in window_lengths:
             continue
-        found[f"{evaluation.task}/{evaluation.metric}"] = evaluation.value
+        found.append(evaluation)
     return found
+
+
+def _as_metrics(results) -> dict[str, float]:
+    """``task/metric -> value`` of evaluation results or recorded evaluations."""
+    return {f"{result.task}/{result.metric}": result.value for result in results}
 
 
 def evaluate_all(
     plan: StudyPlan, done: dict[str, CellResult], registry, save, *, include_dense: bool = True
 ) -> dict[str, float]:
     """Evaluate the dense model (unless ``include_dense`` is False) and every distinct variant of ``done``
-    not yet evaluated; return the dense metrics (empty without the dense model)."""
+    not yet evaluated; return the dense metrics (empty without the dense model).
+
+    Variants with byte-identical weights (the same mask found by several searches or seeds, or under both
+    objectives) are evaluated once: the others get a copy of those results in the registry, since the
+    evaluation depends on the weights and the settings only."""
     from pruning.evaluation.suites import (
+        EvalResult,
         EvalSettings,
         evaluate_model,
         expand_suites,
@@ -559,19 +569,35 @@ def evaluate_all(
     for result in done.values():
         if result.variant and result.variant not in targets:
             targets[result.variant] = registry.resolve(result.variant)
-    metrics = {
-        name: _metrics_from_registry(registry, info, settings, context) for name, info in targets.items()
-    }
+    recorded = {name: _evaluations_from_registry(registry, info, settings, context) for name, info in targets.items()}
+    metrics = {name: _as_metrics(evaluations) for name, evaluations in recorded.items()}
+    by_weights: dict[str, list] = {}  # weights sha256 -> complete results of a variant with those weights
+    for name, info in targets.items():
+        sha256 = getattr(info, "checkpoint_sha256", None)
+        if sha256 and len(metrics[name]) >= expected:
+            by_weights.setdefault(sha256, recorded[name])
     todo = [name for name in targets if len(metrics[name]) < expected]
     if todo:
-        prepared = prepare_data(suites, plan.demo_dir)
+        prepared = None
         for number, name in enumerate(todo, start=1):
             info = targets[name]
-            if config.progress:
-                print(f"study: evaluating {name} ({number}/{len(todo)})", flush=True)
-            results = evaluate_model(info.checkpoint_path, suites, prepared, settings)
+            sha256 = getattr(info, "checkpoint_sha256", None)
+            if sha256 in by_weights:
+                results = [
+                    EvalResult(r.suite, r.task, r.metric, r.value, dict(r.settings or {}))
+                    for r in by_weights[sha256]
+                ]
+                if config.progress:
+                    print(f"study: {name} has the weights of a variant already evaluated; results copied", flush=True)
+            else:
+                if config.progress:
+                    print(f"study: evaluating {name} ({number}/{len(todo)})", flush=True)
+                prepared = prepared or prepare_data(suites, plan.demo_dir)
+                results = evaluate_model(info.checkpoint_path, suites, prepared, settings)
+                if sha256:
+                    by_weights[sha256] = results
             record_results(registry, info, results)
-            metrics[name] = {f"{r.task}/{r.metric}": r.value for r in results}
+            metrics[name] = _as_metrics(results)
             for result in done.values():
                 if result.variant == name:
                     result.metrics = metrics[name]
@@ -591,6 +617,8 @@ def _expected_metric_count(suites: list[str]) -> int:
         count += len(ZERO_SHOT_TASKS)  # at least acc per task
     if "demo" in suites:
         count += 3  # demo_text perplexity, demo_qa acc and acc_norm
+    if "offline" in suites:
+        count += 3  # pydoc perplexity, pydoc_cloze acc and acc_norm
     return count
 
 
