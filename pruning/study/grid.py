@@ -569,7 +569,9 @@ def evaluate_all(
     for result in done.values():
         if result.variant and result.variant not in targets:
             targets[result.variant] = registry.resolve(result.variant)
-    recorded = {name: _evaluations_from_registry(registry, info, settings, context) for name, info in targets.items()}
+    recorded = {
+        name: _evaluations_from_registry(registry, info, settings, context) for name, info in targets.items()
+    }
     metrics = {name: _as_metrics(evaluations) for name, evaluations in recorded.items()}
     by_weights: dict[str, list] = {}  # weights sha256 -> complete results of a variant with those weights
     for name, info in targets.items():
@@ -588,7 +590,10 @@ def evaluate_all(
                     for r in by_weights[sha256]
                 ]
                 if config.progress:
-                    print(f"study: {name} has the weights of a variant already evaluated; results copied", flush=True)
+                    print(
+                        f"study: {name} has the weights of a variant already evaluated; results copied",
+                        flush=True,
+                    )
             else:
                 if config.progress:
                     print(f"study: evaluating {name} ({number}/{len(todo)})", flush=True)
