@@ -104,11 +104,18 @@ def create_registry_engine(url: str) -> Engine:
         raise UserError(f"registry URL {shown} is not usable: {error}") from None
     if backend == "sqlite":
         _configure_sqlite(engine)
-    try:
+
+    def check_connection() -> None:
         with engine.connect() as connection:
             connection.execute(text("SELECT 1"))
             if backend == "sqlite":
                 check_sqlite_integrity(connection, parsed.database or shown)
+
+    try:
+        # Two processes opening one SQLite file at the same moment can see a transient "database is
+        # locked" here, which the busy timeout does not always absorb (seen with two `prune` runs started
+        # together on a new file): it is retried like any transient failure.
+        retrying(check_connection)
     except DBAPIError as error:
         engine.dispose()
         reason = str(error.orig).strip().splitlines()[0] if error.orig else str(error)

@@ -623,3 +623,27 @@ def test_several_processes_registering_at_once_all_succeed_and_nothing_is_lost(r
     assert len(expected) == workers * per_worker
     assert expected <= stored
     assert len(stored) == workers * per_worker + 1  # plus the shared configuration, once
+
+
+def test_a_transient_lock_while_opening_a_sqlite_registry_is_retried(tmp_path, monkeypatch):
+    """Two processes opening one new SQLite file at once: the loser saw "database is locked" at open (two
+    `prune` runs started together) and stopped; a lock at open is transient and is waited out."""
+    import sqlite3
+
+    from sqlalchemy.exc import OperationalError
+
+    import registry.database as database
+
+    real_check = database.check_sqlite_integrity
+    failures = []
+
+    def locked_once(connection, name):
+        if not failures:
+            failures.append(name)
+            raise OperationalError("PRAGMA quick_check", {}, sqlite3.OperationalError("database is locked"))
+        return real_check(connection, name)
+
+    monkeypatch.setattr(database, "check_sqlite_integrity", locked_once)
+    with open_registry(f"sqlite:///{tmp_path / 'registry.db'}") as registry:
+        assert registry.list_variants() == []
+    assert len(failures) == 1
