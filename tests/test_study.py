@@ -374,3 +374,17 @@ def test_study_searches_groups():
         study_searches("study,magic")
     with pytest.raises(UserError, match="no search given"):
         study_searches(" , ")
+
+
+def test_report_names_the_model_as_the_user_did(tiny_demo_like):
+    from pruning.study.grid import StudyConfig, plan_study, plan_summary
+    from pruning.study.tables import model_name
+
+    summary = plan_summary(plan_study(StudyConfig(model=str(tiny_demo_like), drops=(2,), progress=False)))
+    assert summary["model_name"] == tiny_demo_like.name
+    # a converted GGUF's directory is a hash: the name the user gave wins over it
+    assert (
+        model_name({"model": "/home/models/gguf-b179c9523d0e", "model_name": "smollm2-135m"})
+        == "smollm2-135m"
+    )
+    assert model_name({"model": "/home/models/demo-dac43d3e160a"}) == "demo-dac43d3e160a"  # older reports

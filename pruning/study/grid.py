@@ -688,6 +688,7 @@ def plan_summary(plan: StudyPlan) -> dict:
     calibrations = sorted({tuple(getattr(c.calibration, name) for name in fields) for c in plan.cells})
     return {
         "model": plan.model,
+        "model_name": Path(str(config.model)).name,  # as the user named it: smollm2-135m, Llama-3.1-8B
         "num_blocks": plan.num_blocks,
         "drops": list(config.drops),
         "objectives": list(config.objectives),

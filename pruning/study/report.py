@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from pruning.study.figures import draw_figures
-from pruning.study.tables import Section, build_sections
+from pruning.study.tables import Section, build_sections, model_name
 
 # -------------------------------------------------------------------------------------------- rendering
 
@@ -126,7 +126,7 @@ def write_report(
         figures = next((i for i, section in enumerate(sections) if section.title == "Figures"), len(sections))
         sections[figures:figures] = healed
     draw_figures(out / "figures", summary, cells, dense)
-    title = f"Depth-pruning study: {Path(summary['model']).name}"
+    title = f"Depth-pruning study: {model_name(summary)}"
     (out / "README.md").write_text(render_markdown(title, sections, reading))
     (out / "report.html").write_text(render_html(title, sections, reading))
     (out / "study.json").write_text(

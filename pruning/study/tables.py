@@ -40,6 +40,11 @@ PERPLEXITY_ORDER = (*PAPER_PERPLEXITY, "demo_text", "pydoc")
 ACCURACY_ORDER = (*ZERO_SHOT_TASKS, "demo_qa", "pydoc_cloze")
 
 
+def model_name(summary: dict) -> str:
+    """The model as the user named it (reports written before it was kept: its directory's name)."""
+    return summary.get("model_name") or Path(str(summary.get("model", "model"))).name
+
+
 # ------------------------------------------------------------------------------------------ cell helpers
 
 
@@ -144,7 +149,7 @@ class StudyView:
     def __init__(self, summary: dict, cells: Sequence, dense: dict):
         self.summary, self.cells, self.dense = summary, cells, dense
         self.num_blocks: int = summary["num_blocks"]
-        self.model_name = Path(str(summary.get("model", "model"))).name
+        self.model_name = model_name(summary)
         objectives_data = defaultdict(set)
         for cell in cells:
             objectives_data[cell.objective].add(cell.data)
@@ -379,7 +384,7 @@ def setup_section(view: StudyView) -> Section:
     return Section(
         "Setup",
         [
-            f"Model `{summary['model']}` ({view.num_blocks} blocks); budgets M = "
+            f"Model `{model_name(summary)}` (`{summary['model']}`, {view.num_blocks} blocks); budgets M = "
             f"{', '.join(map(str, summary['drops']))}; searches: {', '.join(summary['searches'])}; seeds: "
             f"{', '.join(map(str, summary['seeds']))}.",
             f"Search groups of the per-cell statistics: {groups or 'none'}.",
