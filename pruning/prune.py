@@ -548,6 +548,35 @@ def _checkpoint_for(plan: PrunePlan, search: str, record: VariantRecord):
     )
 
 
+SEED_INDEPENDENT_OPTIONS = ("prior", "timing", "protected")
+"""Search options that must agree for two runs with different seeds to be the same variant's runs."""
+
+
+def _with_earlier_seeds(registry, record: VariantRecord) -> dict:
+    """``record``'s search options with ``seeds``: every seed that produced this variant.
+
+    The registry keeps one row per (base, removed set, calibration, search), so a search that finds the same
+    mask under seeds 0, 1 and 2 (any deterministic search) is one variant whose ``seed`` is the latest run's;
+    ``seeds`` keeps the earlier ones, so that a study finds the cell of each seed in the registry."""
+    options = dict(record.search_options)
+    seeds = {options["seed"]}
+    try:
+        earlier = registry.list_variants(record.base_model)
+    except UserError:  # the base model is new: no earlier run
+        earlier = []
+    for variant in earlier:
+        found = variant.search_options or {}
+        if (
+            variant.search == record.search
+            and variant.removed_blocks == record.removed_blocks
+            and variant.calibration == record.calibration
+            and all(found.get(key) == options.get(key) for key in SEED_INDEPENDENT_OPTIONS)
+        ):
+            seeds.update(found.get("seeds", [found.get("seed")]))
+    options["seeds"] = sorted(seed for seed in seeds if seed is not None)
+    return options
+
+
 def _register(registry, plan: PrunePlan, run: SearchRun, dense_loss: float) -> VariantOutcome:
     """Write the checkpoint of one search and register it (base model, then variant)."""
     record = variant_record(plan, run, dense_loss)
@@ -561,7 +590,10 @@ def _register(registry, plan: PrunePlan, run: SearchRun, dense_loss: float) -> V
     )
     # The run's own numbers, also when an earlier run wrote the checkpoint (its pruning.json keeps its own).
     record = dataclasses.replace(
-        record, checkpoint_path=written.path, checkpoint_sha256=written.weights_sha256
+        record,
+        checkpoint_path=written.path,
+        checkpoint_sha256=written.weights_sha256,
+        search_options=_with_earlier_seeds(registry, record),
     )
     variant = registry.register_variant(record)
     return VariantOutcome(

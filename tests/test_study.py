@@ -388,3 +388,34 @@ def test_report_names_the_model_as_the_user_did(tiny_demo_like):
         == "smollm2-135m"
     )
     assert model_name({"model": "/home/models/demo-dac43d3e160a"}) == "demo-dac43d3e160a"  # older reports
+
+
+def test_a_fresh_report_finds_every_seed_of_a_deterministic_search_in_the_registry(
+    tiny_demo_like, tmp_path, capsys
+):
+    """A deterministic search finds one mask under seeds 0 and 1: one registry row, which must still answer
+    for seed 0 after seed 1 re-registered it (a report in a new directory recomputed seed 0 before)."""
+    from pruning.study.grid import StudyConfig, run_study
+    from registry import open_registry
+
+    config = StudyConfig(
+        model=str(tiny_demo_like),
+        drops=(2,),
+        objectives=("perplexity",),
+        searches=("one_shot", "greedy"),
+        seeds=(0, 1),
+        samples=4,
+        seq_len=32,
+        engine="torch",
+        eval_seq_len=32,
+        out=tmp_path / "report",
+        checkpoints=tmp_path / "variants",
+        progress=False,
+    )
+    run_study(config)
+    variants = open_registry().list_variants()
+    assert {v.search: v.search_options["seeds"] for v in variants} == {"one_shot": [0, 1], "greedy": [0, 1]}
+    config.out, config.progress = tmp_path / "report-again", True
+    capsys.readouterr()
+    run_study(config)
+    assert "4 cells, 4 already done, 0 to run" in capsys.readouterr().out

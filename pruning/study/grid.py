@@ -399,7 +399,7 @@ def find_in_registry(registry, model: str, cell: Cell) -> CellResult | None:
             variant.search == cell.search
             and variant.calibration == wanted
             and len(variant.removed_blocks) == cell.drop
-            and options.get("seed") == cell.seed
+            and cell.seed in options.get("seeds", [options.get("seed")])
             and _prior_of(options) == cell.prior
             and (options.get("timing") or "shared") == cell.timing
             and options.get("protected", []) == list(cell.protected)
