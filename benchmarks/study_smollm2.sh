@@ -42,14 +42,33 @@ for line in sys.stdin:
   mv "$CLOZE_TEXT.tmp" "$CLOZE_TEXT"
 }
 
+collect_parts() {
+  # Bring the parts' finished cells into report directory $1's manifest (cells.json): the manifest keeps each
+  # cell's own search cost, while the registry keeps one row per variant and so the latest run's cost of a
+  # mask that several cells found (a later part re-finding a cell from the memo would cost ~0 s).
+  .venv/bin/python - "$1" "$OUT"/parts/*/cells.json <<'PY'
+import json, sys
+from pathlib import Path
+target = Path(sys.argv[1]) / "cells.json"
+manifest = json.loads(target.read_text()) if target.is_file() else {}
+cells = {cell["key"]: cell for cell in manifest.get("cells", [])}
+for part in sys.argv[2:]:
+    cells.update({cell["key"]: cell for cell in json.loads(Path(part).read_text())["cells"]})
+target.parent.mkdir(parents=True, exist_ok=True)
+target.write_text(json.dumps({**manifest, "cells": list(cells.values())}, indent=1))
+PY
+}
+
 part() {
   case "$1" in
     perplexity | task_margin)
       "$DEPTHPRUNE" study "${COMMON[@]}" "${MAIN[@]}" --objectives "$1" --out "$OUT/parts/$1" ;;
     cross)
       cloze_as_text
+      collect_parts "$OUT/cross-controls"
       "$DEPTHPRUNE" study "${COMMON[@]}" "${CROSS[@]}" --out "$OUT/cross-controls" ;;
     report)
+      collect_parts "$OUT"
       "$DEPTHPRUNE" study "${COMMON[@]}" "${MAIN[@]}" --out "$OUT"
       rm -rf "$OUT/parts" ;;
     *) echo "unknown part $1: perplexity, task_margin, cross or report" >&2; exit 2 ;;
