@@ -35,17 +35,26 @@ def configuration(cell: dict) -> str:
     return f"{cell['objective']} on {data}"
 
 
-def quality(cell: dict, perplexity: str, accuracy: list[str]) -> tuple[float, float]:
-    """(perplexity, mean primary accuracy in points) of a cell's variant."""
-    metrics = cell["metrics"]
-    values = [100 * metrics.get(f"{task}/acc_norm", metrics.get(f"{task}/acc")) for task in accuracy]
-    return metrics[f"{perplexity}/perplexity"], statistics.fmean(values)
+def quality(metrics: dict, perplexity: list[str], accuracy: dict[str, str]) -> tuple[float, float]:
+    """(Avg perplexity, mean primary accuracy in points) of a variant's metrics, as the report reads them."""
+    average = statistics.fmean(metrics[f"{task}/perplexity"] for task in perplexity)
+    return average, statistics.fmean(100 * metrics[f"{task}/{metric}"] for task, metric in accuracy.items())
 
 
-def quality_table(cells: list[dict], perplexity: str, accuracy: list[str], dense: dict) -> list[str]:
-    dense_acc = statistics.fmean(100 * dense.get(f"{t}/acc_norm", dense.get(f"{t}/acc")) for t in accuracy)
+def metric_names(study: dict) -> tuple[list[str], dict[str, str]]:
+    """The report's perplexity tasks (its Avg) and task -> accuracy metric (older reports: one of each)."""
+    if "average_perplexity_tasks" in study:
+        return study["average_perplexity_tasks"], study["accuracy_metrics"]
+    return [study["primary_perplexity"]], {task: "acc" for task in study["accuracy_tasks"]}
+
+
+def quality_table(
+    cells: list[dict], perplexity: list[str], accuracy: dict[str, str], dense: dict
+) -> list[str]:
+    dense_ppl, dense_acc = quality(dense, perplexity, accuracy)
     lines = [
-        f"Dense: {perplexity} ppl {dense[f'{perplexity}/perplexity']:.2f}, accuracy {dense_acc:.1f} points.",
+        f"Dense: Avg ppl ({', '.join(perplexity)}) {dense_ppl:.2f}, accuracy "
+        f"({', '.join(f'{task} {metric}' for task, metric in accuracy.items())}) {dense_acc:.1f} points.",
         "",
         "| configuration | M | variants | ppl mean | ppl best | ppl worst | acc mean | acc best | acc worst "
         "| lowest-loss search | its ppl | its acc |",
@@ -56,10 +65,10 @@ def quality_table(cells: list[dict], perplexity: str, accuracy: list[str], dense
         if cell["prior"] == "single_block" and cell["search"] in STUDY_SEARCHES:
             groups[(configuration(cell), cell["drop"])].append(cell)
     for (name, drop), group in sorted(groups.items()):
-        measured = [quality(cell, perplexity, accuracy) for cell in group]
+        measured = [quality(cell["metrics"], perplexity, accuracy) for cell in group]
         ppls, accs = [m[0] for m in measured], [m[1] for m in measured]
         best = min(group, key=lambda cell: cell["calibration_loss"])
-        best_ppl, best_acc = quality(best, perplexity, accuracy)
+        best_ppl, best_acc = quality(best["metrics"], perplexity, accuracy)
         lines.append(
             f"| {name} | {drop} | {len(group)} | {statistics.fmean(ppls):,.1f} | {min(ppls):,.1f} | "
             f"{max(ppls):,.1f} | {statistics.fmean(accs):.1f} | {max(accs):.1f} | {min(accs):.1f} | "
@@ -68,7 +77,7 @@ def quality_table(cells: list[dict], perplexity: str, accuracy: list[str], dense
     return lines
 
 
-def prior_table(cells: list[dict], perplexity: str, accuracy: list[str]) -> list[str]:
+def prior_table(cells: list[dict], perplexity: list[str], accuracy: dict[str, str]) -> list[str]:
     by_key = {(configuration(c), c["drop"], c["search"], c["seed"], c["prior"]): c for c in cells}
     rows = defaultdict(list)
     for (name, drop, search, seed, prior), cell in by_key.items():
@@ -85,8 +94,8 @@ def prior_table(cells: list[dict], perplexity: str, accuracy: list[str]) -> list
     ]
     for (name, drop, search), pairs in sorted(rows.items()):
         delta = statistics.fmean(r["calibration_loss"] - g["calibration_loss"] for g, r in pairs)
-        guided = [quality(g, perplexity, accuracy) for g, _ in pairs]
-        randomised = [quality(r, perplexity, accuracy) for _, r in pairs]
+        guided = [quality(g["metrics"], perplexity, accuracy) for g, _ in pairs]
+        randomised = [quality(r["metrics"], perplexity, accuracy) for _, r in pairs]
         same = sum(sorted(g["removed_blocks"]) == sorted(r["removed_blocks"]) for g, r in pairs)
         ppl = (statistics.fmean(q[0] for q in guided), statistics.fmean(q[0] for q in randomised))
         acc = (statistics.fmean(q[1] for q in guided), statistics.fmean(q[1] for q in randomised))
@@ -149,7 +158,7 @@ def cross_table(cells: list[dict]) -> list[str]:
 
 def report(directory: Path) -> list[str]:
     study = json.loads((directory / "study.json").read_text())
-    cells, perplexity, accuracy = study["cells"], study["primary_perplexity"], study["accuracy_tasks"]
+    cells, (perplexity, accuracy) = study["cells"], metric_names(study)
     lines = [f"# {directory}", "", "## Quality of the paper's seven searches' variants", ""]
     lines += quality_table(cells, perplexity, accuracy, study["dense"])
     for title, table in (
