@@ -52,7 +52,7 @@ from pathlib import Path
 target = Path(sys.argv[1]) / "cells.json"
 manifest = json.loads(target.read_text()) if target.is_file() else {}
 cells = {cell["key"]: cell for cell in manifest.get("cells", [])}
-for part in sys.argv[2:]:
+for part in filter(lambda path: Path(path).is_file(), sys.argv[2:]):  # none: the glob stayed unexpanded
     cells.update({cell["key"]: cell for cell in json.loads(Path(part).read_text())["cells"]})
 target.parent.mkdir(parents=True, exist_ok=True)
 target.write_text(json.dumps({**manifest, "cells": list(cells.values())}, indent=1))
