@@ -580,6 +580,7 @@ def _with_earlier_seeds(registry, record: VariantRecord) -> dict:
 def _register(registry, plan: PrunePlan, run: SearchRun, dense_loss: float) -> VariantOutcome:
     """Write the checkpoint of one search and register it (base model, then variant)."""
     record = variant_record(plan, run, dense_loss)
+    record = dataclasses.replace(record, search_options=_with_earlier_seeds(registry, record))
     written = _checkpoint_for(plan, run.search, record)
     registry.register_base_model(
         plan.model,
@@ -593,7 +594,6 @@ def _register(registry, plan: PrunePlan, run: SearchRun, dense_loss: float) -> V
         record,
         checkpoint_path=written.path,
         checkpoint_sha256=written.weights_sha256,
-        search_options=_with_earlier_seeds(registry, record),
     )
     variant = registry.register_variant(record)
     return VariantOutcome(
