@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -419,3 +420,30 @@ def test_a_fresh_report_finds_every_seed_of_a_deterministic_search_in_the_regist
     capsys.readouterr()
     run_study(config)
     assert "4 cells, 4 already done, 0 to run" in capsys.readouterr().out
+
+
+def test_a_study_evaluates_the_offline_suite(tiny_demo_like, tmp_path):
+    """`--suite offline` (what a real model has without the hub) evaluated nothing: its metrics were not
+    counted, so every variant looked evaluated already."""
+    from pruning.study.grid import StudyConfig, run_study
+
+    config = StudyConfig(
+        model=str(tiny_demo_like),
+        drops=(2,),
+        objectives=("perplexity",),
+        searches=("one_shot", "greedy"),
+        samples=2,  # a calibration no other test of the session's registry uses
+        seq_len=32,
+        suites=("offline",),
+        engine="torch",
+        eval_limit=2,
+        eval_seq_len=32,
+        out=tmp_path / "report",
+        checkpoints=tmp_path / "variants",
+        progress=False,
+    )
+    report = run_study(config)
+    study = json.loads((report / "study.json").read_text())
+    expected = {"pydoc/perplexity", "pydoc_cloze/acc", "pydoc_cloze/acc_norm"}
+    assert set(study["dense"]) == expected
+    assert all(set(cell["metrics"]) == expected for cell in study["cells"])
