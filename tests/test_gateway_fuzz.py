@@ -165,6 +165,17 @@ def test_gateway_never_answers_5xx(gateway, chat, body, arm, user):
         assert set(error) == {"message", "type", "param", "code"} and error["message"]
 
 
+@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
+def test_a_whole_float_token_count_is_served(gateway, field):
+    # Found by schemathesis: 1.0 passes the gateway's check (pydantic reads it as 1, as vLLM does) and is
+    # forwarded as written; the fake backend failed on it with a 500, which the gateway reported as a 503.
+    body = {"model": "dense", "messages": [{"role": "user", "content": "hi"}], field: 2.0}
+    headers = {"authorization": f"Bearer {API_KEY}"}
+    response = httpx.post(f"{gateway.url}/v1/chat/completions", json=body, headers=headers, timeout=30)
+    assert response.status_code == 200, response.text
+    assert response.json()["usage"]["completion_tokens"] == 2
+
+
 # -- schemathesis against the gateway's own schema ---------------------------------------------------
 SERVED_NAMES = st.sampled_from([*VARIANTS, "exp", "ppl-best"])
 

@@ -25,8 +25,11 @@ if __name__ == "__main__" and "--hang-start" in sys.argv:
 
 from fastapi import FastAPI, Request  # noqa: E402
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse  # noqa: E402
+from pydantic import TypeAdapter  # noqa: E402
 
 MAX_MODEL_LEN = 128
+# vLLM reads its request fields with pydantic's lax rules (1.0 is the integer 1); so does the fake.
+TOKEN_COUNT = TypeAdapter(int)
 
 
 def create_fake_app(served_model: str, max_model_len: int = MAX_MODEL_LEN) -> FastAPI:
@@ -91,7 +94,7 @@ def answer(body: dict, chat: bool, served_model: str, max_model_len: int):
     else:
         prompt = body["prompt"] if isinstance(body["prompt"], str) else json.dumps(body["prompt"])
     prompt_tokens = len(prompt.split())
-    max_tokens = body.get("max_tokens") or body.get("max_completion_tokens") or 4
+    max_tokens = TOKEN_COUNT.validate_python(body.get("max_tokens") or body.get("max_completion_tokens") or 4)
     if prompt_tokens + max_tokens > max_model_len:
         message = f"This model's maximum context length is {max_model_len} tokens."
         return _error_response(message, "BadRequestError", None, 400)
