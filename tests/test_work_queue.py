@@ -325,6 +325,27 @@ def test_a_cell_not_ready_waits_for_the_others_and_fails_when_none_is_left(regis
     assert cell.error == "not ready: needs a cell done"
 
 
+def test_a_cell_made_ready_during_its_attempt_is_tried_again(registry):
+    # The race the test above met at random: the other cell finished after this attempt looked at it and
+    # before the worker counted what is left, so nothing was in progress and the cell was failed.
+    from pruning.study.worker import CellNotReady, work_through
+
+    queue = queue_of(registry, "w1")
+    queue.enqueue(["first", "dense"])
+    other = queue_of(registry, "w2")
+    first = other.claim()
+    attempts: list[str] = []
+
+    def run_cell(key: str) -> None:
+        attempts.append(key)
+        if len(attempts) == 1:
+            other.complete(first, None)  # lands just after the readiness check below
+            raise CellNotReady("needs a cell done")
+
+    assert work_through(queue, run_cell, poll_seconds=0.01, say=print).done == 2
+    assert attempts == ["dense", "dense"]
+
+
 def test_the_study_key_ignores_where_a_worker_writes_and_runs(tmp_path):
     from pruning.study.grid import StudyConfig, StudyPlan
     from pruning.study.worker import study_arguments

@@ -115,17 +115,20 @@ def work_on(queue, claim, run_cell: CellRunner, say: Callable[[str], None]) -> b
 
     An exception marks the cell failed (the worker goes on with other cells); an interrupt gives the cell
     back at once, so another worker need not wait for the lease, and is raised again. A cell not ready is
-    given back while other cells are in progress (one of them will make it ready), else failed.
+    given back while other cells are in progress (one of them will make it ready) or when one finished during
+    the attempt (it may have made the cell ready too late for this attempt to see), else failed.
 
     Returns:
         False when the cell was given back as not ready (the caller waits before claiming again).
     """
+    before = queue.counts()
     with queue.heartbeat(claim) as lease:
         try:
             variant_id = run_cell(claim.cell_key)
         except CellNotReady as reason:
             counts = queue.counts()
-            if counts.running > 1 or counts.pending > 0:
+            finished_meanwhile = (counts.done, counts.failed) != (before.done, before.failed)
+            if counts.running > 1 or counts.pending > 0 or finished_meanwhile:
                 queue.release(claim)
                 return False
             queue.fail(claim, f"not ready: {reason}")
