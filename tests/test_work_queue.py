@@ -296,13 +296,18 @@ def test_an_interrupted_cell_is_given_back_at_once(registry):
     assert (cell.state, cell.attempts) == (PENDING, 0)
 
 
-def test_a_cell_not_ready_waits_for_the_others_and_fails_when_none_is_left(registry):
-    from pruning.study.worker import CellNotReady, work_through
-
+def dense_waits_for_a_cell_another_worker_holds(registry):
+    """Worker w1's queue of two cells, "first" claimed by worker w2 (whose queue and claim come back too)."""
     queue = queue_of(registry, "w1")
     queue.enqueue(["first", "dense"])
     other = queue_of(registry, "w2")
-    first = other.claim()
+    return queue, other, other.claim()
+
+
+def test_a_cell_not_ready_waits_for_the_others_and_fails_when_none_is_left(registry):
+    from pruning.study.worker import CellNotReady, work_through
+
+    queue, other, first = dense_waits_for_a_cell_another_worker_holds(registry)
     ran: list[str] = []
 
     def run_cell(key: str) -> None:
@@ -330,10 +335,7 @@ def test_a_cell_made_ready_during_its_attempt_is_tried_again(registry):
     # before the worker counted what is left, so nothing was in progress and the cell was failed.
     from pruning.study.worker import CellNotReady, work_through
 
-    queue = queue_of(registry, "w1")
-    queue.enqueue(["first", "dense"])
-    other = queue_of(registry, "w2")
-    first = other.claim()
+    queue, other, first = dense_waits_for_a_cell_another_worker_holds(registry)
     attempts: list[str] = []
 
     def run_cell(key: str) -> None:
