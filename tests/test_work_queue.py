@@ -341,7 +341,7 @@ def test_a_cell_made_ready_during_its_attempt_is_tried_again(registry):
     def run_cell(key: str) -> None:
         attempts.append(key)
         if len(attempts) == 1:
-            other.complete(first, None)  # lands just after the readiness check below
+            other.complete(first, None)  # after this attempt found it not done, before the worker counts
             raise CellNotReady("needs a cell done")
 
     assert work_through(queue, run_cell, poll_seconds=0.01, say=print).done == 2
