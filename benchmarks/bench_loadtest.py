@@ -316,7 +316,7 @@ def prompt_source(model_dir: Path, out: Path) -> str:
     demo_text = data_file(model_dir, "text_test")
     if demo_text.is_file():
         return str(demo_text)
-    from pruning.calibration.offline_sources import pydoc_documents
+    from pruning.calibration.data.pydoc import pydoc_documents
 
     path = out / "prompts-pydoc-test.jsonl"
     lines = [json.dumps({"text": document.text}) + "\n" for document in pydoc_documents("test")]

@@ -40,8 +40,8 @@ from pathlib import Path
 import torch
 from docs_section import DOCS, write_section  # benchmarks/, on sys.path when run as a script
 
-from pruning.calibration.objectives import CalibrationConfig
-from pruning.calibration.scorer import build_evaluator
+from pruning.calibration.config import CalibrationConfig
+from pruning.calibration.scoring.build import build_evaluator
 from pruning.prune import canonical_model, run_searches
 from pruning.search import STUDY_SEARCHES
 

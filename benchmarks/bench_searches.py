@@ -25,8 +25,8 @@ from docs_section import DOCS, write_section  # benchmarks/, on sys.path when ru
 
 from depthprune.demo.model import ensure_demo_model
 from depthprune.demo.recipe import RECIPES
-from pruning.calibration.objectives import CalibrationConfig
-from pruning.calibration.scorer import build_evaluator
+from pruning.calibration.config import CalibrationConfig
+from pruning.calibration.scoring.build import build_evaluator
 from pruning.prune import parse_searches, run_searches
 
 SECTION = "## Searches"

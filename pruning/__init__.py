@@ -18,10 +18,10 @@ from depthprune.lazy import lazy_exports
 _EXPORTS = {
     "prune": "pruning.prune",
     "PruneConfig": "pruning.prune",
-    "CalibrationConfig": "pruning.calibration.objectives",
+    "CalibrationConfig": "pruning.calibration.config",
     "OBJECTIVES": "pruning.calibration.objectives",
-    "SubsetEvaluator": "pruning.calibration.scorer",
-    "build_evaluator": "pruning.calibration.scorer",
+    "SubsetEvaluator": "pruning.calibration.scoring.evaluator",
+    "build_evaluator": "pruning.calibration.scoring.build",
     "SEARCHES": "pruning.search",
     "BlockStack": "pruning.models",
     "load_model": "pruning.models",

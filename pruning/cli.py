@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 
+from depthprune.core.objectives import get_objective, objectives_help
 from depthprune.options import DeviceOption, DtypeOption, JsonOption, RegistryOption, SeedOption
 
 # Help texts list the searches from their source, so a new search shows up without editing them.
@@ -47,8 +48,8 @@ SamplingOption = Annotated[
 ]
 """``prune --sampling``, ``study --sampling``, ``data show --sampling``."""
 
-ObjectiveOption = Annotated[str, typer.Option(help="Calibration objective: perplexity, task_margin or kl.")]
-"""One calibration objective."""
+ObjectiveOption = Annotated[str, typer.Option(help=f"Calibration objective: {objectives_help()}.")]
+"""One calibration objective (the help lists :data:`~depthprune.core.objectives.OBJECTIVES`)."""
 
 CalibrationSamplesOption = Annotated[
     int, typer.Option(help="Calibration samples (text windows or questions).")
@@ -318,7 +319,7 @@ def prune(
 
     Interrupted runs resume: re-run the same command and no subset is scored twice.
     """
-    from pruning.calibration.objectives import CalibrationConfig
+    from pruning.calibration.config import CalibrationConfig
     from pruning.prune import PruneConfig, parse_option_assignments, parse_searches
     from pruning.prune import prune as run_prune
 
@@ -727,8 +728,8 @@ def bench_evaluator(
     the scores agree to 1e-5, and reports wall times, block-forward counts and the speedup. On a shared
     machine use --repeats 3 or more: a single run measures the neighbours as much as the evaluator.
     """
-    from pruning.calibration.objectives import CalibrationConfig, get_objective
-    from pruning.calibration.scorer import compare_with_naive
+    from pruning.calibration.config import CalibrationConfig
+    from pruning.calibration.scoring.bench import compare_with_naive
 
     kind = get_objective(objective).data_kind
     if model is None:

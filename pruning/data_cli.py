@@ -2,8 +2,8 @@
 
 ``depthprune data show SPEC --model M [--samples K] [--seq-len L] [--data-seed S]
 [--sampling documents|stream] [--json]`` draws the instances a pruning run with the same settings would
-draw and prints them as the objective sees them (:mod:`pruning.calibration.show`): with ``--json`` one JSON
-object per line (``text``, or ``context``, ``choices``, ``label`` and the scored strings); otherwise a
+draw and prints them as the objective sees them (:mod:`pruning.calibration.data.show`): with ``--json`` one
+JSON object per line (``text``, or ``context``, ``choices``, ``label`` and the scored strings); otherwise a
 readable listing. Only the model's tokenizer is loaded, never its weights.
 """
 
@@ -70,8 +70,8 @@ def show(
     from transformers import AutoTokenizer
 
     from depthprune.errors import UserError
-    from pruning.calibration.data import SAMPLINGS
-    from pruning.calibration.show import show_instances
+    from pruning.calibration.data.items import SAMPLINGS
+    from pruning.calibration.data.show import show_instances
     from pruning.prune import canonical_model
 
     if sampling not in SAMPLINGS:

@@ -4,8 +4,8 @@
 
 1. :func:`plan_prune` checks everything the user typed (search names, options, budget against the model's
    block count, data spec) before any weights are loaded, so a mistake is a one-line error;
-2. one :class:`~pruning.calibration.scorer.SubsetEvaluator` is built and shared by every search of the run
-   (``--search all``), so the single-block prior and every memoised subset are computed once;
+2. one :class:`~pruning.calibration.scoring.evaluator.SubsetEvaluator` is built and shared by every search of
+   the run (``--search all``), so the single-block prior and every memoised subset are computed once;
 3. each search runs on a :class:`~pruning.search.TrackedObjective` view of it (:func:`run_searches`);
 4. each result becomes one :class:`~registry.records.VariantRecord` (:func:`variant_record`), written with
    its HF checkpoint (in ``pruning.json``) and registered in the registry (base model, then variant).
@@ -53,9 +53,9 @@ from typing import Any
 
 from depthprune import settings as depthprune_settings
 from depthprune.errors import UserError
-from pruning.calibration.objectives import CalibrationConfig
+from pruning.calibration.config import CalibrationConfig
 from pruning.disk_space import full_disk_as_user_error, is_disk_full
-from pruning.search import ALL_SEARCHES, OPTIONS, PRIOR_GUIDED, SEARCHES, TrackedObjective, cbo
+from pruning.search import ALL_SEARCHES, OBJECTIVE_CHECKS, OPTIONS, PRIOR_GUIDED, SEARCHES, TrackedObjective
 from pruning.search.base import (
     ProtectedObjective,
     SearchResult,
@@ -339,8 +339,9 @@ def plan_prune(config: PruneConfig) -> PrunePlan:
             chosen.setdefault("study_name", _bayesian_study_name(config, chosen, protected))
         parse_options(OPTIONS[search], chosen, search)  # a bad option fails now, not after loading
         options[search] = chosen
-    if "cbo" in config.searches and config.calibration.objective in cbo.ZERO_GRADIENT_OBJECTIVES:
-        raise UserError(cbo.KL_REFUSAL)  # now, not after the earlier searches of the run have been paid for
+    for search in config.searches:  # now, not after the earlier searches of the run have been paid for
+        if search in OBJECTIVE_CHECKS:
+            OBJECTIVE_CHECKS[search](config.calibration.calibration_objective)
     if "exhaustive" in config.searches:
         limit = parse_options(OPTIONS["exhaustive"], options["exhaustive"], "exhaustive").max_subsets
         if math.comb(num_blocks, config.drop) > limit:
@@ -618,7 +619,7 @@ def _register(registry, plan: PrunePlan, run: SearchRun, dense_loss: float) -> V
 def _start_run(plan: PrunePlan, cold: bool = False):
     """The evaluator of ``plan``, with the memo of an earlier run of the same configuration loaded (not when
     ``cold``: standalone timing)."""
-    from pruning.calibration.scorer import build_evaluator
+    from pruning.calibration.scoring.build import build_evaluator
 
     config = plan.config
     evaluator = build_evaluator(
@@ -671,7 +672,7 @@ def prune(
 
 def _prune_shared(plan: PrunePlan, registry, on_variant) -> list[VariantOutcome]:
     """``prune`` under ``--timing shared``: one evaluator whose memo is loaded, journalled as it grows (so a
-    ``kill -9`` loses nothing, :mod:`pruning.calibration.memo_journal`) and saved after each search."""
+    ``kill -9`` loses nothing, :mod:`pruning.calibration.scoring.memo`) and saved after each search."""
     config = plan.config
     evaluator = _start_run(plan)
     journal = evaluator.journal_memo(plan.memo_path.with_suffix(".journal"))

@@ -17,21 +17,9 @@ import math
 import random
 from dataclasses import dataclass
 
+from depthprune.core.objectives import canonical_objective, objective_names
 from server.protocol import ExperimentSpec
 from server.settings import VariantMetadata
-
-# Short names users write for the objectives of ``pruning.calibration.objectives.OBJECTIVES``.
-OBJECTIVE_SYNONYMS = {"ppl": "perplexity", "margin": "task_margin", "task-margin": "task_margin"}
-
-
-def canonical_objective(name: str) -> str:
-    """``ppl`` -> ``perplexity``, ``margin`` -> ``task_margin``; other names unchanged."""
-    return OBJECTIVE_SYNONYMS.get(name, name)
-
-
-def objective_names(canonical: str) -> set[str]:
-    """Every name of an objective: its canonical name and its short synonyms."""
-    return {canonical, *(short for short, full in OBJECTIVE_SYNONYMS.items() if full == canonical)}
 
 
 class RoutingError(Exception):

@@ -10,9 +10,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from pruning.calibration.commonsense import parse_commonsense_row, subtask_of
-from pruning.calibration.data import ChoiceItem, ChoiceSamples
-from pruning.calibration.objectives import OBJECTIVES, encode_choice, make_batches
+from pruning.calibration.data.commonsense import parse_commonsense_row, subtask_of
+from pruning.calibration.data.items import ChoiceItem, ChoiceSamples
+from pruning.calibration.objectives import OBJECTIVES, loss_of
+from pruning.calibration.objectives.batches import encode_choice, make_batches
 
 
 def row(instruction: str, answer: str) -> dict:
@@ -203,15 +204,15 @@ def test_sentence_items_margin_by_hand():
     with torch.no_grad():
         prepared = stack.prepare(batch.input_ids)
         hidden = stack.run_blocks(prepared.hidden, prepared, stack.kept_blocks(()))
-        losses = OBJECTIVES["task_margin"].loss(batch, hidden, stack.head, None)
+        losses = loss_of(OBJECTIVES["task_margin"])(batch, hidden, stack.head, None)
     torch.testing.assert_close(losses[:2], torch.stack(expected), atol=1e-5, rtol=1e-5)
 
 
 def test_sentence_items_packed_equal_per_choice_and_naive(tiny_model_dirs, tmp_path):
     """Fill-in-the-blank choices share the sentence up to the blank: packing them stays exact."""
     from depthprune.testing.data import write_jsonl
-    from pruning.calibration.objectives import CalibrationConfig
-    from pruning.calibration.scorer import build_evaluator
+    from pruning.calibration.config import CalibrationConfig
+    from pruning.calibration.scoring.build import build_evaluator
 
     rows = [
         {

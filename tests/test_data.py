@@ -10,7 +10,7 @@ from depthprune.demo.paths import data_file
 from depthprune.errors import UserError
 from depthprune.testing.data import write_jsonl
 from pruning.calibration import data
-from pruning.calibration.commonsense import parse_commonsense_row
+from pruning.calibration.data.commonsense import parse_commonsense_row
 
 
 @pytest.fixture(scope="module")

@@ -25,8 +25,8 @@ def shown(run_cli, *arguments):
 
 
 def test_text_instances_are_whole_documents_truncated(run_cli, model, tmp_path):
-    from pruning.calibration.data import sample_text
-    from pruning.calibration.objectives import CalibrationConfig
+    from pruning.calibration.config import CalibrationConfig
+    from pruning.calibration.data.sampling import sample_text
 
     lengths = [10, 30, 5, 20]  # documents 1 and 3 reach 16 tokens
     path = write_jsonl(

@@ -13,8 +13,9 @@ import torch
 from depthprune.errors import UserError
 from depthprune.testing.cli import run_cli
 from depthprune.testing.data import demo_like_model, random_questions, random_texts, read_jsonl, write_jsonl
-from pruning.calibration.objectives import CalibrationConfig
-from pruning.calibration.scorer import build_evaluator, plan_boundaries
+from pruning.calibration.config import CalibrationConfig
+from pruning.calibration.scoring.build import build_evaluator
+from pruning.calibration.scoring.shortcuts import plan_boundaries
 
 SAMPLES, SEQ_LEN = 6, 24
 
@@ -197,7 +198,7 @@ def test_residual_gradients_match_finite_differences(files):
     )
     gradients = evaluator.residual_gradients()
     assert gradients.shape == (SAMPLES, 6)
-    stack, objective = evaluator.stack, evaluator.objective
+    stack, loss = evaluator.stack, evaluator.loss
 
     def per_sample_losses(alphas):
         losses = []
@@ -208,7 +209,7 @@ def test_residual_gradients_match_finite_differences(files):
                 for index, block in enumerate(stack.blocks):
                     output = block(hidden, **prepared.block_kwargs[index])
                     hidden = hidden + alphas[index] * (output - hidden)
-                losses.append(objective.loss(batch, hidden, stack.head, None))
+                losses.append(loss(batch, hidden, stack.head, None))
         return torch.cat(losses).numpy()
 
     # RMSNorm computes in float32 even in a float64 model: a step of 1e-3 keeps that rounding below 1e-4.
@@ -400,7 +401,7 @@ def test_naive_and_text_objectives_are_not_packed(evaluators):
 
 
 def test_compare_with_naive_interleaves_repeats(files):
-    from pruning.calibration.scorer import compare_with_naive
+    from pruning.calibration.scoring.bench import compare_with_naive
 
     result = compare_with_naive(
         files["model"],

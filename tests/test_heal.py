@@ -21,7 +21,8 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from depthprune.checksums import weights_sha256
 from depthprune.errors import UserError
 from depthprune.settings import home_dir
-from pruning.calibration.data import load_documents, text_windows
+from pruning.calibration.data.sampling import text_windows
+from pruning.calibration.data.specs import load_documents
 from pruning.checkpoint import PrunedCheckpoint, write_pruned_checkpoint
 from pruning.healing.config import HealConfig
 from pruning.healing.heal import PARENT_RECORD_FIELDS, heal, plan_heal

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from depthprune.errors import UserError
-from pruning.calibration.objectives import CalibrationConfig
-from pruning.calibration.scorer import build_evaluator
+from pruning.calibration.config import CalibrationConfig
+from pruning.calibration.scoring.build import build_evaluator
 from pruning.search import lorp, streamline
 from pruning.search.base import TrackedObjective
 

@@ -18,7 +18,7 @@ import pytest
 
 from depthprune.errors import UserError
 from depthprune.testing.data import random_texts, write_jsonl
-from pruning.calibration.memo_journal import MemoJournal, journalled_memo
+from pruning.calibration.scoring.memo import MemoJournal, journalled_memo
 
 KEY = {"model": "m", "dtype": "float32", "config": {"objective": "perplexity", "samples": 4}}
 
@@ -26,12 +26,12 @@ KEY = {"model": "m", "dtype": "float32", "config": {"objective": "perplexity", "
 # mid-search.
 SLOW_PRUNE = """\
 import sys, time
-from pruning.calibration import memo_journal
-append = memo_journal.MemoJournal.append
+from pruning.calibration.scoring import memo as memo_store
+append = memo_store.MemoJournal.append
 def slow_append(self, removed, loss):
     append(self, removed, loss)
     time.sleep(0.3)
-memo_journal.MemoJournal.append = slow_append
+memo_store.MemoJournal.append = slow_append
 from depthprune.cli import main
 main(sys.argv[1:])
 """
@@ -96,8 +96,8 @@ def text_data(tmp_path_factory) -> str:
 
 def test_only_values_are_journalled_never_bounds(demo_tiny_dir, tmp_path):
     """Greedy under kl on the demo model stops candidates early (bounds): those are never journalled."""
-    from pruning.calibration.objectives import CalibrationConfig
-    from pruning.calibration.scorer import build_evaluator
+    from pruning.calibration.config import CalibrationConfig
+    from pruning.calibration.scoring.build import build_evaluator
     from pruning.search import SEARCHES
 
     config = CalibrationConfig("kl", f"demo:text@{demo_tiny_dir}", samples=8, seq_len=32, seed=0)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from pruning.calibration.objectives import CalibrationConfig
-from pruning.calibration.scorer import build_evaluator
+from pruning.calibration.config import CalibrationConfig
+from pruning.calibration.scoring.build import build_evaluator
 from pruning.search import SEARCHES, TrackedObjective
 from pruning.search.base import SampleScoringObjective
 

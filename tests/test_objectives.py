@@ -8,8 +8,10 @@ import pytest
 import torch
 
 from depthprune.errors import UserError
-from pruning.calibration.data import ChoiceItem, ChoiceSamples, TextSamples
-from pruning.calibration.objectives import OBJECTIVES, CalibrationConfig, make_batches
+from pruning.calibration.config import CalibrationConfig
+from pruning.calibration.data.items import ChoiceItem, ChoiceSamples, TextSamples
+from pruning.calibration.objectives import OBJECTIVES, loss_of
+from pruning.calibration.objectives.batches import make_batches
 from pruning.models import BlockStack
 
 
@@ -61,7 +63,7 @@ def test_config_checks():
 def test_objectives_share_one_signature():
     import inspect
 
-    signatures = {str(inspect.signature(objective.loss)) for objective in OBJECTIVES.values()}
+    signatures = {str(inspect.signature(loss_of(objective))) for objective in OBJECTIVES.values()}
     assert len(signatures) == 1
     assert set(OBJECTIVES) == {"perplexity", "task_margin", "kl"}
 
@@ -77,7 +79,7 @@ def test_perplexity_is_mean_token_nll(model_and_tokenizer, removed):
     samples = TextSamples(windows(), "hand-made")
     (batch,) = make_batches(samples, None, 20, batch_size=8)
     stack, hidden = final_hidden(model, batch.input_ids, removed)
-    losses = OBJECTIVES["perplexity"].loss(batch, hidden, stack.head, None)
+    losses = loss_of(OBJECTIVES["perplexity"])(batch, hidden, stack.head, None)
 
     pruned = without_blocks(model, removed)
     expected = []
@@ -100,11 +102,11 @@ def test_kl_against_dense_distribution(model_and_tokenizer):
     expected = (dense.exp() * (dense - pruned)).sum(-1).mean(-1)
 
     stack, hidden = final_hidden(model, batch.input_ids, removed)
-    losses = OBJECTIVES["kl"].loss(batch, hidden, stack.head, lambda row: dense[row])
+    losses = loss_of(OBJECTIVES["kl"])(batch, hidden, stack.head, lambda row: dense[row])
     torch.testing.assert_close(losses, expected, atol=1e-6, rtol=1e-4)
     assert (losses > 0).all()
     _, dense_hidden = final_hidden(model, batch.input_ids)
-    zero = OBJECTIVES["kl"].loss(batch, dense_hidden, stack.head, lambda row: dense[row])
+    zero = loss_of(OBJECTIVES["kl"])(batch, dense_hidden, stack.head, lambda row: dense[row])
     torch.testing.assert_close(zero, torch.zeros(3), atol=1e-6, rtol=0)
 
 
@@ -143,7 +145,7 @@ def test_task_margin_by_hand(model_and_tokenizer, removed):
         stack, hidden = final_hidden(model, batch.input_ids, removed)
         positions = []
         losses.append(
-            OBJECTIVES["task_margin"].loss(
+            loss_of(OBJECTIVES["task_margin"])(
                 batch, hidden, lambda h: positions.append(len(h)) or stack.head(h), None
             )
         )
@@ -160,3 +162,43 @@ def test_long_prompt_is_cut_from_the_left(model_and_tokenizer):
     assert batch.answer_tokens.tolist() == [5, 6, 7]
     with pytest.raises(UserError, match="too long for seq_len"):
         make_batches(ChoiceSamples([ChoiceItem("w4", ("w5 w6 w7", "w8"), 0)], "x"), tokenizer, 3, 4)
+
+
+def test_every_registered_objective_has_its_loss_module_and_no_module_is_unregistered():
+    """The registry line and the loss module go together: OBJECTIVES[name] <-> objectives/<name>.py."""
+    from pathlib import Path
+
+    import pruning.calibration.objectives as package
+
+    for name, objective in OBJECTIVES.items():
+        assert objective.name == name and callable(loss_of(objective))
+    modules = {path.stem for path in Path(package.__file__).parent.glob("*.py")} - {"__init__", "batches"}
+    assert modules == set(OBJECTIVES)
+
+
+def test_objective_facts_drive_synonyms_and_help():
+    """The server's synonyms and the ``--objective`` help come from the same table as the pipeline's facts."""
+    from depthprune.core.objectives import canonical_objective, objective_names, objectives_help
+
+    for name, objective in OBJECTIVES.items():
+        assert name in objectives_help()
+        assert objective_names(name) == {name, *objective.synonyms}
+        assert all(canonical_objective(synonym) == name for synonym in objective.synonyms)
+    assert canonical_objective("ppl") == "perplexity" and canonical_objective("margin") == "task_margin"
+    assert canonical_objective("something-else") == "something-else"
+
+
+def test_pipeline_and_searches_never_compare_an_objective_name():
+    """prune.py and the searches ask an objective's facts; no objective name appears in them as a string."""
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1] / "pruning"
+    names = {name for objective in OBJECTIVES.values() for name in objective.names}
+    for path in [root / "prune.py", *sorted((root / "search").glob("*.py"))]:
+        constants = {
+            node.value
+            for node in ast.walk(ast.parse(path.read_text()))
+            if isinstance(node, ast.Constant) and isinstance(node.value, str)
+        }
+        assert not constants & names, f"{path.name} names objectives {sorted(constants & names)}"

@@ -14,8 +14,9 @@ from collections import Counter
 import pytest
 
 from depthprune.errors import UserError
-from pruning.calibration import data, offline_sources
-from pruning.calibration.offline_sources import PYDOC_SPLITS
+from pruning.calibration import data
+from pruning.calibration.data import pydoc as pydoc_source
+from pruning.calibration.data.pydoc import PYDOC_SPLITS
 
 
 def collapsed(text: str) -> str:
@@ -26,7 +27,7 @@ def paragraphs_by_split() -> dict[str, set[str]]:
     return {
         split: {
             collapsed(paragraph)
-            for document in offline_sources.pydoc_documents(split)
+            for document in pydoc_source.pydoc_documents(split)
             for paragraph in re.split(r"\n\s*\n", document.text)
             if paragraph.strip()
         }
@@ -35,26 +36,24 @@ def paragraphs_by_split() -> dict[str, set[str]]:
 
 
 def clear_caches():
-    offline_sources._all_documents.cache_clear()
-    offline_sources._cloze_items.cache_clear()
+    pydoc_source._all_documents.cache_clear()
+    pydoc_source._cloze_items.cache_clear()
 
 
 # ----------------------------------------------------------------------------------------------- splits
 
 
 def test_splits_are_disjoint_and_cover_every_kept_topic():
-    topics = {split: {d.topic for d in offline_sources.pydoc_documents(split)} for split in PYDOC_SPLITS}
+    topics = {split: {d.topic for d in pydoc_source.pydoc_documents(split)} for split in PYDOC_SPLITS}
     assert all(topics.values())
     for first, second in (("calibration", "heal"), ("calibration", "test"), ("heal", "test")):
         assert not topics[first] & topics[second]
-    assert set().union(*topics.values()) == set(
-        offline_sources.owned_paragraphs(offline_sources.pydoc_topics())
-    )
+    assert set().union(*topics.values()) == set(pydoc_source.owned_paragraphs(pydoc_source.pydoc_topics()))
     paragraphs = paragraphs_by_split()
     for first, second in (("calibration", "heal"), ("calibration", "test"), ("heal", "test")):
         assert not paragraphs[first] & paragraphs[second], f"{first} and {second} share a paragraph"
     for split, names in topics.items():
-        assert all(offline_sources.topic_split(name) == split for name in names)
+        assert all(pydoc_source.topic_split(name) == split for name in names)
 
 
 def test_topics_contained_in_others_are_deduplicated():
@@ -63,7 +62,7 @@ def test_topics_contained_in_others_are_deduplicated():
         "section": "Shared   paragraph\none.\n\nOwn text of the section.",
         "copy": "Shared paragraph two.",
     }
-    kept = offline_sources.owned_paragraphs(topics)
+    kept = pydoc_source.owned_paragraphs(topics)
     assert kept == {
         "chapter": ["Title", "Shared paragraph one.", "Own text of the chapter.", "Shared paragraph two."],
         "section": ["Own text of the section."],
@@ -73,12 +72,12 @@ def test_topics_contained_in_others_are_deduplicated():
 def test_splits_do_not_depend_on_the_interpreters_order(monkeypatch):
     def snapshot():
         clear_caches()
-        return [(offline_sources.pydoc_documents(s), offline_sources.cloze_items(s)) for s in PYDOC_SPLITS]
+        return [(pydoc_source.pydoc_documents(s), pydoc_source.cloze_items(s)) for s in PYDOC_SPLITS]
 
     in_order = snapshot()
-    topics = offline_sources.pydoc_topics()
+    topics = pydoc_source.pydoc_topics()
     # The same topics in the opposite dict order, as another Python version might list them.
-    monkeypatch.setattr(offline_sources, "pydoc_topics", lambda: dict(reversed(list(topics.items()))))
+    monkeypatch.setattr(pydoc_source, "pydoc_topics", lambda: dict(reversed(list(topics.items()))))
     try:
         assert snapshot() == in_order
     finally:
@@ -87,25 +86,25 @@ def test_splits_do_not_depend_on_the_interpreters_order(monkeypatch):
 
 def test_topic_split_is_a_fixed_hash_of_the_name():
     # Pinned: these must never move, whatever the Python version (changing them changes every split).
-    assert [offline_sources.topic_split(name) for name in ("assert", "compound", "specialnames", "with")] == [
+    assert [pydoc_source.topic_split(name) for name in ("assert", "compound", "specialnames", "with")] == [
         "calibration",
         "heal",
         "test",
         "calibration",
     ]
-    assert offline_sources.topic_split("a topic no Python has") in PYDOC_SPLITS
+    assert pydoc_source.topic_split("a topic no Python has") in PYDOC_SPLITS
 
 
 def test_documents_are_bounded_and_each_split_is_usable():
-    counts = offline_sources.split_counts()
+    counts = pydoc_source.split_counts()
     total = sum(count["characters"] for count in counts.values())
     for split, count in counts.items():
         assert count["characters"] >= 0.2 * total, (split, count)
         assert count["cloze_items"] >= 100, (split, count)
-    for document in offline_sources.pydoc_documents("heal"):
+    for document in pydoc_source.pydoc_documents("heal"):
         single_paragraph = "\n\n" not in document.text
-        assert len(document.text) <= offline_sources.MAX_DOCUMENT_CHARS or single_paragraph
-    ids = [d.document_id for split in PYDOC_SPLITS for d in offline_sources.pydoc_documents(split)]
+        assert len(document.text) <= pydoc_source.MAX_DOCUMENT_CHARS or single_paragraph
+    ids = [d.document_id for split in PYDOC_SPLITS for d in pydoc_source.pydoc_documents(split)]
     assert len(ids) == len(set(ids))
 
 
@@ -119,7 +118,7 @@ def test_paragraph_passages_cut_right_before_the_final_word():
         'error names the line. It is found at once. And this one ends in code like "x". Then\n'
         "a last sentence of enough words follows it so that a second passage can end here."
     )
-    assert offline_sources.paragraph_passages(paragraph) == [
+    assert pydoc_source.paragraph_passages(paragraph) == [
         (
             "The interpreter reads the whole file before it runs any of it. A syntax error anywhere stops "
             "it early, e.g. before the first line",
@@ -132,13 +131,13 @@ def test_paragraph_passages_cut_right_before_the_final_word():
             "here",
         ),
     ]
-    assert offline_sources.paragraph_passages("Too short to be a passage at all.") == []
+    assert pydoc_source.paragraph_passages("Too short to be a passage at all.") == []
 
 
 def test_every_cloze_answer_is_the_true_next_word_of_its_split():
     for split in PYDOC_SPLITS:
-        texts = [collapsed(document.text) for document in offline_sources.pydoc_documents(split)]
-        for item in offline_sources.cloze_items(split):
+        texts = [collapsed(document.text) for document in pydoc_source.pydoc_documents(split)]
+        for item in pydoc_source.cloze_items(split):
             answer = item.choices[item.label]
             assert re.fullmatch(r"[A-Za-z]{3,}", answer)
             assert any(f"{item.context} {answer}." in text for text in texts), (split, item.context[-80:])
@@ -147,9 +146,9 @@ def test_every_cloze_answer_is_the_true_next_word_of_its_split():
 def test_distractors_differ_and_come_from_the_same_split():
     answers = {}
     for split in PYDOC_SPLITS:
-        answers[split] = {p.answer for p in offline_sources.cloze_passages(split)}
+        answers[split] = {p.answer for p in pydoc_source.cloze_passages(split)}
     for split in PYDOC_SPLITS:
-        items = offline_sources.cloze_items(split)
+        items = pydoc_source.cloze_items(split)
         labels = Counter(item.label for item in items)
         assert set(labels) == {0, 1, 2, 3} and max(labels.values()) < 0.4 * len(items)  # order shuffled
         for item in items:
@@ -161,9 +160,7 @@ def test_distractors_differ_and_come_from_the_same_split():
 
 
 def test_cloze_contexts_never_repeat_across_splits():
-    contexts = {
-        split: {item.context for item in offline_sources.cloze_items(split)} for split in PYDOC_SPLITS
-    }
+    contexts = {split: {item.context for item in pydoc_source.cloze_items(split)} for split in PYDOC_SPLITS}
     assert not contexts["calibration"] & contexts["test"]
     assert not contexts["heal"] & contexts["test"]
     assert not contexts["calibration"] & contexts["heal"]
@@ -173,9 +170,9 @@ def test_pick_distractors_prefers_same_shape_and_length():
     import random
 
     pool = ["apple", "Berry", "cherry", "date", "elderberry", "fig", "grape", "kiwi", "lemon"]
-    picked = offline_sources.pick_distractors("mango", pool, random.Random(0))
+    picked = pydoc_source.pick_distractors("mango", pool, random.Random(0))
     assert len(picked) == 3 and "Berry" not in picked and "elderberry" not in picked
-    assert offline_sources.pick_distractors("Mango", pool, random.Random(0)) == ["Berry"]
+    assert pydoc_source.pick_distractors("Mango", pool, random.Random(0)) == ["Berry"]
 
 
 # ------------------------------------------------------------------------------------------------ specs
@@ -187,8 +184,8 @@ def test_specs_and_kinds():
     assert "heal" in data.SPLITS and {"calibration", "test"} <= set(data.SPLITS)
     for split in PYDOC_SPLITS:
         documents = data.load_documents("pydoc", split)
-        assert documents == [d.text for d in offline_sources.pydoc_documents(split)]
-        assert data.load_choice_items("pydoc-cloze", split) == offline_sources.cloze_items(split)
+        assert documents == [d.text for d in pydoc_source.pydoc_documents(split)]
+        assert data.load_choice_items("pydoc-cloze", split) == pydoc_source.cloze_items(split)
 
 
 @pytest.mark.parametrize(
@@ -201,7 +198,7 @@ def test_specs_and_kinds():
         (lambda: data.load_documents("pydoc-cloze"), "multiple-choice, not text"),
         (lambda: data.load_choice_items("pydoc"), "text, not multiple-choice"),
         (lambda: data.parse_spec("pydocs"), "unknown data spec"),
-        (lambda: offline_sources.cloze_items("validation"), "unknown split 'validation'"),
+        (lambda: pydoc_source.cloze_items("validation"), "unknown split 'validation'"),
     ],
 )
 def test_bad_spec_or_split_is_one_line(call, message):
@@ -236,7 +233,7 @@ def test_samples_are_deterministic():
     first = data.load_samples("pydoc", tokenizer, samples=8, seq_len=64, seed=1)
     assert first.input_ids == data.load_samples("pydoc", tokenizer, samples=8, seq_len=64, seed=1).input_ids
     questions = data.load_samples("pydoc-cloze", tokenizer, samples=16, seq_len=64, seed=1, split="heal")
-    assert len(questions.items) == 16 and set(questions.items) <= set(offline_sources.cloze_items("heal"))
+    assert len(questions.items) == 16 and set(questions.items) <= set(pydoc_source.cloze_items("heal"))
 
 
 # ------------------------------------------------------------------------------ the offline suite, tiny
@@ -252,7 +249,7 @@ def pydoc_model(tmp_path_factory):
     from depthprune.testing.models import save_tiny_model
 
     directory = save_tiny_model("llama", tmp_path_factory.mktemp("pydoc-model"))
-    required = [choice for item in offline_sources.cloze_items("test")[:8] for choice in item.choices]
+    required = [choice for item in pydoc_source.cloze_items("test")[:8] for choice in item.choices]
     frequent = Counter(
         word for text in data.load_documents("pydoc", "test") for word in re.findall(r"\w+|[^\w\s]", text)
     )
@@ -296,7 +293,7 @@ def test_offline_suite_scores_pydoc_perplexity_and_cloze(pydoc_model):
 
     assert expand_suites(["all"], is_demo=False) == ["perplexity", "zero-shot"]  # offline is explicit
     tokenizer = AutoTokenizer.from_pretrained(str(pydoc_model))
-    items = offline_sources.cloze_items("test")[:8]
+    items = pydoc_source.cloze_items("test")[:8]
     choices = {choice for item in items for choice in item.choices}
     ids = {tokenizer(f" {choice}", add_special_tokens=False)["input_ids"][0] for choice in choices}
     assert len(ids) == len(choices) and 0 not in ids  # no <unk> among the choices

@@ -103,7 +103,7 @@ def test_standalone_runs_each_search_on_a_cold_objective():
 
 
 def test_timing_is_checked_and_recorded_in_the_study_summary(tiny_model_dirs, tmp_path):
-    from pruning.calibration.objectives import CalibrationConfig
+    from pruning.calibration.config import CalibrationConfig
     from pruning.prune import PruneConfig
     from pruning.study.grid import StudyConfig, plan_study, plan_summary
 
@@ -130,8 +130,8 @@ def test_timing_is_checked_and_recorded_in_the_study_summary(tiny_model_dirs, tm
 
 @pytest.mark.slow
 def test_prune_standalone_on_a_tiny_model_is_cold_and_recorded(tiny_model_dirs, tmp_path):
-    from pruning.calibration.objectives import CalibrationConfig
-    from pruning.calibration.scorer import build_evaluator
+    from pruning.calibration.config import CalibrationConfig
+    from pruning.calibration.scoring.build import build_evaluator
     from pruning.prune import PruneConfig, prune, run_searches
 
     data = write_jsonl(tmp_path / "text.jsonl", random_texts(random.Random(1), rows=6, words=60))
@@ -299,7 +299,7 @@ def test_random_prior_ranks_protected_blocks_last():
 
 
 def test_protect_reaches_the_plan_and_the_checkpoint_identity(tiny_model_dirs, tmp_path):
-    from pruning.calibration.objectives import CalibrationConfig
+    from pruning.calibration.config import CalibrationConfig
     from pruning.prune import PruneConfig, plan_prune
 
     calibration = CalibrationConfig("perplexity", "demo:text", samples=4, seq_len=32)
@@ -436,8 +436,8 @@ def test_cbo_refuses_all_zero_gradients():
 
 @pytest.mark.slow
 def test_cbo_on_a_real_kl_evaluator_is_refused(tiny_model_dirs, tmp_path):
-    from pruning.calibration.objectives import CalibrationConfig
-    from pruning.calibration.scorer import build_evaluator
+    from pruning.calibration.config import CalibrationConfig
+    from pruning.calibration.scoring.build import build_evaluator
     from pruning.search import TrackedObjective
 
     data = write_jsonl(tmp_path / "text.jsonl", random_texts(random.Random(2), rows=4, words=40))

@@ -11,7 +11,7 @@ from depthprune.errors import UserError
 from depthprune.testing.cli import run_cli
 from depthprune.testing.data import random_questions, random_texts, write_jsonl
 from depthprune.testing.objectives import SyntheticObjective
-from pruning.calibration.objectives import CalibrationConfig
+from pruning.calibration.config import CalibrationConfig
 from pruning.prune import (
     PruneConfig,
     parse_option_assignments,
@@ -158,7 +158,7 @@ def test_run_searches_shares_the_prior_and_counts_per_search():
 
 @pytest.mark.slow
 def test_prune_all_on_a_tiny_model_writes_and_registers(files, tmp_path):
-    from pruning.calibration.scorer import build_evaluator
+    from pruning.calibration.scoring.build import build_evaluator
     from pruning.checkpoint import PrunedCheckpoint
     from registry import open_registry
 

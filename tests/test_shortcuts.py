@@ -16,9 +16,9 @@ import random
 import numpy as np
 import pytest
 
-from pruning.calibration.objectives import CalibrationConfig
-from pruning.calibration.scorer import build_evaluator
-from pruning.calibration.shortcuts import LOSS_FLOORS, branch_points, shared_depth, spaced, trie_order
+from pruning.calibration.config import CalibrationConfig
+from pruning.calibration.scoring.build import build_evaluator
+from pruning.calibration.scoring.shortcuts import branch_points, shared_depth, spaced, trie_order
 from pruning.search import SEARCHES, STUDY_SEARCHES, TrackedObjective
 from pruning.search.base import rank_lowest
 
@@ -205,7 +205,7 @@ def test_rank_lowest_returns_exactly_the_k_lowest(demo_tiny_dir, objective):
 
 def test_margin_rankings_score_everything_and_tracked_counts(demo_tiny_dir):
     shortcut = evaluator(demo_tiny_dir, "task_margin")
-    assert "task_margin" not in LOSS_FLOORS
+    assert shortcut.objective.loss_floor is None and shortcut.loss_floor is None
     tracked = TrackedObjective(shortcut)
     subsets = [frozenset({block, 5}) for block in range(5)]
     answers = rank_lowest(tracked, subsets, 1, bases=[frozenset({5})])

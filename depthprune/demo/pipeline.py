@@ -11,7 +11,7 @@ Two plans (:func:`plan_demo`), sized so that ``make demo`` finishes in under 20 
 
 * a real model (``smollm2-135m``, the default, or any ``--model PATH_OR_ID``): Python's documentation as
   data, offline — ``pydoc`` text for the perplexity objective, ``pydoc-cloze`` items for the task margin,
-  the ``offline`` evaluation suite on their test splits (:mod:`pruning.calibration.offline_sources`), and
+  the ``offline`` evaluation suite on their test splits (:mod:`pruning.calibration.data.pydoc`), and
   one-pass searches, since a thorough search (``greedy``: ~27 min on SmolLM2) does not fit;
 * ``--model demo``: the small Llama trained here on a generated corpus (cached), its own data and suite,
   with ``one_shot`` and ``greedy``.
@@ -35,6 +35,7 @@ from typing import Annotated
 
 import typer
 
+from depthprune.core.objectives import OBJECTIVES
 from depthprune.errors import UserError
 from depthprune.settings import default_registry_url, home_dir
 
@@ -43,7 +44,7 @@ DEMO_MODEL = "demo"
 DEFAULT_MODEL = "smollm2-135m"
 """What ``depthprune demo`` prunes when no ``--model`` (or ``--recipe``) is given: the embedded real model."""
 DEMO_RECIPES = ("default", "tiny")
-BEST_ALIAS = {"perplexity": "ppl-best", "task_margin": "margin-best"}
+BEST_ALIAS = {name: f"{OBJECTIVES[name].short_name}-best" for name in ("perplexity", "task_margin")}
 """Objective -> the alias of its best variant (lowest calibration loss); the demo serves these."""
 EVALUATOR_BATCH_SIZE = 8
 """Sequences per forward of the pruning evaluator (``build_evaluator``'s default, which ``prune`` uses)."""
@@ -340,7 +341,7 @@ def read_num_blocks(model_dir: Path | str) -> int:
 
 def prune_variants(config: DemoConfig, plan: DemoPlan, model_dir: Path | str, registry) -> dict[str, list]:
     """``objective -> [VariantOutcome per search]``; aliases the best of each objective."""
-    from pruning.calibration.objectives import CalibrationConfig
+    from pruning.calibration.config import CalibrationConfig
     from pruning.prune import PruneConfig, prune
 
     outcomes = {}
@@ -498,7 +499,7 @@ def load_test_prompts(plan: DemoPlan, out: Path) -> str:
     """
     if plan.is_demo_model:
         return "demo"
-    from pruning.calibration.offline_sources import pydoc_documents
+    from pruning.calibration.data.pydoc import pydoc_documents
 
     path = out / "prompts-pydoc-test.jsonl"
     lines = [json.dumps({"text": document.text}) for document in pydoc_documents("test")]

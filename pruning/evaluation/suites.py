@@ -21,7 +21,7 @@ Suites (``--suite``, comma-separated or one of):
 * ``offline`` — real data for any model with no network: ``pydoc`` perplexity on the test split of Python's
   documentation topics (same protocol, every window) and ``pydoc_cloze`` accuracy, an lm-eval multiple-choice
   task (``pruning/evaluation/tasks/pydoc_cloze.yaml``) over the test split's LAMBADA-style cloze items, the
-  passage as the prompt. Both come from :mod:`pruning.calibration.offline_sources`; their topics are in
+  passage as the prompt. Both come from :mod:`pruning.calibration.data.pydoc`; their topics are in
   neither the calibration nor the heal split.
 * ``all`` — ``demo`` for a demo model (one whose directory, or whose base model's, has the demo data),
   ``perplexity`` + ``zero-shot`` otherwise. ``offline`` is never implied: ``all`` keeps meaning the
@@ -213,7 +213,7 @@ def pydoc_cloze_task_config() -> dict:
     import yaml
 
     from depthprune.settings import home_dir
-    from pruning.calibration.offline_sources import cloze_items
+    from pruning.calibration.data.pydoc import cloze_items
 
     rows = [
         json.dumps({"context": item.context, "choices": list(item.choices), "label": item.label})
@@ -282,7 +282,7 @@ def perplexity_windows(
 
     With a cap, documents are tokenized in order only until the cap is covered (C4's shard is large).
     """
-    from pruning.calibration.data import text_windows, tokenize_stream
+    from pruning.calibration.data.sampling import text_windows, tokenize_stream
 
     if max_windows is None:
         return text_windows(documents, tokenizer, seq_len)

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from depthprune.errors import UserError
-from pruning.calibration.data import HEAL_SOURCES, TEXT, parse_spec
+from pruning.calibration.data.items import TEXT
+from pruning.calibration.data.sources import HEAL_SOURCES
+from pruning.calibration.data.specs import parse_spec
 
 METHODS = ("lora", "distill")
 """``lora``: causal-LM loss through LoRA adapters; ``distill``: KL from the dense model's next-token

@@ -16,7 +16,8 @@ import random
 from dataclasses import dataclass
 
 from depthprune.errors import UserError
-from pruning.calibration.data import load_documents, text_windows
+from pruning.calibration.data.sampling import text_windows
+from pruning.calibration.data.specs import load_documents
 from pruning.healing.config import HELD_OUT_SPLIT, HealConfig, training_split
 
 

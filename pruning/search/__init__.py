@@ -26,39 +26,43 @@ from pruning.search import (
     one_shot,
     streamline,
 )
-from pruning.search.base import ScreeningObjective, SearchResult, SubsetObjective, TrackedObjective
+from pruning.search.base import (
+    CalibratedObjective,
+    ScreeningObjective,
+    SearchResult,
+    SubsetObjective,
+    TrackedObjective,
+)
 
-SEARCHES = {
-    "one_shot": one_shot.search,
-    "greedy": greedy.search,
-    "beam": beam.search,
-    "genetic": genetic.search,
-    "bayesian": bayesian.search,
-    "cbo": cbo.search,
-    "fast_block_select": fast_block_select.search,
-    "block_influence": block_influence.search,
-    "lorp": lorp.search,
-    "streamline": streamline.search,
-    "evolution": evolution.search,
-    "exhaustive": exhaustive.search,
+MODULES = {
+    "one_shot": one_shot,
+    "greedy": greedy,
+    "beam": beam,
+    "genetic": genetic,
+    "bayesian": bayesian,
+    "cbo": cbo,
+    "fast_block_select": fast_block_select,
+    "block_influence": block_influence,
+    "lorp": lorp,
+    "streamline": streamline,
+    "evolution": evolution,
+    "exhaustive": exhaustive,
 }
-"""name -> search function; the study's seven first, then the similarity baselines, then the extras."""
+"""name -> the search's module: the one registry (add a search: one module plus one line here). The study's
+seven first, then the similarity baselines, then the extras."""
 
-OPTIONS = {
-    "one_shot": one_shot.Options,
-    "greedy": greedy.Options,
-    "beam": beam.Options,
-    "genetic": genetic.Options,
-    "bayesian": bayesian.Options,
-    "cbo": cbo.Options,
-    "fast_block_select": fast_block_select.Options,
-    "block_influence": block_influence.Options,
-    "lorp": lorp.Options,
-    "streamline": streamline.Options,
-    "evolution": evolution.Options,
-    "exhaustive": exhaustive.Options,
-}
+SEARCHES = {name: module.search for name, module in MODULES.items()}
+"""name -> search function."""
+
+OPTIONS = {name: module.Options for name, module in MODULES.items()}
 """name -> the dataclass of the search's options (field docstrings are the documentation)."""
+
+OBJECTIVE_CHECKS = {
+    name: module.check_objective for name, module in MODULES.items() if hasattr(module, "check_objective")
+}
+"""name -> ``check_objective(objective)`` of the searches that cannot run under some calibration
+objectives: it raises a one-line :class:`~depthprune.errors.UserError` for those (asked before any model
+is loaded)."""
 
 PRIOR_GUIDED = frozenset(name for name, options in OPTIONS.items() if "prior" in options.__dataclass_fields__)
 """Searches that take ``prior="random"`` (the random-prior control)."""
@@ -71,6 +75,9 @@ ALL_SEARCHES = tuple(name for name in SEARCHES if name != "exhaustive")
 
 __all__ = [
     "ALL_SEARCHES",
+    "CalibratedObjective",
+    "MODULES",
+    "OBJECTIVE_CHECKS",
     "OPTIONS",
     "PRIOR_GUIDED",
     "SEARCHES",

@@ -1,8 +1,8 @@
 """The contract between the searches and whatever scores a removal set, plus what every search shares.
 
 A search sees only a :class:`SubsetObjective`: it never touches a model (model plumbing lives in
-:mod:`pruning.models`). The real implementation is :class:`pruning.calibration.scorer.SubsetEvaluator`; tests
-use small synthetic objectives.
+:mod:`pruning.models`). The real implementation is
+:class:`pruning.calibration.scoring.evaluator.SubsetEvaluator`; tests use small synthetic objectives.
 
 Every algorithm in this package is one function with one signature::
 
@@ -29,6 +29,7 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
+from depthprune.core.objectives import Objective
 from depthprune.errors import UserError
 
 
@@ -55,6 +56,19 @@ class SubsetObjective(Protocol):
     def block_input_similarity(self) -> np.ndarray:
         """``[N, N]`` mean over calibration tokens of cos(input of block i, input of block j), unit diagonal:
         LoRP's similarity matrix (and LLM-Streamline's criterion, S[s, s + M])."""
+
+
+@runtime_checkable
+class CalibratedObjective(Protocol):
+    """Optional extension: the facts of the calibration objective behind the scores.
+
+    Searches ask these facts (e.g. ``zero_gradient_at_dense``), never the objective's name; synthetic
+    objectives do not implement it.
+    """
+
+    @property
+    def calibration_objective(self) -> Objective:
+        """The :class:`~depthprune.core.objectives.Objective` the scores are losses of."""
 
 
 @runtime_checkable
@@ -99,7 +113,7 @@ class RankedScore(NamedTuple):
 class RankingObjective(Protocol):
     """Optional extension: batches of sets, and rankings that need not every loss in full.
 
-    :class:`pruning.calibration.scorer.SubsetEvaluator` implements it; :func:`score_many`,
+    :class:`pruning.calibration.scoring.evaluator.SubsetEvaluator` implements it; :func:`score_many`,
     :func:`rank_lowest` and :func:`rank_prior` fall back to :meth:`SubsetObjective.score` without it.
     """
 

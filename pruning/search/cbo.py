@@ -28,7 +28,8 @@ so every residual gradient of it is zero there: H = 0, every state has energy 0,
 would be the first ones enumerated ({0, 1, ..., M−1}), a meaningless mask. The CBO paper expands the
 model's own training loss, which has no such minimum at α = 1; it gives no gradient for a loss measured
 against the dense model. So CBO refuses the ``kl`` objective with a one-line error (before computing any
-gradient when the objective names its calibration objective, else when every gradient is zero).
+gradient when the objective carries its calibration objective's facts, whose ``zero_gradient_at_dense`` says
+so, else when every gradient is zero).
 
 Protected blocks (``--protect``) are left out of the enumeration: H is restricted to the eligible blocks.
 """
@@ -43,6 +44,7 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
+from depthprune.core.objectives import OBJECTIVES, Objective
 from depthprune.errors import UserError
 from pruning.search.base import (
     SearchResult,
@@ -57,14 +59,6 @@ from pruning.search.base import (
 TAIL_SIZE = 3
 CHUNK_ELEMENTS = 4_000_000
 
-ZERO_GRADIENT_OBJECTIVES = frozenset({"kl"})
-"""Calibration objectives whose residual gradients vanish at the dense model (their minimum)."""
-
-KL_REFUSAL = (
-    "cbo cannot run under the kl objective: KL to the dense model is minimal at the dense model, so its "
-    "residual gradients and CBO's energy are zero for every set; use perplexity or task_margin, or "
-    "another search"
-)
 ZERO_REFUSAL = (
     "cbo cannot run: every residual gradient of the objective is zero (the dense model is its minimum, "
     "as for kl), so CBO's energy is zero for every set; use another objective or search"
@@ -221,10 +215,19 @@ def local_search_lowest(
     return sorted((energy, state) for state, energy in optima.items())[:keep]
 
 
-def calibration_objective(objective: SubsetObjective) -> str | None:
-    """The name of the calibration objective behind ``objective`` (the evaluator's ``config.objective``),
-    None for objectives that do not say (synthetic ones)."""
-    return getattr(getattr(objective, "config", None), "objective", None)
+def check_objective(calibration: Objective) -> None:
+    """Refuse a calibration objective whose gradients vanish at the dense model (module docstring).
+
+    Raises:
+        UserError: the objective's ``zero_gradient_at_dense`` is set (``kl``).
+    """
+    if calibration.zero_gradient_at_dense:
+        usable = " or ".join(name for name, other in OBJECTIVES.items() if not other.zero_gradient_at_dense)
+        raise UserError(
+            f"cbo cannot run under the {calibration.name} objective: {calibration.display_name} to the dense "
+            f"model is minimal at the dense model, so its residual gradients and CBO's energy are zero for "
+            f"every set; use {usable}, or another search"
+        )
 
 
 def search(
@@ -248,8 +251,9 @@ def search(
     """
     settings = parse_options(Options, options, "cbo")
     check_budget(objective, budget)
-    if calibration_objective(objective) in ZERO_GRADIENT_OBJECTIVES:
-        raise UserError(KL_REFUSAL)
+    calibration = getattr(objective, "calibration_objective", None)  # synthetic objectives have none
+    if calibration is not None:
+        check_objective(calibration)
     gradients = np.asarray(objective.residual_gradients(), dtype=np.float64)
     if gradients.size and not np.any(gradients):
         raise UserError(ZERO_REFUSAL)

@@ -26,8 +26,8 @@ the token count); a step asking for every sample, or more, uses the full (memois
 
 * ``"samples"`` — EvoPress's own: the loss on the step's random minibatch, from an objective that
   implements :class:`~pruning.search.base.SampleScoringObjective` (``score_samples``), as the subset
-  evaluator does (:meth:`~pruning.calibration.scorer.SubsetEvaluator.score_samples_many`: only the batches
-  holding the minibatch run, the step's candidates together through the trie);
+  evaluator does (:meth:`~pruning.calibration.scoring.evaluator.SubsetEvaluator.score_samples_many`: only the
+  batches holding the minibatch run, the step's candidates together through the trie);
 * ``"objective"`` — an objective that implements :class:`~pruning.search.base.ScreeningObjective`
   (``screen_score``, a fixed cheap estimate) in every step but the last, the full loss in the last;
 * ``"mixed"``, ``"prior"``, ``"random"`` — **approximations** for an objective that can do neither (this

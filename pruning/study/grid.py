@@ -72,7 +72,7 @@ class StudyConfig:
     drops: tuple[int, ...]
     """Budgets M (blocks removed)."""
     objectives: tuple[str, ...] = ("perplexity", "task_margin")
-    """Calibration objectives (keys of ``pruning.calibration.objectives.OBJECTIVES``)."""
+    """Calibration objectives (keys of ``depthprune.core.objectives.OBJECTIVES``)."""
     searches: tuple[str, ...] = ()
     """Search names; empty = the study's seven (``pruning.search.STUDY_SEARCHES``)."""
     data: tuple[str, ...] = ()
@@ -160,7 +160,7 @@ class StudyConfig:
         from pruning.study.healing import check_heal_options
 
         check_heal_options(self)
-        from pruning.calibration.data import SAMPLINGS
+        from pruning.calibration.data.items import SAMPLINGS
 
         if self.sampling not in SAMPLINGS:
             raise UserError(f"unknown --sampling {self.sampling!r}; use one of {', '.join(SAMPLINGS)}")
@@ -172,7 +172,7 @@ class Cell:
     """One point of the grid."""
 
     calibration: Any
-    """The :class:`pruning.calibration.objectives.CalibrationConfig`."""
+    """The :class:`pruning.calibration.config.CalibrationConfig`."""
     drop: int
     """M."""
     search: str
@@ -251,8 +251,9 @@ def _calibrations(config: StudyConfig, data: list[str], seq_len: int) -> list:
     Raises:
         UserError: an objective has no data of its kind.
     """
-    from pruning.calibration.data import parse_spec
-    from pruning.calibration.objectives import CalibrationConfig, get_objective
+    from pruning.calibration.config import CalibrationConfig
+    from pruning.calibration.data.specs import parse_spec
+    from pruning.calibration.objectives import get_objective
 
     kinds = {spec: parse_spec(spec).kind for spec in data}
     calibrations = []

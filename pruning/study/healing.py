@@ -75,7 +75,8 @@ def check_heal_options(config) -> None:
         return
     parse_heal_option(config.heal)
     if config.heal_data is not None:
-        from pruning.calibration.data import TEXT, parse_spec
+        from pruning.calibration.data.items import TEXT
+        from pruning.calibration.data.specs import parse_spec
 
         if parse_spec(config.heal_data).kind != TEXT:
             raise UserError(
@@ -125,7 +126,8 @@ class StudyHealing:
 
 def heal_data_spec(plan) -> str:
     """``--heal-data``, else the study's first text calibration spec, else the demo text or C4."""
-    from pruning.calibration.data import TEXT, parse_spec
+    from pruning.calibration.data.items import TEXT
+    from pruning.calibration.data.specs import parse_spec
     from pruning.study.grid import DEFAULT_DATA
 
     if plan.config.heal_data:

@@ -1,4 +1,10 @@
-"""Commonsense-170k rows as the task margin scores them: the question, the option *texts*, the correct one.
+"""``commonsense170k``: Commonsense-170k rows as the task margin scores them: the question, the option
+*texts*, the correct one.
+
+The LLM-Adapters ``ft-training_set/commonsense_170k.json`` mixture (BoolQ, PIQA, SIQA, HellaSwag, WinoGrande,
+ARC, OBQA) the study calibrates the task margin on, from the hub; ``commonsense170k:PATH`` (or
+``commonsense170k@PATH``) reads a local copy of the published file. It has only its training file: every
+split gives the same rows.
 
 LLM-Adapters' ``ft-training_set/commonsense_170k.json`` is the training sets of eight tasks rewritten as
 instructions. Every row names its label set on an ``Answer format:`` line and its answer after ``the correct
@@ -18,7 +24,7 @@ sub-task)::
     winogrande  Please choose the correct answer to fill in the blank to complete the given sentence:
                 {sentence with _}\\n\\nOption1: {o1} Option2: {o2} Answer format: option1/option2
 
-A row becomes a :class:`~pruning.calibration.data.ChoiceItem` scored the way PuDDing (Wee et al., ICML
+A row becomes a :class:`~pruning.calibration.data.items.ChoiceItem` scored the way PuDDing (Wee et al., ICML
 2025, ``tada0347/PuDDing``, ``codes/4_layerset/*_likelihood_diff.py``) scores the original tasks:
 
 * the **context** is the question alone — the instruction without its preface (the text up to the first
@@ -34,10 +40,23 @@ The label words (``option1``, ``ending3``) are never scored: every choice would 
 
 from __future__ import annotations
 
+import json
 import re
+from pathlib import Path
 
 from depthprune.errors import UserError
-from pruning.calibration.data import ANSWER_SCORING, SENTENCE_SCORING, ChoiceItem
+from pruning.calibration.data.hub import hub_rows
+from pruning.calibration.data.items import (
+    ANSWER_SCORING,
+    MULTIPLE_CHOICE,
+    SENTENCE_SCORING,
+    ChoiceItem,
+    DataSpec,
+    Source,
+)
+from pruning.calibration.data.local import read_jsonl
+
+COMMONSENSE_170K_URL = "https://raw.githubusercontent.com/AGI-Edgerunners/LLM-Adapters/main/ft-training_set/commonsense_170k.json"
 
 ANSWER_FORMAT = re.compile(r"Answer format:\s*([^\n]+)", re.IGNORECASE)
 CORRECT_ANSWER = re.compile(r"the correct answer is\s*([^\s.,;]+)", re.IGNORECASE)
@@ -157,3 +176,49 @@ def parse_commonsense_row(row: dict, where: str = "commonsense170k") -> ChoiceIt
     question = question_of(instruction, options_start, row.get("input"))
     scoring = SENTENCE_SCORING if subtask == "winogrande" and "_" in question else ANSWER_SCORING
     return ChoiceItem(question, tuple(texts), label, scoring)
+
+
+def read_commonsense_file(path: str | Path) -> list[dict]:
+    """The rows of a local ``commonsense_170k.json`` (a JSON list of objects; JSONL is read too)."""
+    path = Path(path).expanduser()
+    if not path.is_file():
+        raise UserError(f"Commonsense-170k file {str(path)!r} does not exist")
+    text = path.read_text(encoding="utf-8")
+    try:
+        rows = json.loads(text)
+    except json.JSONDecodeError:
+        rows = [row for _, row in read_jsonl(path)]
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        raise UserError(f"{str(path)!r} is not a Commonsense-170k file (a JSON list of objects)")
+    return rows
+
+
+def _commonsense_items(spec: DataSpec, split: str) -> list[ChoiceItem]:
+    if spec.path:
+        rows = read_commonsense_file(spec.path)
+        where = str(Path(spec.path).expanduser())
+    else:
+        rows = hub_rows(
+            spec,
+            COMMONSENSE_170K.description,
+            "demo:qa, mc:PATH or commonsense170k:/path/to/commonsense_170k.json; "
+            "or pydoc-cloze (cloze items from Python's documentation)",
+            "json",
+            data_files=COMMONSENSE_170K_URL,
+            split="train",
+        )
+        where = "commonsense_170k.json"
+    items = [parse_commonsense_row(dict(row), f"{where} row {index}") for index, row in enumerate(rows)]
+    if not items:
+        raise UserError(f"{where} has no rows")
+    return items
+
+
+COMMONSENSE_170K = Source(
+    "commonsense170k",
+    MULTIPLE_CHOICE,
+    "LLM-Adapters Commonsense-170k (commonsense_170k.json)",
+    _commonsense_items,
+    path_prefix=True,
+    at_path=True,
+)

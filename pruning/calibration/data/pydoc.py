@@ -1,4 +1,4 @@
-"""Real data that installs with Python itself: ``pydoc`` text and ``pydoc-cloze`` multiple choice, offline.
+"""``pydoc`` / ``pydoc-cloze``: real data that installs with Python itself, text and multiple choice, offline.
 
 Provenance. Every CPython ships the reference documentation's topics as ``pydoc_data.topics.topics``
 (the text ``help("assert")`` prints): a dict of about 80 topics (``"assert"``, ``"specialnames"``,
@@ -53,7 +53,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from depthprune.errors import UserError
-from pruning.calibration.data import ChoiceItem
+from pruning.calibration.data.items import MULTIPLE_CHOICE, TEXT, ChoiceItem, DataSpec, Source
 
 PYDOC_SPLITS = ("calibration", "heal", "test")
 """The splits of the pydoc sources; every topic is in exactly one."""
@@ -312,3 +312,27 @@ if __name__ == "__main__":
     import sys
 
     print(f"Python {sys.version.split()[0]}: {json.dumps(split_counts(), indent=1)}")
+
+
+def _pydoc_text(spec: DataSpec, split: str) -> list[str]:
+    return [document.text for document in pydoc_documents(split)]
+
+
+def _pydoc_cloze(spec: DataSpec, split: str) -> list[ChoiceItem]:
+    return cloze_items(split)
+
+
+PYDOC = Source(
+    "pydoc",
+    TEXT,
+    "Python's documentation topics (pydoc_data, ships with CPython; offline)",
+    _pydoc_text,
+    heal_split=True,
+)
+PYDOC_CLOZE = Source(
+    "pydoc-cloze",
+    MULTIPLE_CHOICE,
+    "cloze items from Python's documentation topics (offline)",
+    _pydoc_cloze,
+    heal_split=True,
+)

@@ -1,19 +1,20 @@
 """The calibration instances exactly as an objective sees them, for ``depthprune data show``.
 
-The same draw as a pruning run (:func:`pruning.calibration.data.load_samples` with the same spec, sample
-count, sequence length, seed and sampling), the same tokenizer, and the same encoding: a text instance is
-the token ids the perplexity and KL objectives score, decoded back to text (special tokens kept); a
+The same draw as a pruning run (:func:`pruning.calibration.data.sampling.load_samples` with the same spec,
+sample count, sequence length, seed and sampling), the same tokenizer, and the same encoding: a text instance
+is the token ids the perplexity and KL objectives score, decoded back to text (special tokens kept); a
 multiple-choice item carries, per choice, the exact prompt and the exact answer tokens the task margin scores
-(:func:`pruning.calibration.objectives.encode_choice`, prompt truncation included), decoded. So what is
-printed is what calibrates the pruning, before any search is paid for.
+(:func:`pruning.calibration.objectives.batches.encode_choice`, prompt truncation included), decoded. So what
+is printed is what calibrates the pruning, before any search is paid for.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pruning.calibration.data import ChoiceSamples, TextSamples, load_samples
-from pruning.calibration.objectives import encode_choice
+from pruning.calibration.data.items import ChoiceSamples, TextSamples
+from pruning.calibration.data.sampling import load_samples
+from pruning.calibration.objectives.batches import encode_choice
 
 
 @dataclass

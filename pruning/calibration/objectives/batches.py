@@ -1,46 +1,19 @@
-"""Calibration objectives: what "the pruned model got worse" means, as one loss per calibration sample.
+"""Calibration batches: samples (text windows, multiple-choice items) laid out as what the objectives score.
 
-A calibration configuration (:class:`CalibrationConfig`) is an objective, a data source, a sample count, a
-sequence length and a seed. Any objective pairs with any data source of the kind it needs, so the study's
-cross-controls (margin on text? perplexity on questions' data?) are one flag away.
-torch is imported inside the functions so that :class:`CalibrationConfig` (which the registry stores) is
-importable without it.
-
-Every objective in :data:`OBJECTIVES` has the same signature::
-
-    objective(batch, hidden, head, reference) -> per-sample losses  # a tensor [batch.num_samples]
-
-``hidden`` is the last block's output ``[sequences, seq, hidden]`` and ``head`` maps hidden states to logits
-(final norm + LM head). Objectives call ``head`` only on the positions they need: all next-token positions
-for ``perplexity`` and ``kl``, only the answer positions for ``task_margin``. ``reference(row)`` returns the
-dense model's log-probabilities ``[seq, vocab]`` of one sequence (``kl`` only). The calibration loss is the
-mean of the per-sample losses; lower is better.
-
-* ``perplexity`` — mean next-token NLL of a text window (its exp is the perplexity).
-* ``task_margin`` — PuDDing's task likelihood margin: with ℓ(choice) the mean log-probability of the answer
-  tokens given ``"Question: {context}\\nAnswer: {choice}"`` (for a fill-in-the-blank item, of the sentence
-  with the blank filled: PuDDing's WinoGrande), an item with correct choice c scores Σ_{j≠c} (ℓ_c − ℓ_j); its
-  loss is the negated margin (more negative = better). The choices are answer *texts*
-  (:mod:`pruning.calibration.commonsense` parses them out of Commonsense-170k's instructions).
-* ``kl`` — KL(dense ‖ pruned) of the next-token distribution, averaged over a window's positions (EvoPress).
+Text windows of equal length batch without padding; a multiple-choice item becomes one sequence per choice
+(``"Question: {context}\nAnswer: {choice}"``, or the filled sentence for ``scoring="sentence"``) with the
+answer positions the ``task_margin`` loss reads. torch is imported inside the functions so that the data
+classes import without it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from depthprune.errors import UserError
-from pruning.calibration.data import (
-    MULTIPLE_CHOICE,
-    SAMPLINGS,
-    SENTENCE_SCORING,
-    TEXT,
-    ChoiceSamples,
-    TextSamples,
-    parse_spec,
-)
+from pruning.calibration.data.items import SENTENCE_SCORING, ChoiceSamples, TextSamples
 
 if TYPE_CHECKING:
     import torch
@@ -88,177 +61,17 @@ Head = Callable[["torch.Tensor"], "torch.Tensor"]
 Reference = Callable[[int], "torch.Tensor"]
 
 
-def _float(tensor: torch.Tensor) -> torch.Tensor:
+def as_loss_dtype(tensor: torch.Tensor) -> torch.Tensor:
     """Losses in at least float32 (bf16 logits lose too much), float64 kept for exact checks."""
     import torch
 
     return tensor if tensor.dtype == torch.float64 else tensor.float()
 
 
-def _chunked(hidden: torch.Tensor):
+def chunked(hidden: torch.Tensor):
+    """``(start, chunk)`` pieces of ``[positions, hidden]`` states small enough for one LM head call."""
     for start in range(0, hidden.shape[0], HEAD_CHUNK_POSITIONS):
         yield start, hidden[start : start + HEAD_CHUNK_POSITIONS]
-
-
-def perplexity(
-    batch: CalibrationBatch, hidden: torch.Tensor, head: Head, reference: Reference | None = None
-) -> torch.Tensor:
-    """Mean next-token negative log-likelihood per text window ``[num_samples]``."""
-    import torch
-    import torch.nn.functional as F
-
-    losses = []
-    for row in range(hidden.shape[0]):
-        targets = batch.input_ids[row, 1:]
-        total = _float(hidden.new_zeros(()))
-        for start, chunk in _chunked(hidden[row, :-1]):
-            logits = _float(head(chunk))
-            total = total + F.cross_entropy(logits, targets[start : start + chunk.shape[0]], reduction="sum")
-        losses.append(total / targets.shape[0])
-    return torch.stack(losses)
-
-
-def kl(
-    batch: CalibrationBatch, hidden: torch.Tensor, head: Head, reference: Reference | None = None
-) -> torch.Tensor:
-    """Mean KL(dense ‖ pruned) of the next-token distribution per text window ``[num_samples]``."""
-    import torch
-    import torch.nn.functional as F
-
-    if reference is None:
-        raise ValueError("the kl objective needs the dense model's log-probabilities")
-    losses = []
-    for row in range(hidden.shape[0]):
-        dense_logprobs = reference(row)
-        total = _float(hidden.new_zeros(()))
-        for start, chunk in _chunked(hidden[row]):
-            logprobs = torch.log_softmax(_float(head(chunk)), dim=-1)
-            dense = dense_logprobs[start : start + chunk.shape[0]].to(logprobs.device, logprobs.dtype)
-            total = total + F.kl_div(logprobs, dense, log_target=True, reduction="sum")
-        losses.append(total / hidden.shape[1])
-    return torch.stack(losses)
-
-
-def task_margin(
-    batch: CalibrationBatch, hidden: torch.Tensor, head: Head, reference: Reference | None = None
-) -> torch.Tensor:
-    """Negated PuDDing margin per multiple-choice item ``[num_samples]``.
-
-    The LM head sees the answer positions only.
-    """
-    import torch
-
-    answer_hidden = hidden[batch.answer_rows, batch.answer_positions]
-    token_logprobs = []
-    for start, chunk in _chunked(answer_hidden):
-        logprobs = torch.log_softmax(_float(head(chunk)), dim=-1)
-        tokens = batch.answer_tokens[start : start + chunk.shape[0]]
-        token_logprobs.append(logprobs.gather(1, tokens[:, None])[:, 0])
-    token_logprobs = torch.cat(token_logprobs)
-    sequences = hidden.shape[0]
-    zeros = token_logprobs.new_zeros(sequences)
-    answer_sum = zeros.index_add(0, batch.answer_rows, token_logprobs)
-    answer_len = zeros.index_add(0, batch.answer_rows, torch.ones_like(token_logprobs))
-    mean_logprob = answer_sum / answer_len  # ℓ per (item, choice) sequence
-    items = batch.num_samples
-    total = mean_logprob.new_zeros(items).index_add(0, batch.sequence_item, mean_logprob)
-    choices = mean_logprob.new_zeros(items).index_add(0, batch.sequence_item, torch.ones_like(mean_logprob))
-    # Σ_{j≠c} (ℓ_c − ℓ_j) = k·ℓ_c − Σ_j ℓ_j
-    margin = choices * mean_logprob[batch.correct_sequence] - total
-    return -margin
-
-
-@dataclass(frozen=True)
-class Objective:
-    """One entry of :data:`OBJECTIVES`."""
-
-    name: str
-    """Its key in :data:`OBJECTIVES`."""
-    data_kind: str
-    """The data kind it scores: ``"text"`` or ``"multiple_choice"``."""
-    loss: Callable[..., torch.Tensor] = field(repr=False)
-    """``loss(batch, hidden, head, reference) -> [num_samples]`` per-sample losses."""
-    needs_reference: bool = False
-    """Whether it compares against the dense model's log-probabilities."""
-    description: str = ""
-    """One line for ``--help`` and reports."""
-
-    def check_data(self, spec: str) -> None:
-        """Raise a :class:`UserError` when the data spec is of the wrong kind for this objective."""
-        kind = parse_spec(spec).kind
-        if kind != self.data_kind:
-            wanted = (
-                "text (e.g. demo:text, c4, text:PATH)"
-                if self.data_kind == TEXT
-                else "multiple-choice questions (e.g. demo:qa, commonsense170k, mc:PATH)"
-            )
-            raise UserError(
-                f"objective {self.name!r} needs {wanted}, but data {spec!r} is {kind.replace('_', '-')}"
-            )
-
-
-OBJECTIVES: dict[str, Objective] = {
-    "perplexity": Objective("perplexity", TEXT, perplexity, description="mean next-token NLL on text"),
-    "task_margin": Objective(
-        "task_margin",
-        MULTIPLE_CHOICE,
-        task_margin,
-        description="negated PuDDing likelihood margin of the correct answer",
-    ),
-    "kl": Objective(
-        "kl",
-        TEXT,
-        kl,
-        needs_reference=True,
-        description="KL(dense || pruned) of the next-token distribution on text",
-    ),
-}
-
-
-def get_objective(name: str) -> Objective:
-    """The objective called ``name``, or a :class:`UserError` listing them."""
-    if name not in OBJECTIVES:
-        raise UserError(f"unknown objective {name!r}; use one of: {', '.join(OBJECTIVES)}")
-    return OBJECTIVES[name]
-
-
-@dataclass
-class CalibrationConfig:
-    """A calibration configuration: what a pruning run minimises, and on which data.
-
-    ``dataclasses.asdict`` of it is what the registry stores.
-    """
-
-    objective: str
-    """A key of :data:`OBJECTIVES`: ``perplexity``, ``task_margin`` or ``kl``."""
-    data: str
-    """A data spec (:mod:`pruning.calibration.data`): ``c4``, ``wikitext2``, ``lambada``, ``commonsense170k``
-    (``commonsense170k:PATH`` for a local copy), ``pydoc``, ``pydoc-cloze``, ``demo:text``, ``demo:qa``,
-    ``text:PATH`` or ``mc:PATH``; its kind must suit the objective."""
-    samples: int = 64
-    """Calibration samples: text instances, or multiple-choice items (the study uses 64)."""
-    seq_len: int = 2048
-    """Tokens per text instance; the longest a question plus answer may be (the study truncates to 2048)."""
-    seed: int = 0
-    """Seed of the sample draw."""
-    sampling: str = "documents"
-    """Text only: ``documents`` (one document per instance, truncated to ``seq_len``, shorter ones skipped:
-    the study's and SLEB's way) or ``stream`` (random windows of all documents joined, SparseGPT's). See
-    :mod:`pruning.calibration.data`."""
-
-    def __post_init__(self):
-        get_objective(self.objective).check_data(self.data)
-        if self.sampling not in SAMPLINGS:
-            raise UserError(f"unknown sampling {self.sampling!r}; use one of {', '.join(SAMPLINGS)}")
-        for name, lowest in (("samples", 1), ("seq_len", 2), ("seed", 0)):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < lowest:
-                raise UserError(f"calibration {name} must be an integer >= {lowest}, got {value!r}")
-
-    @property
-    def kind(self) -> str:
-        """The data kind, ``"text"`` or ``"multiple_choice"``."""
-        return get_objective(self.objective).data_kind
 
 
 # --------------------------------------------------------------------------------------------- batching

@@ -10,7 +10,7 @@ blocks skipped) — and much cheaper than a full forward per candidate:
   dense blocks per candidate, never exactness); on a GPU whose budget is too small the cache lives in host
   memory and is copied in per batch.
 * **Memo.** Scores are memoised by removed set (GA and BO revisit subsets), and can be saved to / loaded from
-  JSON so that an interrupted search resumes without re-scoring.
+  JSON so that an interrupted search resumes without re-scoring (:mod:`.memo`).
 * **Shortcuts** (:mod:`.shortcuts`; ``shortcuts=False`` turns both off, to check that nothing changes).
   The boundaries of the *bases* a search extends (greedy's current set, beam's states) are cached too, so a
   candidate base ∪ {j} runs from block j instead of from the dense boundary before its first removed block;
@@ -29,8 +29,8 @@ blocks skipped) — and much cheaper than a full forward per candidate:
   dense final hidden states are kept and the dense LM head is re-run per candidate (for a 128k vocabulary
   and 64×2048 tokens the log-probabilities would take 64 GiB, the hidden states 2 GiB).
 
-``naive=True`` is the SLEB way, kept for the benchmark: a full forward per candidate (every block, the LM
-head on every position, one sequence per choice), no boundary cache, no memo and no packing.
+``naive=True`` is the SLEB way, kept for the benchmark (:mod:`.bench`): a full forward per candidate (every
+block, the LM head on every position, one sequence per choice), no boundary cache, no memo and no packing.
 
 The evaluator also provides what some searches need besides scores: single-block scores (the prior),
 per-sample residual-branch gradients (CBO), ShortGPT's Block Influence, and the block-input similarity
@@ -39,97 +39,43 @@ matrix of LoRP and LLM-Streamline. The last two come from the dense reference pa
 
 from __future__ import annotations
 
-import json
-import math
-import os
 import time
-from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from depthprune.errors import UserError
-from depthprune.files import write_text_atomically
-from pruning.calibration.objectives import CalibrationBatch, CalibrationConfig, get_objective, make_batches
-from pruning.calibration.packing import RunBatch, as_run_batch, pack_choice_batches
-from pruning.calibration.shortcuts import (
-    LOSS_FLOORS,
+from depthprune.core.objectives import MULTIPLE_CHOICE, Objective
+from pruning.calibration.config import CalibrationConfig
+from pruning.calibration.objectives import get_objective, loss_of
+from pruning.calibration.objectives.batches import CalibrationBatch
+from pruning.calibration.scoring import memo
+from pruning.calibration.scoring.packing import RunBatch, as_run_batch, pack_choice_batches
+from pruning.calibration.scoring.shortcuts import (
     LowestLosses,
     PartialScore,
     Prefix,
     PrefixStates,
+    available_memory_bytes,
     branch_points,
     exceeds,
+    plan_boundaries,
     spaced,
     trie_order,
 )
-from pruning.models import BlockStack, load_config, load_model, validate_removed
-
-MEMO_FORMAT = 1
-
-SIMILARITY_CHUNK_ELEMENTS = 2**25
-"""Floats per chunk of the block-input similarity (blocks × positions × hidden): 128 MiB in float32."""
-
-
-@dataclass
-class EvaluatorStats:
-    """Work counters of one evaluator; the registry stores them per search."""
-
-    block_forwards: int = 0
-    """Decoder-block calls, each on one batch of sequences (a full pass over the data costs N × batches)."""
-    tokens: int = 0
-    """Token positions run through decoder blocks, summed over block calls (padding included)."""
-    evaluations: int = 0
-    """Removal sets actually scored (distinct ones, as repeats hit the memo; naive mode scores every call)."""
-    memo_hits: int = 0
-    """Scores answered from the memo."""
-    head_positions: int = 0
-    """Positions sent through the LM head."""
-    stopped_early: int = 0
-    """Ranking answers given by a lower bound: candidates whose scoring stopped before the last batch."""
-    bounds_completed: int = 0
-    """Stopped candidates later scored to the end because their value was asked for."""
-    wall_seconds: float = 0.0
-    """Wall time spent scoring, in gradients, and in a dense pass that naive mode runs only when Block
-    Influence or the block-input similarity is asked for (start-up excluded)."""
-    setup_seconds: float = 0.0
-    """Wall time of start-up: data, model and the dense reference pass."""
-    reference_seconds: float = 0.0
-    """Wall time of the dense reference pass alone (part of ``setup_seconds``)."""
-    similarity_seconds: float = 0.0
-    """Wall time of the block-input similarity matrix (part of ``reference_seconds``)."""
-
-
-def available_memory_bytes() -> int:
-    """Host memory available now (psutil when installed, else the page counts of the OS)."""
-    try:
-        import psutil
-
-        return int(psutil.virtual_memory().available)
-    except ImportError:  # pragma: no cover - psutil comes with the pinned environment
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
-def plan_boundaries(num_blocks: int, slots: int) -> list[int]:
-    """Which block boundaries to cache when only ``slots`` fit: evenly spaced, always including 0.
-
-    Boundary ``k`` is the hidden state entering block ``k`` (0 is the embedding output).
-    """
-    if slots >= num_blocks:
-        return list(range(num_blocks))
-    slots = max(slots, 1)
-    return sorted({math.floor(j * num_blocks / slots) for j in range(slots)})
+from pruning.calibration.scoring.statistics import EvaluatorStats, input_similarity_sums
+from pruning.models import BlockStack, validate_removed
 
 
 class SubsetEvaluator:
     """Scores removal sets under one calibration configuration (implements ``SubsetObjective``).
 
-    Build it with :func:`build_evaluator`. ``batches`` are the calibration batches (one sequence per text
-    window or per choice); ``run_batches`` are what the blocks run (choices packed per question unless
-    ``naive``, ``pack_choices=False`` or an attention implementation without 4-D masks, with up to
-    ``packed_rows`` questions per forward: default, as many as the largest batch has sequences).
+    Build it with :func:`~pruning.calibration.scoring.build.build_evaluator`. ``batches`` are the calibration
+    batches (one sequence per text window or per choice); ``run_batches`` are what the blocks run (choices
+    packed per question unless ``naive``, ``pack_choices=False`` or an attention implementation without 4-D
+    masks, with up to ``packed_rows`` questions per forward: default, as many as the largest batch has
+    sequences).
     """
 
     def __init__(
@@ -155,14 +101,17 @@ class SubsetEvaluator:
         self.shortcuts = shortcuts and not naive
         self.progress = progress
         self.objective = get_objective(config.objective)
-        self.loss_floor = LOSS_FLOORS.get(config.objective)
+        """The calibration objective's facts (:class:`~depthprune.core.objectives.Objective`)."""
+        self.loss = loss_of(self.objective)
+        """Its loss, ``loss(batch, hidden, head, reference) -> per-sample losses``."""
+        self.loss_floor = self.objective.loss_floor
         self.num_blocks = stack.num_blocks
         self.device = stack.device
         self.batches = [batch.to(self.device) for batch in batches]
         self.packed = (
             pack_choices
             and not naive
-            and self.objective.data_kind == "multiple_choice"
+            and self.objective.data_kind == MULTIPLE_CHOICE
             and stack.supports_segment_masks
         )
         if self.packed:
@@ -194,6 +143,11 @@ class SubsetEvaluator:
             # naive mode caches nothing but the KL reference (part of that objective's definition).
             self._dense_pass()
         self._prefix = PrefixStates(self._states, self.boundaries, self.num_blocks, self.prefix_capacity)
+
+    @property
+    def calibration_objective(self) -> Objective:
+        """The facts of the objective it scores: what searches may ask instead of comparing names."""
+        return self.objective
 
     # ------------------------------------------------------------------------------------------ set-up
 
@@ -265,7 +219,9 @@ class SubsetEvaluator:
                     cosine = torch.nn.functional.cosine_similarity(hidden.float(), output.float(), dim=-1)
                     influence[index] += ((1 - cosine).double() * weight).sum().cpu()
                     hidden = output
-                similarity += self._input_similarity_sums(block_inputs, weight)
+                similarity_start = time.perf_counter()
+                similarity += input_similarity_sums(block_inputs, weight, self.device)
+                self.stats.similarity_seconds += time.perf_counter() - similarity_start
                 del block_inputs
                 self._count_blocks(run, self.num_blocks)
                 influence_tokens += float(weight.sum())
@@ -284,9 +240,7 @@ class SubsetEvaluator:
                     losses.append(
                         torch.zeros(batch.num_samples)
                         if self.objective.needs_reference
-                        else self.objective.loss(batch, run.objective_hidden(hidden), self._head, None)
-                        .double()
-                        .cpu()
+                        else self.loss(batch, run.objective_hidden(hidden), self._head, None).double().cpu()
                     )
         self._influence = (influence / max(influence_tokens, 1)).numpy()
         similarity /= max(influence_tokens, 1)
@@ -301,36 +255,6 @@ class SubsetEvaluator:
             dense_sums = [float(batch_losses.sum()) for batch_losses in losses]
             self._batch_order = sorted(range(len(losses)), key=lambda index: -dense_sums[index])
         self.stats.reference_seconds += time.perf_counter() - start
-
-    def _input_similarity_sums(self, block_inputs: list[torch.Tensor], weight: torch.Tensor) -> torch.Tensor:
-        """``[N, N]`` Σ_t w_t · x̂_i,t · x̂_j,t over one batch's real positions (LoRP eqs. 3-4, unnormalised).
-
-        Args:
-            block_inputs: the N hidden states entering the blocks, ``[rows, width, hidden]`` each.
-            weight: ``[rows, width]`` token weights (0 on padding, which is therefore left out).
-
-        Returns:
-            The weighted sums of per-token cosines, float64 on the CPU.
-        """
-        start = time.perf_counter()
-        hidden_size = block_inputs[0].shape[-1]
-        flat_weight = weight.reshape(-1)
-        real_positions = torch.nonzero(flat_weight > 0).flatten()
-        per_chunk = max(1, SIMILARITY_CHUNK_ELEMENTS // (len(block_inputs) * hidden_size))
-        sums = torch.zeros(len(block_inputs), len(block_inputs), dtype=torch.float64)
-        for positions in real_positions.split(per_chunk):
-            features = torch.stack(
-                [
-                    state.reshape(-1, hidden_size)[positions.to(state.device)].to(self.device).float()
-                    for state in block_inputs
-                ]
-            )
-            # LoRP's per-token L2 normalisation, eps included (a zero state contributes 0, not NaN).
-            features = features / (features.norm(dim=-1, keepdim=True) + 1e-8)
-            weighted = features * flat_weight[positions].to(features.dtype)[None, :, None]
-            sums += torch.einsum("icd,jcd->ij", weighted, features).double().cpu()
-        self.stats.similarity_seconds += time.perf_counter() - start
-        return sums
 
     def _reference_for(self, batch_index: int):
         """``row -> dense log-probs [seq, vocab]`` of one batch (``kl`` only)."""
@@ -561,9 +485,7 @@ class SubsetEvaluator:
                 hidden = states[batch_index].to(self.device)
             keep_at = {point for point in points[position] if point > start}
             hidden = self._run_path(hidden, start, removed, batch_index, keep_at, stack, nodes)
-            results.append(
-                self.objective.loss(run.calibration, run.objective_hidden(hidden), self._head, reference)
-            )
+            results.append(self.loss(run.calibration, run.objective_hidden(hidden), self._head, reference))
         return results
 
     def _run_path(
@@ -638,7 +560,7 @@ class SubsetEvaluator:
         logits = self.stack.forward(batch.input_ids, removed)
         self._count_blocks(batch, self.num_blocks - len(removed))
         self.stats.head_positions += batch.input_ids.numel()
-        return self.objective.loss(batch, logits, lambda x: x, self._reference_for(batch_index))
+        return self.loss(batch, logits, lambda x: x, self._reference_for(batch_index))
 
     # ---------------------------------------------------------------------------- minibatch scores
 
@@ -801,7 +723,7 @@ class SubsetEvaluator:
                     output = block(hidden, **prepared.block_kwargs[index])
                     hidden = hidden + row_alphas[:, index, None, None] * (output - hidden)
                 self._count_blocks(run, self.num_blocks)
-                losses = self.objective.loss(
+                losses = self.loss(
                     batch, run.objective_hidden(hidden), self._head, self._reference_for(batch_index)
                 )
                 # Samples are independent in a batch, so the gradient of the sum row s is dL_s/dα.
@@ -813,36 +735,10 @@ class SubsetEvaluator:
 
     # ----------------------------------------------------------------------------------------- the memo
 
-    def _memo_key(self) -> dict:
-        return {"model": self.model_id, "dtype": self.dtype, "config": asdict(self.config)}
-
     def save_memo(self, path: str | Path) -> Path:
-        """Write every score so far as JSON (atomically), with the model and configuration they belong to."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        payload = {
-            "format": MEMO_FORMAT,
-            **self._memo_key(),
-            "scores": [
-                {"removed": sorted(removed), "loss": loss}
-                for removed, loss in sorted(self._memo.items(), key=lambda kv: sorted(kv[0]))
-            ],
-            # Lower bounds of sets a ranking query stopped early: never values; a resumed ranking reuses them.
-            "bounds": [
-                {
-                    "removed": sorted(removed),
-                    "lower_bound": partial.lower_bound(self.num_samples, self.loss_floor),
-                }
-                for removed, partial in sorted(self._bounds.items(), key=lambda kv: sorted(kv[0]))
-            ],
-            # Per-sample losses of minibatch scores (score_samples), [[sample, loss], ...]: not values either.
-            "sample_losses": [
-                {"removed": sorted(removed), "losses": sorted(known.items())}
-                for removed, known in sorted(self._sample_losses.items(), key=lambda kv: sorted(kv[0]))
-            ],
-        }
-        write_text_atomically(path, json.dumps(payload, indent=1))
-        return path
+        """Write every score so far as JSON (atomically), with the model and configuration they belong to
+        (:func:`~pruning.calibration.scoring.memo.save_memo`)."""
+        return memo.save_memo(self, path)
 
     def load_memo(self, path: str | Path) -> int:
         """Add the scores of a :meth:`save_memo` file; returns how many were read (its bounds not counted).
@@ -850,293 +746,13 @@ class SubsetEvaluator:
         Raises:
             UserError: the file is missing, malformed, or belongs to another model or configuration.
         """
-        path = Path(path)
-        try:
-            payload = json.loads(path.read_text())
-        except FileNotFoundError:
-            raise UserError(f"memo file {str(path)!r} does not exist") from None
-        except json.JSONDecodeError as error:
-            raise UserError(f"memo file {str(path)!r} is not valid JSON ({error.msg})") from None
-        if not isinstance(payload, dict) or payload.get("format") != MEMO_FORMAT:
-            raise UserError(f"{str(path)!r} is not a depthprune score memo")
-        expected = self._memo_key()
-        for key, value in expected.items():
-            if payload.get(key) != value:
-                raise UserError(f"memo {str(path)!r} was made for {key} {payload.get(key)!r}, not {value!r}")
-        for entry in payload["scores"]:
-            self._memo[validate_removed(entry["removed"], self.num_blocks)] = float(entry["loss"])
-        for entry in payload.get("bounds", []):
-            removed = validate_removed(entry["removed"], self.num_blocks)
-            if removed not in self._memo and removed not in self._bounds:
-                self._bounds[removed] = PartialScore(recorded_bound=float(entry["lower_bound"]))
-        for entry in payload.get("sample_losses", []):
-            known = self._sample_losses.setdefault(validate_removed(entry["removed"], self.num_blocks), {})
-            known.update((int(sample), float(loss)) for sample, loss in entry["losses"])
-        return len(payload["scores"])
+        return memo.load_memo(self, path)
 
-    def journal_memo(self, path: str | Path):
+    def journal_memo(self, path: str | Path) -> memo.MemoJournal:
         """Add the scores a killed run journalled at ``path``, and journal every new score there as it is
-        memoised (values only, never bounds; :mod:`pruning.calibration.memo_journal`).
+        memoised (values only, never bounds; :mod:`pruning.calibration.scoring.memo`).
 
         Returns:
-            The :class:`~pruning.calibration.memo_journal.MemoJournal`: compact it after :meth:`save_memo`.
+            The :class:`~pruning.calibration.scoring.memo.MemoJournal`: compact it after :meth:`save_memo`.
         """
-        from pruning.calibration.memo_journal import journalled_memo
-
-        self._memo, journal = journalled_memo(path, self._memo_key(), self._memo, self.num_blocks)
-        for removed, _ in journal.replayed:
-            self._bounds.pop(frozenset(removed), None)  # a value read back supersedes a bound
-        return journal
-
-
-def build_evaluator(
-    model: str,
-    config: CalibrationConfig,
-    *,
-    dtype: str = "float32",
-    device: str = "cpu",
-    memory_budget_gb: float | None = None,
-    naive: bool = False,
-    progress: bool = True,
-    batch_size: int = 8,
-    split: str = "calibration",
-    pack_choices: bool = True,
-    shortcuts: bool = True,
-) -> SubsetEvaluator:
-    """Load a model and its calibration data, and run the dense reference pass.
-
-    Every input is checked (objective and data kind, the data itself, the model's config) before the model's
-    weights are loaded.
-
-    Args:
-        model: hub id or local directory of a supported causal LM.
-        config: the calibration configuration.
-        dtype: torch dtype the model runs in.
-        device: torch device.
-        memory_budget_gb: how much memory the boundary cache (and the KL reference) may take on ``device``;
-            default half of the free GPU memory, or a quarter of the available host memory on CPU.
-        naive: score by a full forward per candidate with no cache or memo (for benchmarks).
-        progress: show progress bars.
-        batch_size: sequences per forward (packed: questions per forward).
-        split: ``calibration`` (default) or ``test`` split of the data source.
-        pack_choices: run each question's choices as one sequence sharing the prompt (exact; ignored for
-            text objectives, in naive mode and for attention implementations without 4-D masks).
-        shortcuts: cache the boundaries of the sets searches extend, share prefixes within a group of
-            sets, and stop ranking candidates at a lower bound (exact; ``False`` scores as before them).
-
-    Returns:
-        A ready :class:`SubsetEvaluator`.
-    """
-    from transformers import AutoTokenizer
-
-    from pruning.calibration.data import load_samples
-
-    if not isinstance(config, CalibrationConfig):
-        raise TypeError("config must be a CalibrationConfig")
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise UserError(f"batch size must be a positive integer, got {batch_size!r}")
-    if memory_budget_gb is not None and memory_budget_gb < 0:
-        raise UserError(f"memory budget must be >= 0 GiB, got {memory_budget_gb}")
-    started = time.perf_counter()
-    load_config(model)
-    tokenizer = AutoTokenizer.from_pretrained(model)
-    samples = load_samples(config.data, tokenizer, config.samples, config.seq_len, config.seed, split)
-    batches = make_batches(samples, tokenizer, config.seq_len, batch_size)
-    causal_lm, _ = load_model(model, dtype=dtype, device=device)
-    evaluator = SubsetEvaluator(
-        BlockStack(causal_lm),
-        config,
-        batches,
-        model_id=str(model),
-        dtype=dtype,
-        memory_budget_gb=memory_budget_gb,
-        naive=naive,
-        progress=progress,
-        pack_choices=pack_choices,
-        packed_rows=batch_size,
-        shortcuts=shortcuts,
-    )
-    evaluator.stats.setup_seconds = time.perf_counter() - started
-    return evaluator
-
-
-def check_budget(budget: int, num_blocks: int) -> None:
-    """A removal budget M must leave at least one of the N blocks: 1 <= M < N."""
-    if not isinstance(budget, int) or not 0 < budget < num_blocks:
-        raise UserError(
-            f"budget M={budget} must be between 1 and {num_blocks - 1}: the model has {num_blocks} blocks"
-        )
-
-
-def benchmark_sets(
-    num_blocks: int, budget: int = 4, random_sets: int = 100, seed: int = 0
-) -> list[frozenset[int]]:
-    """The benchmark workload: every single-block removal, then ``random_sets`` random M-block sets."""
-    import random
-
-    check_budget(budget, num_blocks)
-    if random_sets < 0:
-        raise UserError(f"the number of random sets must be >= 0, got {random_sets}")
-    rng = random.Random(seed)
-    singles = [frozenset({index}) for index in range(num_blocks)]
-    return singles + [frozenset(rng.sample(range(num_blocks), budget)) for _ in range(random_sets)]
-
-
-def _score_workload(
-    model: str,
-    config: CalibrationConfig,
-    side: str,
-    round_label: str,
-    workload: dict,
-    build_options: dict,
-) -> tuple[SubsetEvaluator, list[frozenset[int]], np.ndarray]:
-    """One benchmark round of one side (``fast`` or ``naive``) from a freshly built evaluator.
-
-    Args:
-        model: hub id or local directory.
-        config: the calibration configuration.
-        side: ``fast`` or ``naive``.
-        round_label: ``"i/n"`` for the progress bar.
-        workload: ``budget``, ``random_sets`` and ``seed`` of :func:`benchmark_sets`, and the fast side's
-            ``memory_budget_gb``.
-        build_options: the other keyword arguments of :func:`build_evaluator`.
-
-    Returns:
-        The evaluator (its stats hold the round's cost), the removal sets and their scores.
-    """
-    naive = side == "naive"
-    evaluator = build_evaluator(
-        model,
-        config,
-        naive=naive,
-        memory_budget_gb=None if naive else workload["memory_budget_gb"],
-        **build_options,
-    )
-    sets = benchmark_sets(evaluator.num_blocks, workload["budget"], workload["random_sets"], workload["seed"])
-    scored = [
-        evaluator.score(removed)
-        for removed in tqdm(
-            sets,
-            desc=f"{side} scoring ({round_label})",
-            unit="set",
-            disable=not build_options["progress"],
-        )
-    ]
-    return evaluator, sets, np.array(scored)
-
-
-def _comparison_record(
-    model: str,
-    config: CalibrationConfig,
-    evaluators: dict[str, SubsetEvaluator],
-    sets: list[frozenset[int]],
-    seconds: dict[str, list[float]],
-    difference: float,
-    settings: dict,
-) -> dict:
-    """The JSON-ready result of :func:`compare_with_naive` from the last evaluator of each side."""
-    fast, naive = evaluators["fast"], evaluators["naive"]
-    fast_seconds, naive_seconds = float(np.median(seconds["fast"])), float(np.median(seconds["naive"]))
-    return {
-        "model": str(model),
-        "calibration": asdict(config),
-        "num_blocks": fast.num_blocks,
-        "sets": len(sets),
-        "distinct_sets": len(set(sets)),
-        "budget": settings["budget"],
-        "sequences": sum(batch.input_ids.shape[0] for batch in fast.batches),
-        "packed_sequences": sum(run.input_ids.shape[0] for run in fast.run_batches),
-        "packed": fast.packed,
-        "batch_size": settings["batch_size"],
-        "dtype": settings["dtype"],
-        "device": str(fast.device),
-        "threads": torch.get_num_threads(),
-        "cached_boundaries": fast.boundaries,
-        "repeats": settings["repeats"],
-        "fast_seconds": round(fast_seconds, 3),
-        "fast_reference_pass_seconds": round(fast.stats.reference_seconds, 3),
-        "naive_seconds": round(naive_seconds, 3),
-        "speedup": round(naive_seconds / fast_seconds, 3) if fast_seconds else None,
-        "fast_seconds_each": [round(value, 3) for value in seconds["fast"]],
-        "naive_seconds_each": [round(value, 3) for value in seconds["naive"]],
-        "fast_block_forwards": fast.stats.block_forwards,
-        "naive_block_forwards": naive.stats.block_forwards,
-        "fast_tokens": fast.stats.tokens,
-        "naive_tokens": naive.stats.tokens,
-        "fast_head_positions": fast.stats.head_positions,
-        "naive_head_positions": naive.stats.head_positions,
-        "fast_memo_hits": fast.stats.memo_hits,
-        "max_abs_difference": difference,
-        "tolerance": settings["tolerance"],
-        "agree": difference <= settings["tolerance"],
-        "fast_stats": asdict(fast.stats),
-        "naive_stats": asdict(naive.stats),
-    }
-
-
-def compare_with_naive(
-    model: str,
-    config: CalibrationConfig,
-    *,
-    budget: int = 4,
-    random_sets: int = 100,
-    seed: int = 0,
-    batch_size: int = 16,
-    dtype: str = "float32",
-    device: str = "cpu",
-    memory_budget_gb: float | None = None,
-    tolerance: float = 1e-5,
-    progress: bool = True,
-    repeats: int = 1,
-    pack_choices: bool = True,
-) -> dict:
-    """Score the benchmark workload with the fast evaluator and with naive full forwards.
-
-    The fast side's time includes its dense reference pass (the price of the cache); model loading is
-    excluded from both. With ``repeats`` > 1 both sides run that many times, interleaved (fast, naive, then
-    naive, fast, ...: drift of a shared machine hits both), each time from a freshly built evaluator (empty
-    memo, its own reference pass); times are the medians and ``speedup`` their ratio.
-
-    Returns:
-        One JSON-ready dict: wall times, block-forward and token counts, ``speedup``, ``agree`` and the
-        largest score difference.
-    """
-    benchmark_sets(load_config(model).num_hidden_layers, budget, random_sets, seed)  # bad input: fail early
-    if not isinstance(repeats, int) or repeats < 1:
-        raise UserError(f"repeats must be a positive integer, got {repeats!r}")
-    workload = {
-        "budget": budget,
-        "random_sets": random_sets,
-        "seed": seed,
-        "memory_budget_gb": memory_budget_gb,
-    }
-    build_options = {
-        "dtype": dtype,
-        "device": device,
-        "progress": progress,
-        "batch_size": batch_size,
-        "pack_choices": pack_choices,
-    }
-    seconds: dict[str, list[float]] = {"fast": [], "naive": []}
-    scores: dict[str, np.ndarray] = {}
-    evaluators: dict[str, SubsetEvaluator] = {}
-    difference = 0.0
-    for repeat in range(repeats):
-        for side in ("fast", "naive") if repeat % 2 == 0 else ("naive", "fast"):
-            evaluator, sets, scored = _score_workload(
-                model, config, side, f"{repeat + 1}/{repeats}", workload, build_options
-            )
-            if side in scores:  # every repeat must give the very same scores
-                difference = max(difference, float(np.max(np.abs(scored - scores[side]))))
-            scores[side] = scored
-            seconds[side].append(evaluator.stats.wall_seconds + evaluator.stats.reference_seconds)
-            evaluators[side] = evaluator
-    difference = max(difference, float(np.max(np.abs(scores["fast"] - scores["naive"]))))
-    settings = {
-        "budget": budget,
-        "batch_size": batch_size,
-        "dtype": dtype,
-        "repeats": repeats,
-        "tolerance": tolerance,
-    }
-    return _comparison_record(model, config, evaluators, sets, seconds, difference, settings)
+        return memo.journal_memo(self, path)

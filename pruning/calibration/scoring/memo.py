@@ -1,9 +1,11 @@
-"""The evaluator's memo as an append-only journal, so that a killed ``prune`` resumes with its scores.
+"""The evaluator's memo on disk: a JSON file of every score, and an append-only journal, so that an
+interrupted or killed ``prune`` resumes with its scores.
 
-``prune`` saves the memo (:meth:`~pruning.calibration.scorer.SubsetEvaluator.save_memo`, one JSON file) after
+``prune`` saves the memo (:func:`save_memo`, one JSON file: values, the lower bounds of sets a ranking query
+stopped early, and minibatch per-sample losses, with the model and configuration they belong to) after
 each search and on Ctrl-C; a ``kill -9``, an out-of-memory kill or a power cut mid-search used to lose every
 score of the running search. With a journal attached
-(:meth:`~pruning.calibration.scorer.SubsetEvaluator.journal_memo`), every score is also appended, as it is
+(:func:`journal_memo`), every score is also appended, as it is
 memoised, to ``memo.journal`` next to ``memo.json``:
 
 * line 1 is a header naming the format, the model, the dtype and the calibration configuration, the key
@@ -30,13 +32,27 @@ import json
 import os
 import time
 from collections.abc import Iterable
+from dataclasses import asdict
 from pathlib import Path
 
 from depthprune.errors import UserError
-from depthprune.files import write_atomically
+from depthprune.files import write_atomically, write_text_atomically
+from pruning.calibration.scoring.shortcuts import PartialScore
 from pruning.models import validate_removed
 
-__all__ = ["JOURNAL_FORMAT", "JournalledMemo", "MemoJournal", "journalled_memo"]
+__all__ = [
+    "JOURNAL_FORMAT",
+    "MEMO_FORMAT",
+    "JournalledMemo",
+    "MemoJournal",
+    "journal_memo",
+    "journalled_memo",
+    "load_memo",
+    "memo_key",
+    "save_memo",
+]
+
+MEMO_FORMAT = 1
 
 JOURNAL_FORMAT = "depthprune-memo-journal/1"
 """``format`` of a journal's header line."""
@@ -189,3 +205,85 @@ def journalled_memo(
     for removed, loss in journal.replayed:
         entries[validate_removed(removed, num_blocks)] = loss
     return JournalledMemo(entries, journal), journal
+
+
+def memo_key(evaluator) -> dict:
+    """What a memo belongs to: the model, its dtype and the calibration configuration."""
+    return {"model": evaluator.model_id, "dtype": evaluator.dtype, "config": asdict(evaluator.config)}
+
+
+def save_memo(evaluator, path: str | Path) -> Path:
+    """Write every score so far as JSON (atomically), with the model and configuration they belong to."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "format": MEMO_FORMAT,
+        **memo_key(evaluator),
+        "scores": [
+            {"removed": sorted(removed), "loss": loss}
+            for removed, loss in sorted(evaluator._memo.items(), key=lambda kv: sorted(kv[0]))
+        ],
+        # Lower bounds of sets a ranking query stopped early: never values; a resumed ranking reuses them.
+        "bounds": [
+            {
+                "removed": sorted(removed),
+                "lower_bound": partial.lower_bound(evaluator.num_samples, evaluator.loss_floor),
+            }
+            for removed, partial in sorted(evaluator._bounds.items(), key=lambda kv: sorted(kv[0]))
+        ],
+        # Per-sample losses of minibatch scores (score_samples), [[sample, loss], ...]: not values either.
+        "sample_losses": [
+            {"removed": sorted(removed), "losses": sorted(known.items())}
+            for removed, known in sorted(evaluator._sample_losses.items(), key=lambda kv: sorted(kv[0]))
+        ],
+    }
+    write_text_atomically(path, json.dumps(payload, indent=1))
+    return path
+
+
+def load_memo(evaluator, path: str | Path) -> int:
+    """Add the scores of a :func:`save_memo` file; returns how many were read (its bounds not counted).
+
+    Raises:
+        UserError: the file is missing, malformed, or belongs to another model or configuration.
+    """
+    path = Path(path)
+    try:
+        payload = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise UserError(f"memo file {str(path)!r} does not exist") from None
+    except json.JSONDecodeError as error:
+        raise UserError(f"memo file {str(path)!r} is not valid JSON ({error.msg})") from None
+    if not isinstance(payload, dict) or payload.get("format") != MEMO_FORMAT:
+        raise UserError(f"{str(path)!r} is not a depthprune score memo")
+    expected = memo_key(evaluator)
+    for key, value in expected.items():
+        if payload.get(key) != value:
+            raise UserError(f"memo {str(path)!r} was made for {key} {payload.get(key)!r}, not {value!r}")
+    for entry in payload["scores"]:
+        evaluator._memo[validate_removed(entry["removed"], evaluator.num_blocks)] = float(entry["loss"])
+    for entry in payload.get("bounds", []):
+        removed = validate_removed(entry["removed"], evaluator.num_blocks)
+        if removed not in evaluator._memo and removed not in evaluator._bounds:
+            evaluator._bounds[removed] = PartialScore(recorded_bound=float(entry["lower_bound"]))
+    for entry in payload.get("sample_losses", []):
+        known = evaluator._sample_losses.setdefault(
+            validate_removed(entry["removed"], evaluator.num_blocks), {}
+        )
+        known.update((int(sample), float(loss)) for sample, loss in entry["losses"])
+    return len(payload["scores"])
+
+
+def journal_memo(evaluator, path: str | Path) -> MemoJournal:
+    """Add the scores a killed run journalled at ``path``, and journal every new score there as it is
+    memoised (values only, never bounds; the journal above).
+
+    Returns:
+        The :class:`MemoJournal`: compact it after :func:`save_memo`.
+    """
+    evaluator._memo, journal = journalled_memo(
+        path, memo_key(evaluator), evaluator._memo, evaluator.num_blocks
+    )
+    for removed, _ in journal.replayed:
+        evaluator._bounds.pop(frozenset(removed), None)  # a value read back supersedes a bound
+    return journal

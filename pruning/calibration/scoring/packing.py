@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from pruning.calibration.objectives import CalibrationBatch
+from pruning.calibration.objectives.batches import CalibrationBatch
 from pruning.models import BlockStack
 
 

@@ -1,4 +1,5 @@
-"""The subset evaluator's exact shortcuts: shared prefix states (a trie of removal sets) and lower bounds.
+"""The subset evaluator's exact shortcuts: cached boundaries, shared prefix states (a trie of removal sets)
+and lower bounds.
 
 **Shared prefixes.** The hidden state entering block k of a model with the blocks R removed depends only
 on R ∩ [0, k). Removal sets are therefore the leaves of a trie whose depth-k nodes are those prefixes, and
@@ -9,9 +10,9 @@ pass (the prefix ∅), plus, within a memory budget and least recently used firs
 :func:`branch_points` schedule a group of sets depth first through that trie, so that a prefix the group
 shares is computed once per batch (a GA generation, exhaustive search's subsets).
 
-**Bounds.** When every per-sample loss is at least a known floor (perplexity: ≥ 0 exactly, since a
-log-softmax is never positive; KL: ≥ 0 up to rounding), the losses of the calibration batches scored so
-far, plus the floor for every sample not yet scored, give a lower bound of the final loss
+**Bounds.** When every per-sample loss is at least a known floor (the objective's ``loss_floor``: perplexity ≥
+0 exactly, since a log-softmax is never positive; KL ≥ 0 up to rounding), the losses of the calibration
+batches scored so far, plus the floor for every sample not yet scored, give a lower bound of the final loss
 (:class:`PartialScore`). A search that only needs a ranking (greedy's argmin, beam's top B, one-shot's M
 lowest, exhaustive's minimum) can stop scoring a candidate once that bound exceeds the k-th best complete
 loss: it cannot be chosen. Stopped candidates keep their partial losses, so a later request for the value
@@ -21,20 +22,37 @@ completes them from where they stopped, to the very value a full scoring gives.
 from __future__ import annotations
 
 import bisect
+import math
+import os
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import torch
 
-LOSS_FLOORS: dict[str, float] = {"perplexity": 0.0, "kl": -1e-3}
-"""Per objective, a value no per-sample loss goes below; objectives not listed (``task_margin``, a negated
-margin of any sign) get no early stopping. Perplexity's per-token NLL is ``-log_softmax``, never negative
-in floating point either. KL(dense ‖ pruned) is ≥ 0 in exact arithmetic; its float32 rounding is orders of
-magnitude smaller than the −1e-3 allowed per sample."""
-
 BOUND_TOLERANCE = 1e-9
 """Relative margin before a bound counts as above the k-th best loss: a bound is a double sum in another
 order than the final mean's, so an exact tie must never look like an excess."""
+
+
+def available_memory_bytes() -> int:
+    """Host memory available now (psutil when installed, else the page counts of the OS)."""
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except ImportError:  # pragma: no cover - psutil comes with the pinned environment
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def plan_boundaries(num_blocks: int, slots: int) -> list[int]:
+    """Which block boundaries to cache when only ``slots`` fit: evenly spaced, always including 0.
+
+    Boundary ``k`` is the hidden state entering block ``k`` (0 is the embedding output).
+    """
+    if slots >= num_blocks:
+        return list(range(num_blocks))
+    slots = max(slots, 1)
+    return sorted({math.floor(j * num_blocks / slots) for j in range(slots)})
 
 
 @dataclass

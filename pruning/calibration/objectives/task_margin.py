@@ -1,0 +1,47 @@
+"""``task_margin``: PuDDing's task likelihood margin on multiple-choice items.
+
+With ℓ(choice) the mean log-probability of the answer tokens given ``"Question: {context}\\nAnswer:
+{choice}"`` (for a fill-in-the-blank item, of the sentence with the blank filled: PuDDing's WinoGrande), an
+item with correct choice c scores Σ_{j≠c} (ℓ_c − ℓ_j); its loss is the negated margin (more negative =
+better). The choices are answer *texts* (:mod:`pruning.calibration.data.commonsense` parses them out of
+Commonsense-170k's instructions). Only the answer positions go through the LM head. Facts:
+``depthprune.core.objectives.OBJECTIVES["task_margin"]``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pruning.calibration.objectives.batches import CalibrationBatch, Head, Reference, as_loss_dtype, chunked
+
+if TYPE_CHECKING:
+    import torch
+
+
+def loss(
+    batch: CalibrationBatch, hidden: torch.Tensor, head: Head, reference: Reference | None = None
+) -> torch.Tensor:
+    """Negated PuDDing margin per multiple-choice item ``[num_samples]``.
+
+    The LM head sees the answer positions only.
+    """
+    import torch
+
+    answer_hidden = hidden[batch.answer_rows, batch.answer_positions]
+    token_logprobs = []
+    for start, chunk in chunked(answer_hidden):
+        logprobs = torch.log_softmax(as_loss_dtype(head(chunk)), dim=-1)
+        tokens = batch.answer_tokens[start : start + chunk.shape[0]]
+        token_logprobs.append(logprobs.gather(1, tokens[:, None])[:, 0])
+    token_logprobs = torch.cat(token_logprobs)
+    sequences = hidden.shape[0]
+    zeros = token_logprobs.new_zeros(sequences)
+    answer_sum = zeros.index_add(0, batch.answer_rows, token_logprobs)
+    answer_len = zeros.index_add(0, batch.answer_rows, torch.ones_like(token_logprobs))
+    mean_logprob = answer_sum / answer_len  # ℓ per (item, choice) sequence
+    items = batch.num_samples
+    total = mean_logprob.new_zeros(items).index_add(0, batch.sequence_item, mean_logprob)
+    choices = mean_logprob.new_zeros(items).index_add(0, batch.sequence_item, torch.ones_like(mean_logprob))
+    # Σ_{j≠c} (ℓ_c − ℓ_j) = k·ℓ_c − Σ_j ℓ_j
+    margin = choices * mean_logprob[batch.correct_sequence] - total
+    return -margin
