@@ -38,7 +38,7 @@ import httpx
 import psutil
 from docs_section import write_section  # benchmarks/, on sys.path when run as a script
 
-from depthprune.checksums import weights_sha256
+from depthprune.core.checksums import weights_sha256
 from depthprune.testing.models import save_tiny_model
 from depthprune.testing.servers import running_gateway
 from pruning.checkpoint import write_pruned_checkpoint

@@ -1,9 +1,10 @@
-"""Command line and shared settings of depthprune."""
+"""depthprune: the shell (:mod:`~depthprune.cli`), the demo's assets (:mod:`~depthprune.demo`), the testing
+kit (:mod:`~depthprune.testing`) and the ground every package stands on (:mod:`~depthprune.core`)."""
 
 from importlib.metadata import PackageNotFoundError, version
 
-from depthprune.errors import UserError
-from depthprune.settings import default_registry_url, home_dir, variants_dir
+from depthprune.core.errors import UserError
+from depthprune.core.settings import default_registry_url, home_dir, variants_dir
 
 try:
     __version__ = version("depthprune")

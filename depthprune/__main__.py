@@ -1,5 +1,5 @@
 """``python -m depthprune`` is the console script."""
 
-from depthprune.cli import main
+from depthprune.cli.app import main
 
 main()

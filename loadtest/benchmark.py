@@ -41,7 +41,7 @@ class SweepConfig:
     """No new step starts after this many seconds."""
 
     def __post_init__(self):
-        from depthprune.errors import UserError
+        from depthprune.core.errors import UserError
 
         if self.start_rate is not None and not (self.start_rate > 0 and math.isfinite(self.start_rate)):
             raise UserError("the sweep's start rate must be a positive finite number")

@@ -15,8 +15,8 @@ from urllib.parse import urlparse
 
 import typer
 
-from depthprune.errors import UserError
-from depthprune.options import JsonOption, RegistryOption, SeedOption
+from depthprune.core.errors import UserError
+from depthprune.core.options import JsonOption, RegistryOption, SeedOption
 from loadtest.benchmark import SweepConfig
 from loadtest.compare import parse_blocks_overrides
 from loadtest.config import LoadConfig
@@ -73,7 +73,7 @@ def parse_models(spec: str, target: str) -> dict[str, str]:
 
 
 # The options of ``loadtest`` too long to fit on one line of its signature, named here so that the signature
-# reads as one line per option (the options every command shares are in ``depthprune.options``).
+# reads as one line per option (the options every command shares are in ``depthprune.core.options``).
 TargetOption = Annotated[
     str, typer.Option(help="Base URL of the gateway or vLLM server that serves the models.")
 ]

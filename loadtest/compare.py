@@ -16,7 +16,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 
 THROUGHPUT_KEYS = ("request_throughput", "output_throughput", "total_token_throughput")
 """Higher is better; the ideal ratio is N/(N-M)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 
 
 @dataclass

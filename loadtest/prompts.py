@@ -18,8 +18,8 @@ from typing import Protocol
 
 import httpx
 
+from depthprune.core.errors import UserError
 from depthprune.demo.paths import built_data_file
-from depthprune.errors import UserError
 
 # Common English words for synthetic prompts when the tokenizer's own vocabulary is not at hand.
 ENGLISH_WORDS = (

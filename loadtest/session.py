@@ -22,7 +22,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 from loadtest.benchmark import Benchmark, Measurement, SweepConfig, build_result, run
 from loadtest.blocks import block_counts
 from loadtest.client import RequestResult, served_models

@@ -13,7 +13,7 @@ checkpoint), :mod:`pruning.prune` (the ``prune`` pipeline) and :mod:`pruning.cli
 resolved on first use, so ``import pruning`` does not import torch.
 """
 
-from depthprune.lazy import lazy_exports
+from depthprune.core.lazy import lazy_exports
 
 _EXPORTS = {
     "prune": "pruning.prune",

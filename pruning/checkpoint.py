@@ -34,8 +34,8 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
-from depthprune.checksums import WEIGHT_PATTERNS, weights_sha256
-from depthprune.errors import UserError
+from depthprune.core.checksums import WEIGHT_PATTERNS, weights_sha256
+from depthprune.core.errors import UserError
 from pruning.disk_space import checkpoint_bytes, full_disk_as_user_error
 from pruning.model_sources import GgufSource
 from pruning.models import load_config, resolve, validate_removed
@@ -59,7 +59,7 @@ class PrunedCheckpoint:
     base_revision: str | None
     """Hub revision (commit) of the base model; None for a local directory."""
     base_weights_sha256: str
-    """sha256 of the base model's weight files (:func:`depthprune.checksums.weights_sha256`)."""
+    """sha256 of the base model's weight files (:func:`depthprune.core.checksums.weights_sha256`)."""
     architecture: str
     """transformers ``model_type`` of the base model."""
     base_num_blocks: int

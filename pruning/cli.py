@@ -2,8 +2,8 @@
 ``eval`` and ``study``.
 
 Each function's typed signature is its command line (typer). Options every command shares (registry, dtype,
-device, seed, ``--json``) come from :mod:`depthprune.options`; options several commands of this module share
-are the aliases below. Heavy modules (torch, transformers) are imported inside the functions so that
+device, seed, ``--json``) come from :mod:`depthprune.core.options`; options several commands of this module
+share are the aliases below. Heavy modules (torch, transformers) are imported inside the functions so that
 ``depthprune --help`` stays fast.
 """
 
@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from depthprune.core.objectives import get_objective, objectives_help
-from depthprune.options import DeviceOption, DtypeOption, JsonOption, RegistryOption, SeedOption
+from depthprune.core.options import DeviceOption, DtypeOption, JsonOption, RegistryOption, SeedOption
 
 # Help texts list the searches from their source, so a new search shows up without editing them.
 from pruning.search import SEARCHES, STUDY_SEARCHES
@@ -123,7 +123,7 @@ def _integers(text: str, what: str) -> tuple[int, ...]:
     try:
         return tuple(int(item) for item in text.split(",") if item.strip())
     except ValueError:
-        from depthprune.errors import UserError
+        from depthprune.core.errors import UserError
 
         raise UserError(f"{what} must be integers separated by commas, got {text!r}") from None
 
@@ -653,7 +653,7 @@ def _demo_data_spec(model: str, data_kind: str) -> str:
     from depthprune.demo.paths import data_file
 
     if not data_file(model, "text_test").parent.is_dir():
-        from depthprune.errors import UserError
+        from depthprune.core.errors import UserError
 
         raise UserError(f"{model} has no demo data/ directory: pass --data (e.g. text:PATH or mc:PATH)")
     return f"{'demo:text' if data_kind == 'text' else 'demo:qa'}@{model}"

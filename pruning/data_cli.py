@@ -15,7 +15,7 @@ from typing import Annotated
 
 import typer
 
-from depthprune.options import JsonOption
+from depthprune.core.options import JsonOption
 from pruning.cli import SamplingOption
 
 app = typer.Typer(
@@ -69,7 +69,7 @@ def show(
     """
     from transformers import AutoTokenizer
 
-    from depthprune.errors import UserError
+    from depthprune.core.errors import UserError
     from pruning.calibration.data.items import SAMPLINGS
     from pruning.calibration.data.show import show_instances
     from pruning.prune import canonical_model

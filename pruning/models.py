@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 from pruning.model_sources import ResolvedModel, resolve_model
 
 # model_type -> the causal-LM class name transformers uses for it.

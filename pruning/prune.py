@@ -51,8 +51,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from depthprune import settings as depthprune_settings
-from depthprune.errors import UserError
+from depthprune.core import settings as depthprune_settings
+from depthprune.core.errors import UserError
 from pruning.calibration.config import CalibrationConfig
 from pruning.disk_space import full_disk_as_user_error, is_disk_full
 from pruning.search import ALL_SEARCHES, OBJECTIVE_CHECKS, OPTIONS, PRIOR_GUIDED, SEARCHES, TrackedObjective

@@ -34,8 +34,8 @@ from pathlib import Path
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from depthprune.errors import UserError
-from depthprune.settings import default_registry_url
+from depthprune.core.errors import UserError
+from depthprune.core.settings import default_registry_url
 from registry.database import WRITE_OPTION, create_registry_engine, display_url, retrying
 from registry.integrity import check_model_files, hash_model_files
 from registry.naming import (
@@ -65,7 +65,7 @@ def open_registry(url: str | None = None) -> Registry:
     """Connect to the registry, creating or upgrading its schema.
 
     Args:
-        url: SQLAlchemy URL; default :func:`depthprune.settings.default_registry_url` (the
+        url: SQLAlchemy URL; default :func:`depthprune.core.settings.default_registry_url` (the
             ``DEPTHPRUNE_REGISTRY_URL`` environment variable, else a SQLite file under ``DEPTHPRUNE_HOME``).
 
     Returns:
@@ -183,7 +183,7 @@ class Registry:
         Args:
             model: hub id or local directory (a directory is stored as its absolute path).
             revision: hub revision, if any.
-            weights_sha256: :func:`depthprune.checksums.weights_sha256` of its weights.
+            weights_sha256: :func:`depthprune.core.checksums.weights_sha256` of its weights.
             num_blocks: number of decoder blocks N.
             architecture: ``config.model_type``.
             path: local directory of the weights (defaults to ``model`` when that is a directory).

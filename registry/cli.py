@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from depthprune.errors import UserError
-from depthprune.options import JsonOption, RegistryOption
+from depthprune.core.errors import UserError
+from depthprune.core.options import JsonOption, RegistryOption
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -305,7 +305,7 @@ def export(
     as_json: JsonOption = False,
 ) -> None:
     """Export every variant with its evaluations and serving benchmarks as JSON or CSV."""
-    from depthprune.files import write_text_atomically
+    from depthprune.core.files import write_text_atomically
     from registry.export import FORMATS, export_document, render_export
 
     if export_format not in FORMATS:

@@ -21,8 +21,8 @@ import socket
 import time
 from pathlib import Path
 
-from depthprune.files import write_text_atomically
-from depthprune.settings import home_dir
+from depthprune.core.files import write_text_atomically
+from depthprune.core.settings import home_dir
 
 __all__ = ["active_leases", "remove_lease", "serving_gateways", "write_lease"]
 

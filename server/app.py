@@ -64,7 +64,7 @@ def create_app(
     Returns:
         The ASGI application; run it with uvicorn.
     """
-    from depthprune.errors import UserError
+    from depthprune.core.errors import UserError
 
     try:
         router = build_router(settings, seed)

@@ -37,8 +37,8 @@ from pathlib import Path
 
 import httpx
 
-from depthprune.errors import UserError
-from depthprune.settings import home_dir
+from depthprune.core.errors import UserError
+from depthprune.core.settings import home_dir
 from server.settings import BackendSpec, GatewaySettings, VllmOptions
 from server.supervisor import group_members
 

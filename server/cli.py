@@ -22,8 +22,8 @@ from typing import Annotated, Any
 
 import typer
 
-from depthprune.errors import UserError
-from depthprune.options import RegistryOption
+from depthprune.core.errors import UserError
+from depthprune.core.options import RegistryOption
 from server.launch import gateway_summary, serve_gateway
 from server.settings import BackendSpec, GatewaySettings, VariantMetadata, VllmOptions, load_config_file
 
@@ -192,7 +192,7 @@ def build_settings(options: dict[str, Any], file_config: dict[str, Any]) -> Gate
 
 
 # The options of ``serve`` too long to fit on one line of its signature, named here so that the signature
-# reads as one line per option (the options every command shares are in ``depthprune.options``).
+# reads as one line per option (the options every command shares are in ``depthprune.core.options``).
 VariantsOption = Annotated[
     str | None,
     typer.Option(

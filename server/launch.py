@@ -18,7 +18,7 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 from registry.serving import remove_lease, write_lease
 from server.app import create_app
 from server.backends import BackendPool

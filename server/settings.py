@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 
 
 @dataclass

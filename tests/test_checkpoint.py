@@ -10,8 +10,8 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from depthprune.checksums import weights_sha256
-from depthprune.errors import UserError
+from depthprune.core.checksums import weights_sha256
+from depthprune.core.errors import UserError
 from depthprune.testing.generation import transformers_greedy, vllm_greedy
 from pruning.checkpoint import PrunedCheckpoint, staged_directory, write_pruned_checkpoint
 from pruning.models import BlockStack

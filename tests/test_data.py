@@ -6,8 +6,8 @@ import json
 
 import pytest
 
+from depthprune.core.errors import UserError
 from depthprune.demo.paths import data_file
-from depthprune.errors import UserError
 from depthprune.testing.data import write_jsonl
 from pruning.calibration import data
 from pruning.calibration.data.commonsense import parse_commonsense_row

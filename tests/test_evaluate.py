@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 from depthprune.testing.cli import run_cli
 from depthprune.testing.data import demo_like_model, random_questions, random_texts
 

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 from depthprune.testing.cli import run_cli
 from depthprune.testing.data import demo_like_model, random_questions, random_texts, read_jsonl, write_jsonl
 from pruning.calibration.config import CalibrationConfig

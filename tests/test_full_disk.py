@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 from depthprune.testing.data import random_texts, write_jsonl
 from pruning.disk_space import full_disk_as_user_error, human_bytes, is_disk_full
 

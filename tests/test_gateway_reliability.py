@@ -28,7 +28,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 from depthprune.testing.fake_vllm import ThreadServer, create_fake_app, serve_in_thread
 from depthprune.testing.servers import free_port, wait_until
 from server import BackendSpec, GatewaySettings, create_app

@@ -18,9 +18,9 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from depthprune.checksums import weights_sha256
-from depthprune.errors import UserError
-from depthprune.settings import home_dir
+from depthprune.core.checksums import weights_sha256
+from depthprune.core.errors import UserError
+from depthprune.core.settings import home_dir
 from pruning.calibration.data.sampling import text_windows
 from pruning.calibration.data.specs import load_documents
 from pruning.checkpoint import PrunedCheckpoint, write_pruned_checkpoint

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 from depthprune.testing.cli import run_cli
 from depthprune.testing.servers import free_port
 from loadtest import (

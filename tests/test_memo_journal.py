@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 from depthprune.testing.data import random_texts, write_jsonl
 from pruning.calibration.scoring.memo import MemoJournal, journalled_memo
 

@@ -16,7 +16,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import pruning.model_sources as model_sources
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 from depthprune.testing.models import tiny_model
 from pruning.model_sources import EMBEDDED_MODELS, read_source, resolve_model
 from pruning.models import load_config, load_model

@@ -5,7 +5,7 @@ import copy
 import pytest
 import torch
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 from depthprune.testing.models import tiny_model
 from pruning.models import BlockStack, parse_block_list, validate_removed
 

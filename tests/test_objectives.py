@@ -7,7 +7,7 @@ import copy
 import pytest
 import torch
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 from pruning.calibration.config import CalibrationConfig
 from pruning.calibration.data.items import ChoiceItem, ChoiceSamples, TextSamples
 from pruning.calibration.objectives import OBJECTIVES, loss_of

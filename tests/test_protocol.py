@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 from depthprune.testing.data import random_texts, write_jsonl
 from depthprune.testing.objectives import ScreenedSyntheticObjective, SyntheticObjective
 from pruning.search import SEARCHES

@@ -7,7 +7,7 @@ import random
 
 import pytest
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 from depthprune.testing.cli import run_cli
 from depthprune.testing.data import random_questions, random_texts, write_jsonl
 from depthprune.testing.objectives import SyntheticObjective

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from depthprune.checksums import weights_sha256
-from depthprune.errors import UserError
+from depthprune.core.checksums import weights_sha256
+from depthprune.core.errors import UserError
 from depthprune.testing.postgres import (
     create_database_at,
     drop_database_at,

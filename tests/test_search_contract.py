@@ -17,7 +17,7 @@ import math
 import numpy as np
 import pytest
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 from depthprune.testing.objectives import (
     ScreenedSyntheticObjective,
     SyntheticObjective,

@@ -12,7 +12,7 @@ import socket
 import httpx
 import pytest
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 from depthprune.testing.cli import run_cli
 from depthprune.testing.fake_vllm import create_fake_app, serve_in_thread
 from depthprune.testing.servers import free_port, running_gateway

@@ -30,7 +30,7 @@ EXACT = {"ignore_eos": True}  # exactly max_tokens tokens, whatever the random m
 @pytest.fixture(scope="session")
 def served_gateway(tiny_model_dirs, tmp_path_factory):
     """``(base URL, startup summary)`` of ``depthprune serve`` over a registry with dense and ppl-best."""
-    from depthprune.checksums import weights_sha256
+    from depthprune.core.checksums import weights_sha256
     from pruning.checkpoint import write_pruned_checkpoint
     from registry import open_registry
 

@@ -336,7 +336,7 @@ def test_tiny_study_end_to_end_and_resume(tiny_demo_like, tmp_path, capsys, monk
 
 
 def test_study_config_rejects_bad_grids(tiny_demo_like, tmp_path):
-    from depthprune.errors import UserError
+    from depthprune.core.errors import UserError
     from pruning.study.grid import StudyConfig, plan_study
 
     with pytest.raises(UserError, match="at least two"):
@@ -362,7 +362,7 @@ def test_study_config_rejects_bad_grids(tiny_demo_like, tmp_path):
 
 
 def test_study_searches_groups():
-    from depthprune.errors import UserError
+    from depthprune.core.errors import UserError
     from pruning.search import STUDY_SEARCHES
     from pruning.study.grid import STUDY_BASELINES, study_searches
 

@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 from pruning.study.grid import StudyConfig, run_study
 from pruning.study.healing import HealOption, parse_heal_option
 from pruning.study.statistics import inter_method_variance

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 
 TEXT = "text"
 """Data kind: text documents, cut into windows or instances of ``seq_len`` tokens."""

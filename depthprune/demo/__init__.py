@@ -1,16 +1,15 @@
-"""The demo: a small model trained here on a generated corpus, its data, and the end-to-end ``make demo``.
+"""The demo's assets: a small model trained here on a generated corpus, and its data.
 
 * :mod:`~depthprune.demo.recipe` — what the demo model is (:class:`DemoRecipe`, ``RECIPES``);
 * :mod:`~depthprune.demo.paths` — where it and its held-out data live (the one definition of that layout);
 * :mod:`~depthprune.demo.corpus` — the generated world and corpus;
-* :mod:`~depthprune.demo.model` — building it (tokenizer, training, quality);
-* :mod:`~depthprune.demo.pipeline` — ``depthprune demo``: prune, evaluate, serve, load-test, one table.
+* :mod:`~depthprune.demo.model` — building it (tokenizer, training, quality).
 
-The first four stand on nothing but the ground (errors, settings) and torch; ``pipeline`` stands on every
-package. Names are resolved on first use.
+They stand on nothing but the ground (:mod:`depthprune.core`) and torch; the end-to-end ``depthprune demo``
+that stands on every package is the shell's (:mod:`depthprune.cli.demo`). Names are resolved on first use.
 """
 
-from depthprune.lazy import lazy_exports
+from depthprune.core.lazy import lazy_exports
 
 _EXPORTS = {
     "DemoRecipe": "depthprune.demo.recipe",

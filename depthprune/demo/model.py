@@ -35,9 +35,9 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from depthprune.core.errors import UserError
 from depthprune.demo.paths import DATA_FILES, data_file, default_demo_dir
 from depthprune.demo.recipe import FORMAT_VERSION, DemoRecipe
-from depthprune.errors import UserError
 
 # Steps between re-reading the load average to choose the thread count.
 THREAD_CHECK_STEPS = 20

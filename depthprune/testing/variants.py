@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from depthprune.checksums import weights_sha256
+from depthprune.core.checksums import weights_sha256
 from registry.records import BaseModelInfo, VariantInfo, VariantRecord
 
 __all__ = [

@@ -9,7 +9,7 @@
   shortcuts, memo, packing, statistics and the naive-comparison bench.
 """
 
-from depthprune.lazy import lazy_exports
+from depthprune.core.lazy import lazy_exports
 
 _EXPORTS = {
     "DataSpec": "pruning.calibration.data.items",

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from depthprune.core.errors import UserError
 from depthprune.core.objectives import TEXT, Objective, get_objective
-from depthprune.errors import UserError
 from pruning.calibration.data.items import SAMPLINGS
 from pruning.calibration.data.specs import parse_spec
 

@@ -8,7 +8,7 @@
 * ``tasks/`` — lm-eval task YAMLs of the project (the demo QA task, the pydoc cloze task).
 """
 
-from depthprune.lazy import lazy_exports
+from depthprune.core.lazy import lazy_exports
 
 _EXPORTS = {
     "EvalSettings": "pruning.evaluation.suites",

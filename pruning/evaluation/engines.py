@@ -17,7 +17,7 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 
 ENGINES = ("auto", "vllm", "torch")
 # Earlier name of the torch engine, still accepted on the command line.

@@ -41,8 +41,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from depthprune.core.errors import UserError
 from depthprune.demo.paths import data_file, find_demo_dir
-from depthprune.errors import UserError
 
 PERPLEXITY_TASKS = {"wikitext2": "wikitext2", "c4": "c4", "lambada": "lambada"}
 """Perplexity task name -> :mod:`pruning.calibration.data` spec (test split)."""
@@ -212,7 +212,7 @@ def pydoc_cloze_task_config() -> dict:
 
     import yaml
 
-    from depthprune.settings import home_dir
+    from depthprune.core.settings import home_dir
     from pruning.calibration.data.pydoc import cloze_items
 
     rows = [
@@ -461,7 +461,7 @@ def _variant_for_directory(directory: Path, registry):
             return variant
     pruning_file = directory / "pruning.json"
     if not pruning_file.is_file():
-        from depthprune.checksums import weights_sha256
+        from depthprune.core.checksums import weights_sha256
         from pruning.models import load_config
 
         config = load_config(str(directory))

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 from pruning.calibration.data.items import TEXT
 from pruning.calibration.data.sources import HEAL_SOURCES
 from pruning.calibration.data.specs import parse_spec

@@ -23,8 +23,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from depthprune import settings as depthprune_settings
-from depthprune.errors import UserError
+from depthprune.core import settings as depthprune_settings
+from depthprune.core.errors import UserError
 from pruning.checkpoint import PRUNING_FILE
 from pruning.healing.config import HealConfig
 from pruning.healing.data import HealingData, load_healing_data
@@ -137,7 +137,7 @@ def plan_heal(config: HealConfig, registry) -> HealPlan:
 
 def _finished(plan: HealPlan) -> VariantRecord | None:
     """The record of an earlier run of the same plan whose checkpoint is still intact, else None."""
-    from depthprune.checksums import weights_sha256
+    from depthprune.core.checksums import weights_sha256
 
     done = plan.run_dir / DONE_FILE
     if not done.is_file() or not (plan.out / PRUNING_FILE).is_file():

@@ -18,7 +18,7 @@ from functools import partial
 from pathlib import Path
 
 import depthprune
-from depthprune.checksums import weights_sha256
+from depthprune.core.checksums import weights_sha256
 from pruning.checkpoint import PRUNING_FILE, PrunedCheckpoint, model_card, staged_directory
 from pruning.disk_space import checkpoint_bytes, full_disk_as_user_error
 from pruning.models import load_config

@@ -61,7 +61,7 @@ OBJECTIVE_CHECKS = {
     name: module.check_objective for name, module in MODULES.items() if hasattr(module, "check_objective")
 }
 """name -> ``check_objective(objective)`` of the searches that cannot run under some calibration
-objectives: it raises a one-line :class:`~depthprune.errors.UserError` for those (asked before any model
+objectives: it raises a one-line :class:`~depthprune.core.errors.UserError` for those (asked before any model
 is loaded)."""
 
 PRIOR_GUIDED = frozenset(name for name, options in OPTIONS.items() if "prior" in options.__dataclass_fields__)

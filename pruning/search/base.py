@@ -11,7 +11,7 @@ Every algorithm in this package is one function with one signature::
 
 ``budget`` is M, the number of blocks to remove. ``options`` are parsed into the algorithm's own
 ``Options`` dataclass (:func:`parse_options`), so an unknown or invalid option is a one-line
-:class:`~depthprune.errors.UserError`, and the settings as used are returned in ``SearchResult.options``.
+:class:`~depthprune.core.errors.UserError`, and the settings as used are returned in ``SearchResult.options``.
 
 Searches that score many sets at once, or need only a ranking, go through :func:`score_many`,
 :func:`rank_lowest` and :func:`rank_prior`: the evaluator answers them with exact shortcuts (shared prefix
@@ -29,8 +29,8 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
+from depthprune.core.errors import UserError
 from depthprune.core.objectives import Objective
-from depthprune.errors import UserError
 
 
 @runtime_checkable

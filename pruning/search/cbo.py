@@ -44,8 +44,8 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
+from depthprune.core.errors import UserError
 from depthprune.core.objectives import OBJECTIVES, Objective
-from depthprune.errors import UserError
 from pruning.search.base import (
     SearchResult,
     SubsetObjective,

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 from pruning.search.base import (
     SampleScoringObjective,
     ScreeningObjective,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 from pruning.search.base import (
     SearchResult,
     SubsetObjective,

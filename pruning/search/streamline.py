@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 from pruning.search.base import (
     SearchResult,
     SubsetObjective,

@@ -9,7 +9,7 @@
 * :mod:`~pruning.study.worker` — ``study --worker``: cells claimed from the registry's work queue.
 """
 
-from depthprune.lazy import lazy_exports
+from depthprune.core.lazy import lazy_exports
 
 _EXPORTS = {
     "StudyConfig": "pruning.study.grid",

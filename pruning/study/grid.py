@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 
 DEFAULT_DATA = {"text": "c4", "multiple_choice": "commonsense170k"}
 """Calibration data per data kind for a hub model (the study's C4 and Commonsense-170k)."""

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 
 STUDY_HEAL_METHODS = ("lora", "distill")
 """``--heal`` methods: those of :data:`pruning.healing.config.METHODS`."""

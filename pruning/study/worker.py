@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 from pruning.study.grid import (
     CellResult,
     StudyConfig,

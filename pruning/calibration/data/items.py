@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from depthprune.core.errors import UserError
 from depthprune.core.objectives import MULTIPLE_CHOICE, TEXT
-from depthprune.errors import UserError
 
 SPLITS = ("calibration", "heal", "test")
 SAMPLINGS = ("documents", "stream")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 from pruning.calibration.data.items import (
     ANSWER_SCORING,
     MULTIPLE_CHOICE,

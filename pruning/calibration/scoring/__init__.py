@@ -10,7 +10,7 @@
 * :mod:`.bench` — the naive-comparison bench (:func:`compare_with_naive`).
 """
 
-from depthprune.lazy import lazy_exports
+from depthprune.core.lazy import lazy_exports
 
 _EXPORTS = {
     "SubsetEvaluator": "pruning.calibration.scoring.evaluator",

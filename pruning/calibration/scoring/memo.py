@@ -35,8 +35,8 @@ from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
 
-from depthprune.errors import UserError
-from depthprune.files import write_atomically, write_text_atomically
+from depthprune.core.errors import UserError
+from depthprune.core.files import write_atomically, write_text_atomically
 from pruning.calibration.scoring.shortcuts import PartialScore
 from pruning.models import validate_removed
 

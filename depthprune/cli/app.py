@@ -14,11 +14,11 @@ import sys
 
 import typer
 
-from depthprune.errors import UserError
+from depthprune.core.errors import UserError
 
 # name -> "module:attribute"; an attribute that is a typer.Typer becomes a command group.
 COMMANDS = {
-    "demo-model": "depthprune.demo.cli:demo_model",
+    "demo-model": "depthprune.cli.demo_model:demo_model",
     "checkpoint": "pruning.cli:checkpoint",
     "prune": "pruning.cli:prune",
     "heal": "pruning.cli:heal",
@@ -29,7 +29,7 @@ COMMANDS = {
     "variants": "registry.cli:app",
     "serve": "server.cli:serve",
     "loadtest": "loadtest.cli:loadtest",
-    "demo": "depthprune.demo.pipeline:demo",
+    "demo": "depthprune.cli.demo:demo",
 }
 
 

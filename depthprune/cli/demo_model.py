@@ -11,8 +11,8 @@ from typing import Annotated
 
 import typer
 
+from depthprune.core.errors import UserError
 from depthprune.demo.recipe import RECIPES
-from depthprune.errors import UserError
 
 
 def demo_model(

@@ -35,9 +35,9 @@ from typing import Annotated
 
 import typer
 
+from depthprune.core.errors import UserError
 from depthprune.core.objectives import OBJECTIVES
-from depthprune.errors import UserError
-from depthprune.settings import default_registry_url, home_dir
+from depthprune.core.settings import default_registry_url, home_dir
 
 DEMO_MODEL = "demo"
 """``--model demo``: the small Llama the demo trains itself (cached), with its generated data."""

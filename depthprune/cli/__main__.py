@@ -1,0 +1,5 @@
+"""``python -m depthprune.cli`` is the console script."""
+
+from depthprune.cli.app import main
+
+main()
