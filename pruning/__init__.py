@@ -32,8 +32,8 @@ _EXPORTS = {
     "evaluate_variants": "pruning.evaluation.suites",
     "HealConfig": "pruning.healing.config",
     "heal": "pruning.healing.heal",
-    "StudyConfig": "pruning.study.grid",
-    "run_study": "pruning.study.grid",
+    "StudyConfig": "pruning.study.plan",
+    "run_study": "pruning.study.run",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

@@ -605,7 +605,8 @@ def study(
     --worker, start the same command on several machines against one PostgreSQL --registry to share the grid.
     """
     from pruning.prune import parse_option_assignments
-    from pruning.study.grid import StudyConfig, run_study, study_searches
+    from pruning.study.plan import StudyConfig, study_searches
+    from pruning.study.run import run_study
 
     names = study_searches(searches)
     config = StudyConfig(

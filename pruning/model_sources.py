@@ -44,7 +44,7 @@ GGUF_MAGIC = b"GGUF"
 SOURCE_FILE = "source.json"
 
 # GGUF ``general.architecture`` -> the transformers ``model_type`` its legacy GGUF loader builds.
-# Only architectures depthprune prunes (pruning.models.SUPPORTED_ARCHITECTURES) are listed.
+# Only architectures depthprune prunes (pruning.architectures.SUPPORTED_ARCHITECTURES) are listed.
 GGUF_MODEL_TYPES = {
     "llama": "llama",
     "mistral": "mistral",
@@ -263,12 +263,12 @@ def _read_gguf_header(path: Path) -> tuple[str, str | None]:
 def check_gguf_architecture(path: Path, architecture: str, name: str | None = None) -> str:
     """The transformers ``model_type`` a GGUF of ``architecture`` converts to, or a one-line UserError.
 
-    Both conditions must hold: transformers can dequantise the architecture (its GGUF loader lists it),
-    and depthprune can prune the model type it becomes (:data:`pruning.models.SUPPORTED_ARCHITECTURES`).
+    Both conditions must hold: transformers can dequantise the architecture (its GGUF loader lists it), and
+    depthprune can prune the model type it becomes (:data:`pruning.architectures.SUPPORTED_ARCHITECTURES`).
     """
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
-    from pruning.models import SUPPORTED_ARCHITECTURES
+    from pruning.architectures import SUPPORTED_ARCHITECTURES
 
     prunable = sorted(
         arch

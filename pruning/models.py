@@ -29,24 +29,8 @@ import torch
 from torch import nn
 
 from depthprune.core.errors import UserError
+from pruning.architectures import check_supported
 from pruning.model_sources import ResolvedModel, resolve_model
-
-# model_type -> the causal-LM class name transformers uses for it.
-SUPPORTED_ARCHITECTURES = {
-    "llama": "LlamaForCausalLM",
-    "qwen2": "Qwen2ForCausalLM",
-    "qwen3": "Qwen3ForCausalLM",
-    "mistral": "MistralForCausalLM",
-    "gemma3_text": "Gemma3ForCausalLM",
-}
-
-
-def check_supported(config: Any) -> None:
-    """Raise a :class:`UserError` naming the supported architectures when ``config`` is not one."""
-    model_type = getattr(config, "model_type", None)
-    if model_type not in SUPPORTED_ARCHITECTURES:
-        supported = ", ".join(f"{name} ({cls})" for name, cls in SUPPORTED_ARCHITECTURES.items())
-        raise UserError(f"unsupported architecture {model_type!r}; supported: {supported}")
 
 
 def resolve(model: str, revision: str | None = None) -> ResolvedModel:

@@ -301,8 +301,8 @@ def test_lorp_and_streamline_on_the_tiny_model(demo_evaluator):
 def test_study_report_draws_the_similarity_with_its_clusters(tmp_path):
     import matplotlib
 
+    from pruning.study.cells import CellResult
     from pruning.study.figures import similarity_figure
-    from pruning.study.grid import CellResult
     from pruning.study.tables import StudyView
 
     matplotlib.use("Agg")

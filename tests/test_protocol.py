@@ -105,7 +105,7 @@ def test_standalone_runs_each_search_on_a_cold_objective():
 def test_timing_is_checked_and_recorded_in_the_study_summary(tiny_model_dirs, tmp_path):
     from pruning.calibration.config import CalibrationConfig
     from pruning.prune import PruneConfig
-    from pruning.study.grid import StudyConfig, plan_study, plan_summary
+    from pruning.study.plan import StudyConfig, plan_study, plan_summary
 
     calibration = CalibrationConfig("perplexity", "demo:text", samples=4, seq_len=32)
     with pytest.raises(UserError, match="--timing must be one of shared, standalone"):

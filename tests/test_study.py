@@ -142,7 +142,7 @@ def hand_metrics(ppl, hellaswag, winogrande) -> dict:
 
 @pytest.fixture
 def hand_report():
-    from pruning.study.grid import CellResult
+    from pruning.study.cells import CellResult
     from pruning.study.tables import build_sections
 
     cells = [
@@ -253,7 +253,8 @@ def test_accuracy_movement_and_pooled_jaccard_rows(hand_report):
 def test_tiny_study_end_to_end_and_resume(tiny_demo_like, tmp_path, capsys, monkeypatch):
     import json
 
-    from pruning.study.grid import StudyConfig, run_study
+    from pruning.study.plan import StudyConfig
+    from pruning.study.run import run_study
     from registry import open_registry
 
     config = StudyConfig(
@@ -337,7 +338,7 @@ def test_tiny_study_end_to_end_and_resume(tiny_demo_like, tmp_path, capsys, monk
 
 def test_study_config_rejects_bad_grids(tiny_demo_like, tmp_path):
     from depthprune.core.errors import UserError
-    from pruning.study.grid import StudyConfig, plan_study
+    from pruning.study.plan import StudyConfig, plan_study
 
     with pytest.raises(UserError, match="at least two"):
         StudyConfig(model=str(tiny_demo_like), drops=(2,), searches=("greedy",))
@@ -364,7 +365,7 @@ def test_study_config_rejects_bad_grids(tiny_demo_like, tmp_path):
 def test_study_searches_groups():
     from depthprune.core.errors import UserError
     from pruning.search import STUDY_SEARCHES
-    from pruning.study.grid import STUDY_BASELINES, study_searches
+    from pruning.study.plan import STUDY_BASELINES, study_searches
 
     assert study_searches("study") == STUDY_SEARCHES and len(STUDY_SEARCHES) == 7
     assert study_searches("all") == STUDY_SEARCHES + ("block_influence", "lorp", "streamline")
@@ -378,7 +379,7 @@ def test_study_searches_groups():
 
 
 def test_report_names_the_model_as_the_user_did(tiny_demo_like):
-    from pruning.study.grid import StudyConfig, plan_study, plan_summary
+    from pruning.study.plan import StudyConfig, plan_study, plan_summary
     from pruning.study.tables import model_name
 
     summary = plan_summary(plan_study(StudyConfig(model=str(tiny_demo_like), drops=(2,), progress=False)))
@@ -396,7 +397,8 @@ def test_a_fresh_report_finds_every_seed_of_a_deterministic_search_in_the_regist
 ):
     """A deterministic search finds one mask under seeds 0 and 1: one registry row, which must still answer
     for seed 0 after seed 1 re-registered it (a report in a new directory recomputed seed 0 before)."""
-    from pruning.study.grid import StudyConfig, run_study
+    from pruning.study.plan import StudyConfig
+    from pruning.study.run import run_study
     from registry import open_registry
 
     config = StudyConfig(
@@ -425,7 +427,8 @@ def test_a_fresh_report_finds_every_seed_of_a_deterministic_search_in_the_regist
 def test_a_study_evaluates_the_offline_suite(tiny_demo_like, tmp_path):
     """`--suite offline` (what a real model has without the hub) evaluated nothing: its metrics were not
     counted, so every variant looked evaluated already."""
-    from pruning.study.grid import StudyConfig, run_study
+    from pruning.study.plan import StudyConfig
+    from pruning.study.run import run_study
 
     config = StudyConfig(
         model=str(tiny_demo_like),

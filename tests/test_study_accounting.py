@@ -7,7 +7,7 @@ recorded is marginal) and the ``--protect`` setting with the blocks it kept.
 
 from __future__ import annotations
 
-from pruning.study.grid import CellResult
+from pruning.study.cells import CellResult
 from pruning.study.tables import build_sections
 
 

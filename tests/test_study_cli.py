@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from pruning.search import STUDY_SEARCHES
-from pruning.study.grid import STUDY_BASELINES
+from pruning.study.plan import STUDY_BASELINES
 
 
 @pytest.fixture
 def configs(monkeypatch):
     """The StudyConfig each ``study`` call would run, instead of running it."""
-    import pruning.study.grid as grid
+    import pruning.study.run as run
 
     seen = []
 
@@ -19,7 +19,7 @@ def configs(monkeypatch):
         seen.append(config)
         return config.out
 
-    monkeypatch.setattr(grid, "run_study", capture)
+    monkeypatch.setattr(run, "run_study", capture)
     return seen
 
 

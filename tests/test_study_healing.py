@@ -10,8 +10,8 @@ import json
 import pytest
 
 from depthprune.core.errors import UserError
-from pruning.study.grid import StudyConfig, run_study
-from pruning.study.healing import HealOption, parse_heal_option
+from pruning.study.plan import HealOption, StudyConfig, parse_heal_option
+from pruning.study.run import run_study
 from pruning.study.statistics import inter_method_variance
 from registry import open_registry
 

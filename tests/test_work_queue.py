@@ -349,7 +349,7 @@ def test_a_cell_made_ready_during_its_attempt_is_tried_again(registry):
 
 
 def test_the_study_key_ignores_where_a_worker_writes_and_runs(tmp_path):
-    from pruning.study.grid import StudyConfig, StudyPlan
+    from pruning.study.plan import StudyConfig, StudyPlan
     from pruning.study.worker import study_arguments
 
     def key(**fields) -> str:

@@ -16,7 +16,7 @@ def run_cli(*args: object) -> tuple[int, str, str]:
     Returns:
         ``(exit code, stdout, stderr)``; a user mistake is exit code 2 with one ``error:`` line on stderr.
     """
-    from depthprune.cli import main
+    from depthprune.cli.app import main
 
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):

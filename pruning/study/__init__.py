@@ -1,6 +1,8 @@
 """The study: every (calibration, budget, search, seed) cell pruned, evaluated and reported.
 
-* :mod:`~pruning.study.grid` — plan and run the grid (``depthprune study``);
+* :mod:`~pruning.study.plan` — the grid of cells, checked before any weights load;
+* :mod:`~pruning.study.cells` — the cells pruned and evaluated, the manifest;
+* :mod:`~pruning.study.run` — ``depthprune study`` from plan to report;
 * :mod:`~pruning.study.statistics` — Jaccard overlaps, inter-method variance, Spearman ρ;
 * :mod:`~pruning.study.tables` — one function per table of the report;
 * :mod:`~pruning.study.figures` — one function per figure (PNG);
@@ -12,12 +14,12 @@
 from depthprune.core.lazy import lazy_exports
 
 _EXPORTS = {
-    "StudyConfig": "pruning.study.grid",
+    "StudyConfig": "pruning.study.plan",
     "heal_study": "pruning.study.healing",
-    "parse_heal_option": "pruning.study.healing",
+    "parse_heal_option": "pruning.study.plan",
     "run_worker": "pruning.study.worker",
-    "plan_study": "pruning.study.grid",
-    "run_study": "pruning.study.grid",
+    "plan_study": "pruning.study.plan",
+    "run_study": "pruning.study.run",
     "write_report": "pruning.study.report",
 }
 __all__ = sorted(_EXPORTS)

@@ -243,7 +243,7 @@ def draw_figures(directory: Path, summary: dict, cells: Sequence, dense: dict) -
 
     Args:
         directory: where the figures go (created if missing).
-        summary: the study's setup (:func:`pruning.study.grid.plan_summary`).
+        summary: the study's setup (:func:`pruning.study.plan.plan_summary`).
         cells: finished cells, metrics filled in.
         dense: the dense model's metrics.
 

@@ -13,7 +13,7 @@ evaluated:
 2. A healed variant already in the registry (a child of one of the mask's variants, healed with the same
    settings) is reused: a re-run heals nothing again, and its evaluations come from the registry too.
 3. The healed variants are evaluated exactly as the study evaluates the pruned ones
-   (:func:`pruning.study.grid.evaluate_all`).
+   (:func:`pruning.study.cells.evaluate_all`).
 4. :func:`healing_sections` adds the report's healing sections: accuracy and perplexity before vs after per
    search, the inter-search spread σ² before vs after, and how far accuracy moves with the calibration vs
    with the search before vs after healing, with a sentence that answers the question.
@@ -28,68 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from depthprune.core.errors import UserError
-
-STUDY_HEAL_METHODS = ("lora", "distill")
-"""``--heal`` methods: those of :data:`pruning.healing.config.METHODS`."""
-STUDY_HEAL_MAX_SEQ_LEN = 512
-"""Healing windows: ``heal``'s default length, or the study's ``--seq-len`` when that is shorter."""
-
-
-@dataclass(frozen=True)
-class HealOption:
-    """A parsed ``--heal METHOD:STEPS``."""
-
-    method: str
-    """``lora`` or ``distill``."""
-    steps: int
-    """Optimizer steps per healed variant."""
-
-
-def parse_heal_option(text: str) -> HealOption:
-    """``lora:200`` -> ``HealOption("lora", 200)``.
-
-    Raises:
-        UserError: not ``METHOD:STEPS``, an unknown method, or steps that are not a positive integer.
-    """
-    method, separator, steps = str(text).strip().partition(":")
-    if not separator or method not in STUDY_HEAL_METHODS:
-        raise UserError(
-            f"--heal takes METHOD:STEPS with METHOD one of {', '.join(STUDY_HEAL_METHODS)}, e.g. lora:200; "
-            f"got {text!r}"
-        )
-    if not steps.strip().isdigit() or int(steps) < 1:
-        raise UserError(f"--heal {text!r}: STEPS must be a positive integer, e.g. {method}:200")
-    return HealOption(method, int(steps))
-
-
-def check_heal_options(config) -> None:
-    """Check ``--heal`` and ``--heal-data`` of a :class:`~pruning.study.grid.StudyConfig`.
-
-    Raises:
-        UserError: a malformed ``--heal``, ``--heal-data`` without ``--heal`` or not text, or ``--worker``.
-    """
-    if config.heal is None:
-        if config.heal_data is not None:
-            raise UserError("--heal-data needs --heal METHOD:STEPS")
-        return
-    parse_heal_option(config.heal)
-    if config.heal_data is not None:
-        from pruning.calibration.data.items import TEXT
-        from pruning.calibration.data.specs import parse_spec
-
-        if parse_spec(config.heal_data).kind != TEXT:
-            raise UserError(
-                f"--heal-data {config.heal_data!r} is multiple-choice data; healing trains on text"
-            )
-    if config.worker:
-        raise UserError(
-            "--heal does not run in --worker mode: let the workers finish, then run the same study without "
-            "--worker and with --heal; it finds every cell in the registry and heals the masks"
-        )
-
-
-# ------------------------------------------------------------------------------------------------ healing
+from pruning.study.cells import evaluate_all
+from pruning.study.plan import DEFAULT_DATA, STUDY_HEAL_MAX_SEQ_LEN, HealOption, parse_heal_option
 
 
 @dataclass
@@ -128,7 +68,6 @@ def heal_data_spec(plan) -> str:
     """``--heal-data``, else the study's first text calibration spec, else the demo text or C4."""
     from pruning.calibration.data.items import TEXT
     from pruning.calibration.data.specs import parse_spec
-    from pruning.study.grid import DEFAULT_DATA
 
     if plan.config.heal_data:
         return plan.config.heal_data
@@ -191,8 +130,8 @@ def heal_study(plan, done: dict, registry) -> StudyHealing:
     """Heal every distinct mask of ``done`` once (reusing registered healed variants) and evaluate them.
 
     Args:
-        plan: the :class:`~pruning.study.grid.StudyPlan` (``config.heal`` set).
-        done: cell key -> :class:`~pruning.study.grid.CellResult`, every cell finished.
+        plan: the :class:`~pruning.study.plan.StudyPlan` (``config.heal`` set).
+        done: cell key -> :class:`~pruning.study.cells.CellResult`, every cell finished.
         registry: the open registry.
 
     Returns:
@@ -234,7 +173,6 @@ def heal_study(plan, done: dict, registry) -> StudyHealing:
 
 def _evaluate(plan, done: dict, by_cell: dict[str, HealedVariant], registry) -> None:
     """Evaluate the healed variants as the study evaluates the pruned ones (registry numbers reused)."""
-    from pruning.study.grid import evaluate_all
 
     as_cells = {
         key: dataclasses.replace(done[key], variant=healed.name, checkpoint=healed.checkpoint, metrics={})
@@ -453,7 +391,7 @@ def healing_sections(summary: dict, cells: Sequence, dense: dict, healing: Study
     """The report's healing sections and their numbers (``study.json``'s ``healing``).
 
     Args:
-        summary: the study's setup (:func:`pruning.study.grid.plan_summary`).
+        summary: the study's setup (:func:`pruning.study.plan.plan_summary`).
         cells: the finished cells, metrics filled in (the pruned variants').
         dense: the dense model's metrics.
         healing: what :func:`heal_study` produced.

@@ -1,6 +1,6 @@
 """The study report: tables (Markdown and HTML), figures (PNG) and the raw numbers (JSON) of a study grid.
 
-:func:`write_report` takes the finished cells of :mod:`pruning.study.grid` and writes into one directory:
+:func:`write_report` takes the finished cells of :mod:`pruning.study.cells` and writes into one directory:
 
 * ``README.md`` and ``report.html`` — setup, the headline comparison (mask agreement across searches under
   one calibration vs across calibrations under one search), perplexity with its Avg (Table 1), zero-shot

@@ -141,8 +141,8 @@ class StudyView:
     """What every table and figure derives from the finished cells, computed once.
 
     Args:
-        summary: the study's setup (:func:`pruning.study.grid.plan_summary`).
-        cells: finished cells (:class:`pruning.study.grid.CellResult`), metrics filled in.
+        summary: the study's setup (:func:`pruning.study.plan.plan_summary`).
+        cells: finished cells (:class:`pruning.study.cells.CellResult`), metrics filled in.
         dense: the dense model's metrics, ``"task/metric" -> value``.
     """
 
@@ -758,7 +758,7 @@ def build_sections(summary: dict, cells: Sequence, dense: dict) -> tuple[list[Se
     """All report sections and the numbers behind them (for ``study.json``).
 
     Args:
-        summary: the study's setup (:func:`pruning.study.grid.plan_summary`).
+        summary: the study's setup (:func:`pruning.study.plan.plan_summary`).
         cells: finished cells, metrics filled in.
         dense: the dense model's metrics.
 

@@ -36,18 +36,16 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from depthprune.core.errors import UserError
-from pruning.study.grid import (
+from pruning.study.cells import (
     CellResult,
-    StudyConfig,
-    StudyPlan,
     evaluate_all,
     find_in_registry,
-    plan_study,
-    plan_summary,
     prune_missing,
     result_of_variant,
     save_manifest,
 )
+from pruning.study.plan import StudyConfig, StudyPlan, plan_study, plan_summary
+from pruning.study.report import write_report
 
 DENSE_CELL = "dense"
 """The queue's cell for the dense model's evaluation (grid cells' keys always contain ``|``)."""
@@ -212,7 +210,6 @@ def _report_lock(out: Path) -> Iterator[None]:
 
 def write_worker_report(plan: StudyPlan, registry, done: dict[str, CellResult]) -> Path:
     """The manifest and the report in this worker's ``--out``, from the registry's numbers."""
-    from pruning.study.report import write_report
 
     out = plan.config.out
     with _report_lock(out):

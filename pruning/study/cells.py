@@ -1,0 +1,332 @@
+"""The study's cells: pruned, evaluated, and kept in the manifest, each computed once.
+
+:func:`prune_missing` runs the cells neither the study's manifest (``cells.json`` in the report directory) nor
+the registry already holds through :func:`pruning.prune.prune`, one call (one shared evaluator) per
+calibration configuration, budget, seed and prior; :func:`evaluate_all` evaluates every variant (and the
+dense model) with :mod:`pruning.evaluation` unless the registry already holds those numbers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from depthprune.core.errors import UserError
+from pruning.study.plan import Cell, StudyPlan
+
+MANIFEST = "cells.json"
+
+
+@dataclass
+class CellResult:
+    """What a finished cell produced (one manifest entry)."""
+
+    key: str
+    objective: str
+    data: str
+    drop: int
+    search: str
+    seed: int
+    prior: str
+    removed_blocks: list[int]
+    calibration_loss: float | None
+    dense_loss: float | None
+    search_seconds: float | None
+    block_forwards: int | None
+    subset_evaluations: int | None
+    variant: str | None
+    """Registry name of the variant."""
+    checkpoint: str | None
+    """Checkpoint directory."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    """``"task/metric" -> value`` from the evaluation."""
+    timing: str | None = None
+    """Search-cost accounting of ``search_seconds`` (None: recorded before it was kept, i.e. ``shared``)."""
+    protected: list[int] = field(default_factory=list)
+    """Blocks that were protected from removal."""
+
+    def matches(self, cell: Cell) -> bool:
+        """Whether this result was produced under ``cell``'s accounting and protection."""
+        return (self.timing or "shared") == cell.timing and list(self.protected) == list(cell.protected)
+
+
+def load_manifest(out: Path) -> dict[str, CellResult]:
+    """Finished cells recorded in ``out/cells.json`` (empty when there is none)."""
+    path = Path(out) / MANIFEST
+    if not path.is_file():
+        return {}
+    try:
+        rows = json.loads(path.read_text())
+    except json.JSONDecodeError:
+        raise UserError(
+            f"{path} is not valid JSON; remove it to rebuild the study from the registry"
+        ) from None
+    return {row["key"]: CellResult(**row) for row in rows.get("cells", [])}
+
+
+def save_manifest(out: Path, plan: StudyPlan, cells: dict[str, CellResult], dense: dict[str, float]) -> None:
+    """Write the manifest atomically (a crash never leaves a truncated file)."""
+    out.mkdir(parents=True, exist_ok=True)
+    config = dataclasses.asdict(plan.config)
+    config["out"], config["checkpoints"] = (
+        str(plan.config.out),
+        plan.config.checkpoints and str(plan.config.checkpoints),
+    )
+    payload = {
+        "model": plan.model,
+        "num_blocks": plan.num_blocks,
+        "config": config,
+        "dense": dense,
+        "cells": [dataclasses.asdict(cells[cell.key]) for cell in plan.cells if cell.key in cells],
+    }
+    temporary = out / f".{MANIFEST}.tmp"
+    temporary.write_text(json.dumps(payload, indent=1, default=str))
+    temporary.replace(out / MANIFEST)
+
+
+def _prior_of(options: dict) -> str:
+    return "random" if options.get("prior") == "random" else "single_block"
+
+
+def find_in_registry(registry, model: str, cell: Cell) -> CellResult | None:
+    """A registered variant produced by exactly this cell (calibration, M, search, seed, prior), if any."""
+    wanted = dataclasses.asdict(cell.calibration)
+    try:
+        variants = registry.list_variants(model)
+    except UserError:  # base model not registered yet: nothing was pruned
+        return None
+    for variant in reversed(variants):  # newest first
+        options = variant.search_options or {}
+        if (
+            variant.search == cell.search
+            and variant.calibration == wanted
+            and len(variant.removed_blocks) == cell.drop
+            and cell.seed in options.get("seeds", [options.get("seed")])
+            and _prior_of(options) == cell.prior
+            and (options.get("timing") or "shared") == cell.timing
+            and options.get("protected", []) == list(cell.protected)
+            and variant.checkpoint_path
+            and Path(variant.checkpoint_path).is_dir()
+        ):
+            return result_of_variant(cell, variant)
+    return None
+
+
+def result_of_variant(cell: Cell, variant) -> CellResult:
+    """The result of ``cell`` as the registry recorded it (``variant``: a :class:`registry.VariantInfo`)."""
+    return _cell_result(
+        cell,
+        variant.removed_blocks,
+        variant.calibration_loss,
+        variant.dense_loss,
+        variant.search_seconds,
+        variant.block_forwards,
+        variant.subset_evaluations,
+        variant.name,
+        variant.checkpoint_path,
+    )
+
+
+def _cell_result(
+    cell: Cell, removed, loss, dense_loss, seconds, forwards, subsets, name, checkpoint
+) -> CellResult:
+    return CellResult(
+        key=cell.key,
+        objective=cell.calibration.objective,
+        data=cell.calibration.data,
+        drop=cell.drop,
+        search=cell.search,
+        seed=cell.seed,
+        prior=cell.prior,
+        removed_blocks=sorted(int(i) for i in removed),
+        calibration_loss=loss,
+        dense_loss=dense_loss,
+        search_seconds=seconds,
+        block_forwards=forwards,
+        subset_evaluations=subsets,
+        variant=name,
+        checkpoint=checkpoint,
+        timing=cell.timing,
+        protected=list(cell.protected),
+    )
+
+
+# ------------------------------------------------------------------------------------------------ running
+
+
+def _group_missing(missing: list[Cell]) -> list[tuple[Cell, list[Cell]]]:
+    """Missing cells grouped by (calibration, M, seed, prior): one prune run each, in grid order."""
+    groups: dict[str, tuple[Cell, list[Cell]]] = {}
+    for cell in missing:
+        group = cell.key.rsplit("|", 3)[0] + f"|seed{cell.seed}|{cell.prior}"  # the key without the search
+        groups.setdefault(group, (cell, []))[1].append(cell)
+    return list(groups.values())
+
+
+def prune_missing(plan: StudyPlan, missing: list[Cell], done: dict[str, CellResult], save) -> None:
+    """Run the missing cells through :func:`pruning.prune.prune`, one shared evaluator per group."""
+    from pruning.prune import PruneConfig, prune
+
+    config = plan.config
+    for first, cells in _group_missing(missing):
+        calibration, drop, seed, prior = first.calibration, first.drop, first.seed, first.prior
+        by_search = {cell.search: cell for cell in cells}
+        if config.progress:
+            print(
+                f"study: pruning M={drop} under {calibration.objective} on {calibration.data} (seed {seed}, "
+                f"{prior} prior): {', '.join(by_search)}",
+                flush=True,
+            )
+
+        def record(outcome) -> None:
+            cell = by_search[outcome.search]
+            done[cell.key] = _cell_result(
+                cell,
+                outcome.removed_blocks,
+                outcome.calibration_loss,
+                outcome.dense_loss,
+                outcome.search_seconds,
+                outcome.block_forwards,
+                outcome.subset_evaluations,
+                outcome.name,
+                outcome.checkpoint,
+            )
+            save()
+
+        prune(
+            PruneConfig(
+                model=plan.model,
+                calibration=calibration,
+                drop=drop,
+                searches=tuple(by_search),
+                seed=seed,
+                random_prior=prior == "random",
+                options={s: config.options.get(s, {}) for s in by_search},
+                out=config.checkpoints,
+                registry_url=config.registry_url,
+                dtype=config.dtype,
+                device=config.device,
+                progress=config.progress,
+                timing=config.timing,
+                protect=config.protect,
+            ),
+            on_variant=record,
+        )
+
+
+def _evaluations_from_registry(registry, variant, settings, context: int) -> list:
+    """The recorded evaluations of ``variant`` made with these settings (by either engine)."""
+    # the recorded window is the requested one capped at the engine's context (vLLM keeps one token spare)
+    window_lengths = {min(settings.seq_len, context), min(settings.seq_len, context - 1)}
+    found = []
+    for evaluation in registry.evaluations(variant):
+        recorded = evaluation.settings or {}
+        if recorded.get("limit") != settings.limit or recorded.get("dtype") != settings.dtype:
+            continue
+        if recorded.get("num_fewshot", settings.num_fewshot) != settings.num_fewshot:
+            continue
+        if "seq_len" in recorded and recorded["seq_len"] not in window_lengths:
+            continue
+        found.append(evaluation)
+    return found
+
+
+def _as_metrics(results) -> dict[str, float]:
+    """``task/metric -> value`` of evaluation results or recorded evaluations."""
+    return {f"{result.task}/{result.metric}": result.value for result in results}
+
+
+def evaluate_all(
+    plan: StudyPlan, done: dict[str, CellResult], registry, save, *, include_dense: bool = True
+) -> dict[str, float]:
+    """Evaluate the dense model (unless ``include_dense`` is False) and every distinct variant of ``done``
+    not yet evaluated; return the dense metrics (empty without the dense model).
+
+    Variants with byte-identical weights (the same mask found by several searches or seeds, or under both
+    objectives) are evaluated once: the others get a copy of those results in the registry, since the
+    evaluation depends on the weights and the settings only."""
+    from pruning.evaluation.suites import (
+        EvalResult,
+        EvalSettings,
+        evaluate_model,
+        expand_suites,
+        prepare_data,
+        record_results,
+    )
+    from pruning.models import load_config
+
+    config = plan.config
+    settings = EvalSettings(
+        suites=config.suites,
+        engine=config.engine,
+        dtype=config.dtype,
+        seq_len=config.eval_seq_len,
+        limit=config.eval_limit,
+        progress=config.progress,
+    )
+    suites = expand_suites(settings.suites, plan.demo_dir is not None)
+    expected = _expected_metric_count(suites)
+    context = int(getattr(load_config(plan.model), "max_position_embeddings", 2048))
+    targets: dict[str, Any] = {"dense": registry.resolve(plan.model)} if include_dense else {}
+    for result in done.values():
+        if result.variant and result.variant not in targets:
+            targets[result.variant] = registry.resolve(result.variant)
+    recorded = {
+        name: _evaluations_from_registry(registry, info, settings, context) for name, info in targets.items()
+    }
+    metrics = {name: _as_metrics(evaluations) for name, evaluations in recorded.items()}
+    by_weights: dict[str, list] = {}  # weights sha256 -> complete results of a variant with those weights
+    for name, info in targets.items():
+        sha256 = getattr(info, "checkpoint_sha256", None)
+        if sha256 and len(metrics[name]) >= expected:
+            by_weights.setdefault(sha256, recorded[name])
+    todo = [name for name in targets if len(metrics[name]) < expected]
+    if todo:
+        prepared = None
+        for number, name in enumerate(todo, start=1):
+            info = targets[name]
+            sha256 = getattr(info, "checkpoint_sha256", None)
+            if sha256 in by_weights:
+                results = [
+                    EvalResult(r.suite, r.task, r.metric, r.value, dict(r.settings or {}))
+                    for r in by_weights[sha256]
+                ]
+                if config.progress:
+                    print(
+                        f"study: {name} has the weights of a variant already evaluated; results copied",
+                        flush=True,
+                    )
+            else:
+                if config.progress:
+                    print(f"study: evaluating {name} ({number}/{len(todo)})", flush=True)
+                prepared = prepared or prepare_data(suites, plan.demo_dir)
+                results = evaluate_model(info.checkpoint_path, suites, prepared, settings)
+                if sha256:
+                    by_weights[sha256] = results
+            record_results(registry, info, results)
+            metrics[name] = _as_metrics(results)
+            for result in done.values():
+                if result.variant == name:
+                    result.metrics = metrics[name]
+            save(metrics.get("dense", {}))
+    for result in done.values():
+        result.metrics = metrics.get(result.variant, result.metrics)
+    return metrics.get("dense", {})
+
+
+def _expected_metric_count(suites: list[str]) -> int:
+    from pruning.evaluation.suites import PERPLEXITY_TASKS, ZERO_SHOT_TASKS
+
+    count = 0
+    if "perplexity" in suites:
+        count += len(PERPLEXITY_TASKS)
+    if "zero-shot" in suites:
+        count += len(ZERO_SHOT_TASKS)  # at least acc per task
+    if "demo" in suites:
+        count += 3  # demo_text perplexity, demo_qa acc and acc_norm
+    if "offline" in suites:
+        count += 3  # pydoc perplexity, pydoc_cloze acc and acc_norm
+    return count

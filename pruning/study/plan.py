@@ -1,0 +1,394 @@
+"""Planning the study: the grid of (calibration, budget, search, seed) cells, checked before any weights load.
+
+``depthprune study --model M --drop 4,6 --objectives perplexity,task_margin --searches study`` plans here
+(``--searches`` takes ``study``, the paper's seven, ``all``, those and the structural baselines, or names;
+:func:`study_searches`). :func:`plan_study` expands the grid and checks every cell (objective/data kinds,
+budgets, search options, ``--heal`` options) before any weights are loaded; :func:`plan_summary` is what the
+report says about the setup.
+
+Options beyond the study itself: several ``--seeds``; ``--random-prior-control`` re-runs the prior-guided
+searches with a seeded random prior; ``--cross-controls`` runs every objective on every data source of its
+kind given with ``--data`` (so objective and data are varied separately, which the study could not afford).
+
+The rest of the study, by job: :mod:`.cells` (run and evaluate the cells, the manifest), :mod:`.run`
+(``run_study``), :mod:`.healing`, :mod:`.worker`, :mod:`.tables`, :mod:`.figures`, :mod:`.report`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from depthprune.core.errors import UserError
+
+DEFAULT_DATA = {"text": "c4", "multiple_choice": "commonsense170k"}
+"""Calibration data per data kind for a hub model (the study's C4 and Commonsense-170k)."""
+
+STUDY_BASELINES = ("block_influence", "lorp", "streamline")
+"""What ``--searches all`` adds to the paper's seven: the structural baselines (ShortGPT's Block Influence,
+LoRP, LLM-Streamline), which choose from hidden-state similarity and never look at the calibration loss."""
+
+
+def study_searches(text: str) -> tuple[str, ...]:
+    """``--searches``: ``study`` (the paper's seven, so every per-cell statistic is over n = 7), ``all`` (the
+    seven and :data:`STUDY_BASELINES`), or names, comma-separated and mixable (``study,evolution``).
+
+    Raises:
+        UserError: an unknown name, or none.
+    """
+    from pruning.search import SEARCHES, STUDY_SEARCHES
+
+    groups = {"study": STUDY_SEARCHES, "all": STUDY_SEARCHES + STUDY_BASELINES}
+    names: list[str] = []
+    for item in (part.strip() for part in text.split(",")):
+        for name in groups.get(item, (item,) if item else ()):
+            if name not in SEARCHES:
+                raise UserError(f"unknown search {name!r}; choose from {', '.join(SEARCHES)}, study or all")
+            if name not in names:
+                names.append(name)
+    if not names:
+        raise UserError("no search given; name searches, or 'study' (the paper's seven) or 'all'")
+    return tuple(names)
+
+
+STUDY_HEAL_METHODS = ("lora", "distill")
+"""``--heal`` methods: those of :data:`pruning.healing.config.METHODS`."""
+
+STUDY_HEAL_MAX_SEQ_LEN = 512
+"""Healing windows: ``heal``'s default length, or the study's ``--seq-len`` when that is shorter."""
+
+
+@dataclass(frozen=True)
+class HealOption:
+    """A parsed ``--heal METHOD:STEPS``."""
+
+    method: str
+    """``lora`` or ``distill``."""
+    steps: int
+    """Optimizer steps per healed variant."""
+
+
+def parse_heal_option(text: str) -> HealOption:
+    """``lora:200`` -> ``HealOption("lora", 200)``.
+
+    Raises:
+        UserError: not ``METHOD:STEPS``, an unknown method, or steps that are not a positive integer.
+    """
+    method, separator, steps = str(text).strip().partition(":")
+    if not separator or method not in STUDY_HEAL_METHODS:
+        raise UserError(
+            f"--heal takes METHOD:STEPS with METHOD one of {', '.join(STUDY_HEAL_METHODS)}, e.g. lora:200; "
+            f"got {text!r}"
+        )
+    if not steps.strip().isdigit() or int(steps) < 1:
+        raise UserError(f"--heal {text!r}: STEPS must be a positive integer, e.g. {method}:200")
+    return HealOption(method, int(steps))
+
+
+def check_heal_options(config) -> None:
+    """Check ``--heal`` and ``--heal-data`` of a :class:`~pruning.study.plan.StudyConfig`.
+
+    Raises:
+        UserError: a malformed ``--heal``, ``--heal-data`` without ``--heal`` or not text, or ``--worker``.
+    """
+    if config.heal is None:
+        if config.heal_data is not None:
+            raise UserError("--heal-data needs --heal METHOD:STEPS")
+        return
+    parse_heal_option(config.heal)
+    if config.heal_data is not None:
+        from pruning.calibration.data.items import TEXT
+        from pruning.calibration.data.specs import parse_spec
+
+        if parse_spec(config.heal_data).kind != TEXT:
+            raise UserError(
+                f"--heal-data {config.heal_data!r} is multiple-choice data; healing trains on text"
+            )
+    if config.worker:
+        raise UserError(
+            "--heal does not run in --worker mode: let the workers finish, then run the same study without "
+            "--worker and with --heal; it finds every cell in the registry and heals the masks"
+        )
+
+
+# ------------------------------------------------------------------------------------------------ healing
+
+
+@dataclass
+class StudyConfig:
+    """One study: the grid, how to evaluate, where to write."""
+
+    model: str
+    """Hub id or local directory of the dense model."""
+    drops: tuple[int, ...]
+    """Budgets M (blocks removed)."""
+    objectives: tuple[str, ...] = ("perplexity", "task_margin")
+    """Calibration objectives (keys of ``depthprune.core.objectives.OBJECTIVES``)."""
+    searches: tuple[str, ...] = ()
+    """Search names; empty = the study's seven (``pruning.search.STUDY_SEARCHES``)."""
+    data: tuple[str, ...] = ()
+    """Calibration data specs; empty = demo data for the demo model, else C4 / Commonsense-170k. Each
+    objective uses the first spec of its kind (every spec of its kind with ``cross_controls``)."""
+    seeds: tuple[int, ...] = (0,)
+    """Search seeds; each cell runs once per seed."""
+    random_prior_control: bool = False
+    """Also run the prior-guided searches with a seeded random prior instead of the single-block scores."""
+    cross_controls: bool = False
+    """Run every objective on every data source of its kind."""
+    samples: int = 64
+    """Calibration samples per configuration (the study: 64)."""
+    seq_len: int | None = None
+    """Calibration tokens per instance; None = min(2048, the model's context)."""
+    sampling: str = "documents"
+    """Text calibration instances: ``documents`` (one document each, the study's) or ``stream`` windows."""
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """Per search name, search options (as ``prune --option``)."""
+    suites: tuple[str, ...] = ("all",)
+    """Evaluation suites (see :mod:`pruning.evaluation.suites`)."""
+    engine: str = "auto"
+    """Evaluation engine: ``auto``, ``vllm`` or ``torch``."""
+    eval_limit: int | None = None
+    """Evaluation limit per task (quick runs only)."""
+    eval_seq_len: int = 2048
+    """Perplexity window length of the evaluation (capped at the model's context)."""
+    out: Path = Path("study")
+    """Report directory (also holds the manifest ``cells.json``)."""
+    checkpoints: Path | None = None
+    """Parent directory of the pruned checkpoints; None = ``DEPTHPRUNE_HOME/variants``."""
+    registry_url: str | None = None
+    """Registry URL; None = the default."""
+    dtype: str = "float32"
+    """dtype of calibration scoring and evaluation."""
+    device: str = "cpu"
+    """torch device of the calibration evaluator."""
+    progress: bool = True
+    """Show progress bars."""
+    timing: str = "standalone"
+    """Search-cost accounting: ``standalone`` (each search on a cold evaluator, the study's Table 4) or
+    ``shared`` (one evaluator per group of cells, marginal costs); see :mod:`pruning.prune`."""
+    protect: tuple[str, ...] = ()
+    """Blocks no search may remove (``first``, ``last``, indices); empty = none, the study's setting."""
+    worker: bool = False
+    """Work as one of several workers sharing the registry's queue of cells (:mod:`pruning.study.worker`)."""
+    lease_seconds: float = 120.0
+    """Worker mode: how long a claimed cell stays this worker's without a heartbeat (a killed worker's cell is
+    taken over after this long)."""
+    heal: str | None = None
+    """``METHOD:STEPS`` (``lora:200``, ``distill:200``): heal every distinct mask and report before vs after
+    healing (:mod:`pruning.study.healing`); None = no healing."""
+    heal_data: str | None = None
+    """Text spec to heal on; None = the study's text calibration data (see :mod:`pruning.study.healing`)."""
+
+    def __post_init__(self):
+        from pruning.calibration.objectives import get_objective
+        from pruning.search import SEARCHES, STUDY_SEARCHES
+
+        self.drops = tuple(sorted(set(self.drops)))
+        if not self.drops or any(isinstance(m, bool) or not isinstance(m, int) or m < 1 for m in self.drops):
+            raise UserError(f"--drop needs positive integers, e.g. 4,6; got {self.drops}")
+        if not self.objectives:
+            raise UserError("--objectives needs at least one objective")
+        for objective in self.objectives:
+            get_objective(objective)
+        self.searches = tuple(self.searches) or STUDY_SEARCHES
+        for search in self.searches:
+            if search not in SEARCHES:
+                raise UserError(f"unknown search {search!r}; choose from {', '.join(SEARCHES)} or all")
+        if len(self.searches) < 2:
+            raise UserError("a study compares searches: give at least two (or 'all')")
+        self.seeds = tuple(dict.fromkeys(self.seeds))
+        if not self.seeds or any(not isinstance(s, int) or s < 0 for s in self.seeds):
+            raise UserError(f"--seeds needs non-negative integers, got {self.seeds}")
+        if self.samples < 1:
+            raise UserError(f"--samples must be positive, got {self.samples}")
+        from pruning.prune import TIMINGS
+
+        if self.timing not in TIMINGS:
+            raise UserError(f"--timing must be one of {', '.join(TIMINGS)}, got {self.timing!r}")
+        self.protect = tuple(str(item).strip() for item in self.protect if str(item).strip())
+        if not self.lease_seconds > 0:
+            raise UserError(f"--lease-seconds must be positive, got {self.lease_seconds}")
+        check_heal_options(self)
+        from pruning.calibration.data.items import SAMPLINGS
+
+        if self.sampling not in SAMPLINGS:
+            raise UserError(f"unknown --sampling {self.sampling!r}; use one of {', '.join(SAMPLINGS)}")
+        self.out = Path(self.out).expanduser()
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of the grid."""
+
+    calibration: Any
+    """The :class:`pruning.calibration.config.CalibrationConfig`."""
+    drop: int
+    """M."""
+    search: str
+    """Search name."""
+    seed: int
+    """Search seed."""
+    prior: str = "single_block"
+    """``single_block`` (the study's prior) or ``random`` (the control)."""
+    timing: str = "shared"
+    """The study's search-cost accounting; a result of another accounting is not reused (not in the key)."""
+    protected: tuple[int, ...] = ()
+    """Blocks protected from removal; a result under other protection is not reused (not in the key)."""
+
+    @property
+    def key(self) -> str:
+        """Stable identity of the cell (the manifest key)."""
+        cal = self.calibration
+        return (
+            f"{cal.objective}|{cal.data}|{cal.samples}|{cal.seq_len}|{cal.seed}|{cal.sampling}|m{self.drop}|"
+            f"{self.search}|seed{self.seed}|{self.prior}"
+        )
+
+
+@dataclass
+class StudyPlan:
+    """The checked grid."""
+
+    config: StudyConfig
+    model: str
+    num_blocks: int
+    demo_dir: Path | None
+    cells: list[Cell]
+
+
+def _default_seq_len(model_config) -> int:
+    return min(2048, int(getattr(model_config, "max_position_embeddings", 2048)))
+
+
+def _calibrations(config: StudyConfig, data: list[str], seq_len: int) -> list:
+    """The calibration configurations: each objective on the first ``data`` spec of its kind (on every one
+    with ``cross_controls``).
+
+    Raises:
+        UserError: an objective has no data of its kind.
+    """
+    from pruning.calibration.config import CalibrationConfig
+    from pruning.calibration.data.specs import parse_spec
+    from pruning.calibration.objectives import get_objective
+
+    kinds = {spec: parse_spec(spec).kind for spec in data}
+    calibrations = []
+    for objective in config.objectives:
+        kind = get_objective(objective).data_kind
+        matching = [spec for spec in data if kinds[spec] == kind]
+        if not matching:
+            raise UserError(
+                f"objective {objective!r} needs {kind.replace('_', '-')} data; none in --data "
+                f"{','.join(data)}"
+            )
+        for spec in matching if config.cross_controls else matching[:1]:
+            calibrations.append(
+                CalibrationConfig(
+                    objective=objective,
+                    data=spec,
+                    samples=config.samples,
+                    seq_len=seq_len,
+                    seed=0,
+                    sampling=config.sampling,
+                )
+            )
+    return calibrations
+
+
+def plan_study(config: StudyConfig) -> StudyPlan:
+    """Expand and check the grid without loading weights.
+
+    Raises:
+        UserError: an impossible budget, data of the wrong kind, an unknown search option.
+    """
+    from depthprune.demo.paths import find_demo_dir
+    from pruning.models import load_config
+    from pruning.prune import PruneConfig, canonical_model, plan_prune
+    from pruning.search import PRIOR_GUIDED
+    from pruning.search.base import resolve_protected
+
+    model = canonical_model(config.model)
+    model_config = load_config(model)
+    num_blocks = int(model_config.num_hidden_layers)
+    too_big = [m for m in config.drops if m >= num_blocks]
+    if too_big:
+        raise UserError(
+            f"cannot remove {too_big[0]} of {num_blocks} blocks: choose 1 <= --drop < {num_blocks}"
+        )
+    demo_dir = find_demo_dir(model)
+    data = list(config.data)
+    if not data:
+        data = (
+            [f"demo:text@{demo_dir}", f"demo:qa@{demo_dir}"]
+            if demo_dir is not None
+            else [DEFAULT_DATA["text"], DEFAULT_DATA["multiple_choice"]]
+        )
+    calibrations = _calibrations(config, data, config.seq_len or _default_seq_len(model_config))
+    priors = ["single_block"] + (["random"] if config.random_prior_control else [])
+    if config.random_prior_control and not PRIOR_GUIDED & set(config.searches):
+        raise UserError(
+            f"--random-prior-control needs a prior-guided search ({', '.join(sorted(PRIOR_GUIDED))})"
+        )
+    cells = []
+    for calibration in calibrations:
+        for drop in config.drops:
+            for seed in config.seeds:
+                for prior in priors:
+                    searches = [s for s in config.searches if prior == "single_block" or s in PRIOR_GUIDED]
+                    # prune's own checks (options, budgets, exhaustive limits) before anything heavy
+                    plan_prune(
+                        PruneConfig(
+                            model=model,
+                            calibration=calibration,
+                            drop=drop,
+                            searches=tuple(searches),
+                            seed=seed,
+                            random_prior=prior == "random",
+                            options={s: config.options.get(s, {}) for s in searches},
+                            out=config.checkpoints,
+                            registry_url=config.registry_url,
+                            dtype=config.dtype,
+                            device=config.device,
+                            progress=False,
+                            timing=config.timing,
+                            protect=config.protect,
+                        )
+                    )
+                    protected = tuple(sorted(resolve_protected(config.protect, num_blocks)))
+                    cells += [
+                        Cell(calibration, drop, search, seed, prior, config.timing, protected)
+                        for search in searches
+                    ]
+    return StudyPlan(config, model, num_blocks, demo_dir, cells)
+
+
+# --------------------------------------------------------------------------------------------- manifest
+
+
+def plan_summary(plan: StudyPlan) -> dict:
+    """What the report says about the setup."""
+    config = plan.config
+    fields = ("objective", "data", "samples", "seq_len", "sampling")
+    calibrations = sorted({tuple(getattr(c.calibration, name) for name in fields) for c in plan.cells})
+    return {
+        "model": plan.model,
+        "model_name": Path(str(config.model)).name,  # as the user named it: smollm2-135m, Llama-3.1-8B
+        "num_blocks": plan.num_blocks,
+        "drops": list(config.drops),
+        "objectives": list(config.objectives),
+        "searches": list(config.searches),
+        "seeds": list(config.seeds),
+        "random_prior_control": config.random_prior_control,
+        "cross_controls": config.cross_controls,
+        "timing": config.timing,
+        "protect": list(config.protect),
+        "calibrations": [dict(zip(fields, c, strict=True)) for c in calibrations],
+        "suites": list(config.suites),
+        "engine": config.engine,
+        "eval_limit": config.eval_limit,
+        "eval_seq_len": config.eval_seq_len,
+        "dtype": config.dtype,
+        "options": config.options,
+        "demo": plan.demo_dir is not None,
+    }
