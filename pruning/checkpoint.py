@@ -39,13 +39,11 @@ from depthprune.core.errors import UserError
 from pruning.disk_space import checkpoint_bytes, full_disk_as_user_error
 from pruning.model_sources import GgufSource
 from pruning.models import load_config, resolve, validate_removed
-from registry.records import VariantRecord
+from registry.records import MEASUREMENT_FIELDS, VariantRecord
 
 PRUNING_FILE = "pruning.json"
 MANUAL_SEARCH = "manual"
 """The ``search`` of a variant whose blocks were chosen by hand under a named calibration."""
-MEASUREMENTS = ("calibration_loss", "dense_loss", "search_seconds", "block_forwards", "subset_evaluations")
-"""The :class:`VariantRecord` fields that ``scores`` in ``pruning.json`` repeats."""
 
 
 @dataclass
@@ -133,7 +131,7 @@ def variant_from_scores(
         calibration=calibration,
         search=scores.get("search", MANUAL_SEARCH),
         search_options=options,
-        **{name: scores.get(name) for name in MEASUREMENTS},
+        **{name: scores.get(name) for name in MEASUREMENT_FIELDS},
     )
 
 

@@ -26,8 +26,6 @@ Example: ``depthprune prune --model smollm2-135m --drop 8`` or ``depthprune chec
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -38,6 +36,7 @@ from importlib import metadata
 from pathlib import Path
 
 from depthprune.core.errors import UserError
+from depthprune.core.files import exclusive_lock, lock_beside
 from depthprune.core.settings import home_dir
 
 GGUF_MAGIC = b"GGUF"
@@ -340,7 +339,7 @@ def ensure_converted(source: GgufSource, *, progress: bool = True) -> Path:
     if is_converted(target, source.sha256):
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _conversion_lock(target):
+    with exclusive_lock(lock_beside(target)):
         # Another process may have finished the same conversion while this one waited for the lock.
         if is_converted(target, source.sha256):
             return target
@@ -358,17 +357,6 @@ def ensure_converted(source: GgufSource, *, progress: bool = True) -> Path:
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     return target
-
-
-@contextlib.contextmanager
-def _conversion_lock(target: Path):
-    lock_path = target.parent / f".{target.name}.lock"
-    with lock_path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def convert_gguf(source: GgufSource, directory: Path) -> None:

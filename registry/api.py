@@ -28,7 +28,6 @@ import re
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import datetime, timezone
 from pathlib import Path
 
 from sqlalchemy import Engine, select
@@ -37,6 +36,15 @@ from sqlalchemy.orm import Session
 from depthprune.core.errors import UserError
 from depthprune.core.settings import default_registry_url
 from registry.database import WRITE_OPTION, create_registry_engine, display_url, retrying
+from registry.infos import (
+    MEASUREMENT_TABLES,
+    STORED_AS_GIVEN,
+    aliases_by_variant,
+    base_info,
+    dense_info,
+    measurement_info,
+    variant_info,
+)
 from registry.integrity import check_model_files, hash_model_files
 from registry.naming import (
     DENSE,
@@ -52,7 +60,13 @@ from registry.naming import (
     required_text,
     split_qualified,
 )
-from registry.records import BaseModelInfo, EvaluationInfo, ServingBenchmarkInfo, VariantInfo, VariantRecord
+from registry.records import (
+    BaseModelInfo,
+    EvaluationInfo,
+    ServingBenchmarkInfo,
+    VariantInfo,
+    VariantRecord,
+)
 from registry.schema import migrate
 from registry.tables import AliasRow, BaseModelRow, EvaluationRow, ServingBenchmarkRow, VariantRow, utc_now
 from registry.versions import tool_versions
@@ -84,25 +98,6 @@ def open_registry(url: str | None = None) -> Registry:
     return Registry(engine, url)
 
 
-def _utc(moment: datetime | None) -> datetime | None:
-    # SQLite hands timestamps back without a zone; they were written in UTC.
-    if moment is not None and moment.tzinfo is None:
-        return moment.replace(tzinfo=timezone.utc)
-    return moment
-
-
-_STORED_AS_GIVEN = (
-    "calibration",
-    "search",
-    "search_options",
-    "calibration_loss",
-    "dense_loss",
-    "search_seconds",
-    "block_forwards",
-    "subset_evaluations",
-    "healing",
-)
-"""Fields of a :class:`VariantRecord` that its row stores unchanged (the rest are derived or conditional)."""
 MAX_NAME_LENGTH = 128
 """Longest variant name :func:`registry.naming.check_name` accepts."""
 
@@ -213,7 +208,7 @@ class Registry:
             if model_files is not None:
                 row.model_files = model_files
             session.flush()
-            return self._base_info(row)
+            return base_info(row)
 
         return self._write(operation)
 
@@ -221,14 +216,13 @@ class Registry:
         """Every registered base model, by name."""
         with self._reading() as session:
             return [
-                self._base_info(row)
-                for row in session.scalars(select(BaseModelRow).order_by(BaseModelRow.model))
+                base_info(row) for row in session.scalars(select(BaseModelRow).order_by(BaseModelRow.model))
             ]
 
     def get_base_model(self, model: str) -> BaseModelInfo:
         """The base model registered as ``model`` (hub id, path, or short name); UserError if unknown."""
         with self._reading() as session:
-            return self._base_info(self._find_base(session, model))
+            return base_info(self._find_base(session, model))
 
     # ---------------------------------------------------------------- variants
 
@@ -292,14 +286,14 @@ class Registry:
         row.removed_blocks, row.kept_to_original = removed, kept_to_original(removed, base.num_blocks)
         row.objective = record.objective
         row.parent_id = None if parent is None else parent.id
-        for what in _STORED_AS_GIVEN:
+        for what in STORED_AS_GIVEN:
             setattr(row, what, getattr(record, what))
         if record.checkpoint_path is not None or record.checkpoint_sha256 is not None:
             row.checkpoint_path, row.checkpoint_sha256 = record.checkpoint_path, record.checkpoint_sha256
             row.checkpoint_files = files
         row.versions, row.updated_at = versions, utc_now()
         session.flush()
-        return self._variant_info(session, base, row)
+        return variant_info(session, base, row)
 
     def _find_parent(
         self, session: Session, base: BaseModelRow, removed: list[int], record: VariantRecord
@@ -329,7 +323,7 @@ class Registry:
         """
         with self._reading() as session:
             base, row = self._find(session, name)
-            return self._dense_info(session, base) if row is None else self._variant_info(session, base, row)
+            return dense_info(session, base) if row is None else variant_info(session, base, row)
 
     def list_variants(
         self, base_model: str | None = None, *, include_dense: bool = False
@@ -348,13 +342,13 @@ class Registry:
             )
             found: list[VariantInfo] = []
             for base in bases:
-                aliases = self._aliases_by_variant(session, base)
+                aliases = aliases_by_variant(session, base)
                 if include_dense:
-                    found.append(self._dense_info(session, base, aliases.get(None, [])))
+                    found.append(dense_info(session, base, aliases.get(None, [])))
                 rows = session.scalars(
                     select(VariantRow).where(VariantRow.base_model_id == base.id).order_by(VariantRow.id)
                 )
-                found.extend(self._variant_info(session, base, row, aliases.get(row.id, [])) for row in rows)
+                found.extend(variant_info(session, base, row, aliases.get(row.id, [])) for row in rows)
             return found
 
     def healed_from(self, variant: VariantReference) -> list[VariantInfo]:
@@ -366,7 +360,7 @@ class Registry:
             children = session.scalars(
                 select(VariantRow).where(VariantRow.parent_id == row.id).order_by(VariantRow.id)
             )
-            return [self._variant_info(session, base, child) for child in children]
+            return [variant_info(session, base, child) for child in children]
 
     def set_alias(self, alias: str, variant: VariantReference) -> VariantInfo:
         """Point ``alias`` (per base model) at a variant, or at ``dense``; moves an existing alias.
@@ -392,7 +386,7 @@ class Registry:
             existing.variant_id = None if row is None else row.id
             existing.updated_at = utc_now()
             session.flush()
-            return self._dense_info(session, base) if row is None else self._variant_info(session, base, row)
+            return dense_info(session, base) if row is None else variant_info(session, base, row)
 
         return self._write(operation)
 
@@ -452,7 +446,7 @@ class Registry:
                     f"{name!r} is an alias of {row.name!r}: remove the variant by its name, or the alias "
                     f"with `depthprune variants alias {name} --delete`"
                 )
-            info = self._variant_info(session, base, row)
+            info = variant_info(session, base, row)
             # A healed variant outlives its parent (its weights stand on their own); only the link goes.
             for child in session.scalars(select(VariantRow).where(VariantRow.parent_id == row.id)):
                 child.parent_id = None
@@ -519,9 +513,7 @@ class Registry:
         settings = json_dict(settings, "settings")
         versions = tool_versions()
 
-        def operation(session: Session) -> EvaluationInfo:
-            base, row = self._find(session, variant)
-            variant_id = None if row is None else row.id
+        def store(session: Session, base: BaseModelRow, variant_id: int | None) -> EvaluationRow:
             identity = identity_hash(base.model, variant_id, suite, task, metric, settings)
             evaluation = session.scalar(select(EvaluationRow).where(EvaluationRow.identity == identity))
             if evaluation is None:
@@ -536,25 +528,14 @@ class Registry:
                 )
                 session.add(evaluation)
             evaluation.value, evaluation.versions, evaluation.created_at = number, versions, utc_now()
-            session.flush()
-            return self._evaluation_info(base, row, evaluation)
+            return evaluation
 
-        return self._write(operation)
+        return self._add_measurement(variant, EvaluationInfo, store)
 
     def evaluations(self, variant: VariantReference) -> list[EvaluationInfo]:
         """A variant's evaluations, by suite, task and metric."""
-        with self._reading() as session:
-            base, row = self._find(session, variant)
-            query = select(EvaluationRow).where(EvaluationRow.base_model_id == base.id)
-            query = query.where(
-                EvaluationRow.variant_id.is_(None) if row is None else EvaluationRow.variant_id == row.id
-            )
-            rows = session.scalars(
-                query.order_by(
-                    EvaluationRow.suite, EvaluationRow.task, EvaluationRow.metric, EvaluationRow.id
-                )
-            )
-            return [self._evaluation_info(base, row, evaluation) for evaluation in rows]
+        table = EvaluationRow
+        return self._measurements(variant, EvaluationInfo, (table.suite, table.task, table.metric, table.id))
 
     def add_serving_benchmark(
         self, variant: VariantReference, *, settings: dict, metrics: dict, hardware: str
@@ -582,11 +563,10 @@ class Registry:
         hardware = required_text(hardware, "hardware")
         versions = tool_versions()
 
-        def operation(session: Session) -> ServingBenchmarkInfo:
-            base, row = self._find(session, variant)
+        def store(session: Session, base: BaseModelRow, variant_id: int | None) -> ServingBenchmarkRow:
             benchmark = ServingBenchmarkRow(
                 base_model_id=base.id,
-                variant_id=None if row is None else row.id,
+                variant_id=variant_id,
                 settings=settings,
                 metrics=metrics,
                 hardware=hardware,
@@ -594,25 +574,37 @@ class Registry:
                 created_at=utc_now(),
             )
             session.add(benchmark)
-            session.flush()
-            return self._benchmark_info(base, row, benchmark)
+            return benchmark
 
-        return self._write(operation)
+        return self._add_measurement(variant, ServingBenchmarkInfo, store)
 
     def serving_benchmarks(self, variant: VariantReference) -> list[ServingBenchmarkInfo]:
         """A variant's load-test runs, newest first."""
+        table = ServingBenchmarkRow
+        return self._measurements(variant, ServingBenchmarkInfo, (table.created_at.desc(), table.id.desc()))
+
+    def _measurements(self, variant: VariantReference, info: type, order: tuple) -> list:
+        """The rows of ``info``'s table (evaluations or serving benchmarks) of one variant, in ``order``."""
+        table = MEASUREMENT_TABLES[info]
         with self._reading() as session:
             base, row = self._find(session, variant)
-            query = select(ServingBenchmarkRow).where(ServingBenchmarkRow.base_model_id == base.id)
-            query = query.where(
-                ServingBenchmarkRow.variant_id.is_(None)
-                if row is None
-                else ServingBenchmarkRow.variant_id == row.id
-            )
-            rows = session.scalars(
-                query.order_by(ServingBenchmarkRow.created_at.desc(), ServingBenchmarkRow.id.desc())
-            )
-            return [self._benchmark_info(base, row, benchmark) for benchmark in rows]
+            query = select(table).where(table.base_model_id == base.id)
+            query = query.where(table.variant_id.is_(None) if row is None else table.variant_id == row.id)
+            return [
+                measurement_info(info, base, row, found) for found in session.scalars(query.order_by(*order))
+            ]
+
+    def _add_measurement(self, variant: VariantReference, info: type, store):
+        """Write one measurement of ``variant``: ``store(session, base, variant_id)`` returns its row (found
+        and updated, or new and added); returns it as ``info``."""
+
+        def operation(session: Session):
+            base, row = self._find(session, variant)
+            stored = store(session, base, None if row is None else row.id)
+            session.flush()
+            return measurement_info(info, base, row, stored)
+
+        return self._write(operation)
 
     # ---------------------------------------------------------------- checkpoints
 
@@ -722,137 +714,6 @@ class Registry:
         if base is not None:
             return base, None
         raise UserError(f"no variant or alias named {reference!r}; see `depthprune variants list`")
-
-    # ---------------------------------------------------------------- rows -> records
-
-    @staticmethod
-    def _base_info(row: BaseModelRow) -> BaseModelInfo:
-        return BaseModelInfo(
-            id=row.id,
-            model=row.model,
-            revision=row.revision,
-            weights_sha256=row.weights_sha256,
-            num_blocks=row.num_blocks,
-            architecture=row.architecture,
-            path=row.path,
-            created_at=_utc(row.created_at),
-            updated_at=_utc(row.updated_at),
-            model_files=None if row.model_files is None else dict(row.model_files),
-        )
-
-    @staticmethod
-    def _alias_names(session: Session, base: BaseModelRow, row: VariantRow | None) -> list[str]:
-        query = select(AliasRow.alias).where(AliasRow.base_model_id == base.id)
-        query = query.where(AliasRow.variant_id.is_(None) if row is None else AliasRow.variant_id == row.id)
-        return list(session.scalars(query.order_by(AliasRow.alias)))
-
-    @staticmethod
-    def _aliases_by_variant(session: Session, base: BaseModelRow) -> dict[int | None, list[str]]:
-        """``{variant id (None = dense): [aliases]}`` of one base model, in one query."""
-        found: dict[int | None, list[str]] = {}
-        query = select(AliasRow).where(AliasRow.base_model_id == base.id).order_by(AliasRow.alias)
-        for alias in session.scalars(query):
-            found.setdefault(alias.variant_id, []).append(alias.alias)
-        return found
-
-    def _variant_info(
-        self, session: Session, base: BaseModelRow, row: VariantRow, aliases: list[str] | None = None
-    ) -> VariantInfo:
-        return VariantInfo(
-            id=row.id,
-            name=row.name,
-            base_model=base.model,
-            base_revision=base.revision,
-            num_blocks=base.num_blocks,
-            architecture=base.architecture,
-            removed_blocks=list(row.removed_blocks),
-            kept_to_original=list(row.kept_to_original),
-            calibration=dict(row.calibration),
-            search=row.search,
-            search_options=dict(row.search_options),
-            calibration_loss=row.calibration_loss,
-            dense_loss=row.dense_loss,
-            search_seconds=row.search_seconds,
-            block_forwards=row.block_forwards,
-            subset_evaluations=row.subset_evaluations,
-            checkpoint_path=row.checkpoint_path,
-            checkpoint_sha256=row.checkpoint_sha256,
-            created_at=_utc(row.created_at),
-            versions=dict(row.versions),
-            aliases=self._alias_names(session, base, row) if aliases is None else aliases,
-            is_dense=False,
-            base_weights_sha256=row.base_weights_sha256,
-            updated_at=_utc(row.updated_at),
-            parent=None if row.parent_id is None else session.get(VariantRow, row.parent_id).name,
-            parent_id=row.parent_id,
-            healing=None if row.healing is None else dict(row.healing),
-            checkpoint_files=None if row.checkpoint_files is None else dict(row.checkpoint_files),
-        )
-
-    def _dense_info(
-        self, session: Session, base: BaseModelRow, aliases: list[str] | None = None
-    ) -> VariantInfo:
-        return VariantInfo(
-            id=None,
-            name=DENSE,
-            base_model=base.model,
-            base_revision=base.revision,
-            num_blocks=base.num_blocks,
-            architecture=base.architecture,
-            removed_blocks=[],
-            kept_to_original=list(range(base.num_blocks)),
-            calibration={},
-            search=DENSE,
-            search_options={},
-            calibration_loss=None,
-            dense_loss=None,
-            search_seconds=None,
-            block_forwards=None,
-            subset_evaluations=None,
-            checkpoint_path=base.path or base.model,
-            checkpoint_sha256=base.weights_sha256,
-            created_at=_utc(base.created_at),
-            versions={},
-            aliases=self._alias_names(session, base, None) if aliases is None else aliases,
-            is_dense=True,
-            base_weights_sha256=base.weights_sha256,
-            updated_at=_utc(base.updated_at),
-            checkpoint_files=None if base.model_files is None else dict(base.model_files),
-        )
-
-    @staticmethod
-    def _evaluation_info(
-        base: BaseModelRow, row: VariantRow | None, evaluation: EvaluationRow
-    ) -> EvaluationInfo:
-        return EvaluationInfo(
-            id=evaluation.id,
-            variant=DENSE if row is None else row.name,
-            variant_id=None if row is None else row.id,
-            base_model=base.model,
-            suite=evaluation.suite,
-            task=evaluation.task,
-            metric=evaluation.metric,
-            value=evaluation.value,
-            settings=dict(evaluation.settings),
-            versions=dict(evaluation.versions),
-            created_at=_utc(evaluation.created_at),
-        )
-
-    @staticmethod
-    def _benchmark_info(
-        base: BaseModelRow, row: VariantRow | None, benchmark: ServingBenchmarkRow
-    ) -> ServingBenchmarkInfo:
-        return ServingBenchmarkInfo(
-            id=benchmark.id,
-            variant=DENSE if row is None else row.name,
-            variant_id=None if row is None else row.id,
-            base_model=base.model,
-            settings=dict(benchmark.settings),
-            metrics=dict(benchmark.metrics),
-            hardware=benchmark.hardware,
-            versions=dict(benchmark.versions),
-            created_at=_utc(benchmark.created_at),
-        )
 
     @staticmethod
     def _check_name_free(session: Session, name: str, own_id: int | None) -> None:

@@ -43,6 +43,20 @@ HEALING_MEASUREMENTS = (
 variant's identity, so that healing again with the same settings updates the same variant."""
 
 
+CHOICE_FIELDS = ("base_model", "removed_blocks", "calibration", "search", "search_options")
+"""The :class:`VariantRecord` fields that say which blocks were removed and how they were chosen (a healed
+variant carries its parent's unchanged)."""
+MEASUREMENT_FIELDS = (
+    "calibration_loss",
+    "dense_loss",
+    "search_seconds",
+    "block_forwards",
+    "subset_evaluations",
+)
+"""The :class:`VariantRecord` fields that measure the search (``pruning.json``'s ``scores`` repeats them);
+:class:`VariantInfo` has each with the same type."""
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()

@@ -224,6 +224,11 @@ class Proxy:
             return self.pool[route.fallback], backend.name
         raise self._unavailable(backend)
 
+    def _failed(self, backend: Backend, error: Exception) -> GatewayError:
+        """Mark ``backend`` suspect after ``error`` (the pool checks it now), and the 503 to answer."""
+        self.pool.suspect(backend, error)
+        return self._unavailable(backend)
+
     def _unavailable(self, backend: Backend) -> GatewayError:
         state = "restarting" if backend.restarting else "down"
         detail = f": {backend.last_error}" if backend.last_error else ""
@@ -330,13 +335,13 @@ class Proxy:
             in_flight.labels(backend.name).dec()
             if not isinstance(error, UPSTREAM_ERRORS):
                 raise
-            self.pool.suspect(backend, error)
+            unavailable = self._failed(backend, error)
             # Only a refused connection reached nothing, so only then can the fallback not run it twice.
             refused = isinstance(error, aiohttp.ClientConnectorError)
             if not refused or fallback_from is not None or route.fallback is None:
-                raise self._unavailable(backend) from None
+                raise unavailable from None
             if not self.pool[route.fallback].up:
-                raise self._unavailable(backend) from None
+                raise unavailable from None
         fallback_from, backend = backend.name, self.pool[route.fallback]
         self.metrics.fallbacks.labels(route.experiment or "", route.arm or "", backend.name).inc()
         in_flight.labels(backend.name).inc()
@@ -346,8 +351,7 @@ class Proxy:
             in_flight.labels(backend.name).dec()
             if not isinstance(error, UPSTREAM_ERRORS):
                 raise
-            self.pool.suspect(backend, error)
-            raise self._unavailable(backend) from None
+            raise self._failed(backend, error) from None
 
     async def _send(
         self, endpoint: str, data: dict, headers: dict, backend: Backend
@@ -375,8 +379,7 @@ class Proxy:
         try:
             return await upstream.read()
         except UPSTREAM_ERRORS as error:
-            self.pool.suspect(backend, error)
-            raise self._unavailable(backend) from None
+            raise self._failed(backend, error) from None
 
     async def _first_event(self, upstream: aiohttp.ClientResponse, backend: Backend) -> bytes:
         """What the stream sends up to the end of its first event (or its end, or 64 KiB)."""
@@ -388,8 +391,7 @@ class Proxy:
                     break
                 first += chunk
         except UPSTREAM_ERRORS as error:
-            self.pool.suspect(backend, error)
-            raise self._unavailable(backend) from None
+            raise self._failed(backend, error) from None
         return first
 
     def _finish(

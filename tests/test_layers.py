@@ -30,3 +30,15 @@ def test_light_packages_load_no_engine(package):
         f" if {package!r} in ('registry', 'server', 'loadtest')]"
     )
     assert heavy_modules_loaded(code) == []
+
+
+def test_no_source_file_is_over_800_lines():
+    """Modules stay small enough to read: package code, tests and benchmarks alike (house style)."""
+    folders = ("pruning", "registry", "server", "loadtest", "depthprune", "tests", "benchmarks")
+    sizes = {
+        str(path.relative_to(ROOT)): len(path.read_text(encoding="utf-8").splitlines())
+        for folder in folders
+        for path in (ROOT / folder).rglob("*.py")
+    }
+    assert len(sizes) > 100
+    assert {path: lines for path, lines in sizes.items() if lines > 800} == {}

@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from depthprune.core.errors import UserError
+from depthprune.core.objectives import OBJECTIVES
 from depthprune.testing.data import random_texts, write_jsonl
 from depthprune.testing.objectives import ScreenedSyntheticObjective, SyntheticObjective
 from pruning.search import SEARCHES
@@ -413,9 +414,10 @@ def test_evopress_screens_and_settings():
 
 
 class KlLike(SyntheticObjective):
-    """An objective that says it calibrates under kl; asking it for gradients is a failure of the guard."""
+    """An objective that says it calibrates under kl (``CalibratedObjective``); asking it for gradients is a
+    failure of the guard."""
 
-    config = SimpleNamespace(objective="kl")
+    calibration_objective = OBJECTIVES["kl"]
 
     def residual_gradients(self) -> np.ndarray:
         raise AssertionError("CBO computed gradients it cannot use")

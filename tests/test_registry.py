@@ -647,3 +647,15 @@ def test_a_transient_lock_while_opening_a_sqlite_registry_is_retried(tmp_path, m
     with open_registry(f"sqlite:///{tmp_path / 'registry.db'}") as registry:
         assert registry.list_variants() == []
     assert len(failures) == 1
+
+
+def test_variant_info_types_the_record_fields_as_the_record_does():
+    """The choice and measurement fields are named once (registry.records) and typed alike in both records."""
+    import dataclasses
+
+    from registry.records import CHOICE_FIELDS, MEASUREMENT_FIELDS, VariantInfo, VariantRecord
+
+    record = {item.name: item.type for item in dataclasses.fields(VariantRecord)}
+    info = {item.name: item.type for item in dataclasses.fields(VariantInfo)}
+    for name in (*CHOICE_FIELDS, *MEASUREMENT_FIELDS):
+        assert record[name] == info[name], name

@@ -26,7 +26,6 @@ Run ``depthprune demo-model`` (default recipe, a few minutes on 2 cores) or
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import json
 import math
 import os
@@ -36,6 +35,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from depthprune.core.errors import UserError
+from depthprune.core.files import exclusive_lock, lock_beside
 from depthprune.demo.paths import DATA_FILES, data_file, default_demo_dir
 from depthprune.demo.recipe import FORMAT_VERSION, DemoRecipe
 
@@ -95,7 +95,7 @@ def ensure_demo_model(
     if target.exists() and is_demo_model(target, recipe) and not force:
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _build_lock(target):
+    with exclusive_lock(lock_beside(target)):
         # Another process may have finished the same build while this one waited for the lock.
         if is_demo_model(target, recipe) and not force:
             return target
@@ -124,17 +124,6 @@ def _check_target(target: Path, recipe: DemoRecipe, force: bool) -> None:
         raise UserError(f"{target} exists and is not a demo model directory; choose another --out")
     if not force:
         raise UserError(f"{target} holds a demo model of another recipe; pass --force to replace it")
-
-
-@contextlib.contextmanager
-def _build_lock(target: Path):
-    lock_path = target.parent / f".{target.name}.lock"
-    with lock_path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _replace(staging: Path, target: Path) -> None:

@@ -30,20 +30,9 @@ from pruning.healing.config import HealConfig
 from pruning.healing.data import HealingData, load_healing_data
 from pruning.healing.state import DONE_FILE, RUN_FILE, STATE_FILE, TrainingState, run_directory, write_json
 from registry.naming import DENSE, split_qualified
-from registry.records import VariantInfo, VariantRecord
+from registry.records import CHOICE_FIELDS, MEASUREMENT_FIELDS, VariantInfo, VariantRecord
 
-PARENT_RECORD_FIELDS = (
-    "base_model",
-    "removed_blocks",
-    "calibration",
-    "search",
-    "search_options",
-    "calibration_loss",
-    "dense_loss",
-    "search_seconds",
-    "block_forwards",
-    "subset_evaluations",
-)
+PARENT_RECORD_FIELDS = (*CHOICE_FIELDS, *MEASUREMENT_FIELDS)
 """Fields of the parent's record that the healed variant carries unchanged (its removal and how it was
 chosen)."""
 

@@ -28,14 +28,13 @@ the registry records where.
 from __future__ import annotations
 
 import dataclasses
-import fcntl
 import time
 import traceback
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 from depthprune.core.errors import UserError
+from depthprune.core.files import exclusive_lock
 from pruning.study.cells import (
     CellResult,
     evaluate_all,
@@ -196,23 +195,11 @@ def collect_results(plan: StudyPlan, queue, registry) -> dict[str, CellResult]:
     return done
 
 
-@contextmanager
-def _report_lock(out: Path) -> Iterator[None]:
-    """Workers sharing one ``--out`` write its report one after another."""
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / REPORT_LOCK, "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def write_worker_report(plan: StudyPlan, registry, done: dict[str, CellResult]) -> Path:
     """The manifest and the report in this worker's ``--out``, from the registry's numbers."""
 
     out = plan.config.out
-    with _report_lock(out):
+    with exclusive_lock(out / REPORT_LOCK):  # workers sharing one --out write its report in turn
         dense = evaluate_all(plan, done, registry, _ignore)  # recorded by the cells: nothing to evaluate
         save_manifest(out, plan, done, dense)
         results = [done[cell.key] for cell in plan.cells if cell.key in done]
