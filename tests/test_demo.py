@@ -12,9 +12,9 @@ import time
 
 import pytest
 
+from depthprune.cli import demo as pipeline
 from depthprune.cli.demo import DemoConfig, plan_demo, stop_process_group
 from depthprune.core.errors import UserError
-from depthprune.demo import pipeline
 from depthprune.testing.servers import free_port, wait_until
 from pruning.search import SEARCHES
 

@@ -36,7 +36,7 @@ from typing import Annotated
 import typer
 
 from depthprune.core.errors import UserError
-from depthprune.core.objectives import OBJECTIVES
+from depthprune.core.objectives import OBJECTIVES, TEXT
 from depthprune.core.settings import default_registry_url, home_dir
 
 DEMO_MODEL = "demo"
@@ -152,7 +152,8 @@ class DemoPlan:
 
     def samples(self, objective: str) -> int:
         """Calibration samples of an objective: text windows, or multiple-choice items."""
-        return self.sizes.text_samples if objective == "perplexity" else self.sizes.choice_samples
+        text = OBJECTIVES[objective].data_kind == TEXT
+        return self.sizes.text_samples if text else self.sizes.choice_samples
 
     def calibration_data(self, objective: str, model_dir: str | Path) -> str:
         """The data spec ``prune`` gets: the demo model's data is named with its directory."""
