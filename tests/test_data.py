@@ -284,3 +284,14 @@ def test_offline_hub_source_names_local_alternative(monkeypatch):
         data.load_documents("c4")
     with pytest.raises(UserError, match=r"cannot load 'commonsense170k'.*demo:qa, mc:PATH"):
         data.load_choice_items("commonsense170k")
+
+
+def test_every_source_is_registered_under_its_name_and_every_spec_form_parses():
+    """``SOURCES`` is the one list: keys equal names, and each source's spec forms parse to it."""
+    for name, source in data.SOURCES.items():
+        assert source.name == name and source.kind in (data.TEXT, data.MULTIPLE_CHOICE)
+        for form in source.spec_forms:
+            parsed = data.parse_spec(form.replace("PATH", "/some/file.jsonl"))
+            assert (parsed.source, parsed.kind) == (name, source.kind)
+    assert data.known_specs().split(", ")[:2] == ["c4", "wikitext2"]
+    assert set(data.HEAL_SOURCES) == {"pydoc", "pydoc-cloze", "text", "mc"}

@@ -96,7 +96,7 @@ class Source:
     """:data:`TEXT` or :data:`MULTIPLE_CHOICE`."""
     description: str
     """One line for help and error messages."""
-    read: Callable[[DataSpec, str], list] = None  # type: ignore[assignment]
+    read: Callable[[DataSpec, str], list]
     """``read(spec, split)``: every document (text) or :class:`ChoiceItem` (multiple choice) of a split."""
     needs_path: bool = False
     """Only as ``NAME:PATH`` (a local file); no spec of the bare name."""
