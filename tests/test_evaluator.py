@@ -418,3 +418,21 @@ def test_compare_with_naive_interleaves_repeats(files):
     assert result["fast_tokens"] < result["naive_tokens"]
     with pytest.raises(UserError, match="repeats must be a positive integer"):
         compare_with_naive(files["model"], config_for(files, "task_margin"), repeats=0, progress=False)
+
+
+def test_a_reference_objective_not_zero_at_dense_has_its_dense_loss_computed(files, monkeypatch):
+    """``zero_loss_at_dense`` alone lets the reference pass skip the dense loss: without it (a KL-weighted
+    objective), the loss is computed with the dense reference, here KL(dense || dense) = 0 up to rounding."""
+    import dataclasses
+
+    from depthprune.core import objectives
+
+    def build():
+        return build_evaluator(files["model"], config_for(files, "kl"), progress=False, batch_size=4)
+
+    skipped = build()
+    kl = objectives.OBJECTIVES["kl"]
+    monkeypatch.setitem(objectives.OBJECTIVES, "kl", dataclasses.replace(kl, zero_loss_at_dense=False))
+    computed = build()
+    assert skipped.dense_loss() == 0.0 and abs(computed.dense_loss()) < 1e-5
+    assert computed.stats.head_positions > skipped.stats.head_positions

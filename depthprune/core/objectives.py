@@ -52,6 +52,9 @@ class Objective:
     model): gradient-based searches (CBO) cannot run on it."""
     needs_reference: bool = False
     """Whether the loss compares against the dense model's next-token log-probabilities."""
+    zero_loss_at_dense: bool = False
+    """Whether the loss is exactly 0 at the dense model by definition (KL to itself): the dense reference
+    pass then records 0 instead of computing it."""
 
     def __post_init__(self):
         if self.data_kind not in DATA_KINDS:
@@ -94,6 +97,7 @@ OBJECTIVES: dict[str, Objective] = {
         loss_floor=-1e-3,
         zero_gradient_at_dense=True,
         needs_reference=True,
+        zero_loss_at_dense=True,
     ),
 }
 """Every calibration objective, by name: the one registry (module docstring: how to add one)."""

@@ -236,11 +236,18 @@ class SubsetEvaluator:
                 if not self.naive:
                     self._prepared.append(prepared.block_kwargs)
                     self._states.append(states)
-                    # KL of the dense model to itself is 0 by definition; no head call needed.
+                    # An objective 0 at the dense model by definition (KL to itself) needs no head call.
                     losses.append(
                         torch.zeros(batch.num_samples)
-                        if self.objective.needs_reference
-                        else self.loss(batch, run.objective_hidden(hidden), self._head, None).double().cpu()
+                        if self.objective.zero_loss_at_dense
+                        else self.loss(
+                            batch,
+                            run.objective_hidden(hidden),
+                            self._head,
+                            self._reference_for(len(self._reference) - 1),
+                        )
+                        .double()
+                        .cpu()
                     )
         self._influence = (influence / max(influence_tokens, 1)).numpy()
         similarity /= max(influence_tokens, 1)
