@@ -184,6 +184,7 @@ class SharedExperiments:
         self._seen: dict[str, int] = {}
         self._wake = asyncio.Event()
         self._task: asyncio.Task | None = None
+        self._stopping = False
         self._listener = None
         self._loop: asyncio.AbstractEventLoop | None = None
         # Database calls run here, not in the default executor: a hung registry must not starve the rest.
@@ -212,9 +213,11 @@ class SharedExperiments:
 
     async def stop(self) -> None:
         """Stop the background task and the listener, release the registry."""
+        self._stopping = True
+        self._wake.set()
         if self._task is not None:
             self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
+            await asyncio.wait({self._task}, timeout=DB_TIMEOUT_S)
         if self._listener is not None:
             await asyncio.get_running_loop().run_in_executor(None, self._listener.stop)
         if self.store is not None and hasattr(self.store, "engine"):
@@ -248,12 +251,16 @@ class SharedExperiments:
             self._loop.call_soon_threadsafe(self._wake.set)
 
     async def _poll_forever(self) -> None:
-        while True:
+        # asyncio.wait, not wait_for: Python 3.11's wait_for can swallow the cancellation that stops this.
+        while not self._stopping:
+            waiter = asyncio.ensure_future(self._wake.wait())
             try:
-                await asyncio.wait_for(self._wake.wait(), self.poll_interval_s)
-            except asyncio.TimeoutError:
-                pass
+                await asyncio.wait({waiter}, timeout=self.poll_interval_s)
+            finally:
+                waiter.cancel()
             self._wake.clear()
+            if self._stopping:
+                return
             try:
                 if self.store is None or self.seed_specs:
                     await self._call(self._open_and_seed)
