@@ -7,6 +7,7 @@ Run: ``.venv/bin/python -m pytest tests/test_experiments.py -q``
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -303,3 +304,97 @@ def test_without_a_registry_versions_and_history_are_kept_in_the_process(backend
         history = httpx.get(f"{a}/admin/experiments/ab/history", headers=ADMIN).json()["changes"]
         assert [change["action"] for change in history] == ["seed", "set"]
         assert httpx.get(f"{a}/ready").json()["experiments"]["store"] == "memory"
+
+
+# -- the command line ---------------------------------------------------------------------------------------
+def test_the_cli_changes_what_every_replica_routes_with_versions_history_and_rollback(
+    backends, tmp_path, run_cli
+):
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    code, _, err = run_cli("experiments", "set", "ab", "--spec", json.dumps(EVEN), "--registry", url)
+    assert code == 0 and "now version 1" in err
+    with replica(backends, url) as a:
+        assert variants_for(a) == {"dense", "twin"}
+        code, _, err = run_cli(
+            "experiments", "set", "ab", "--weight", "dense=0", "--if-version", "1", "--registry", url
+        )
+        assert code == 0 and "now version 2" in err
+        assert converges(a, {"twin"}) < 2.5
+        code, _, err = run_cli(
+            "experiments", "set", "ab", "--weight", "dense=5", "--if-version", "1", "--registry", url
+        )
+        assert (code, err.count("\n")) == (2, 1) and "at version 2, not version 1" in err
+        code, _, err = run_cli(
+            "experiments", "set", "ab", "--from-version", "1", "--actor", "ops", "--registry", url
+        )
+        assert code == 0 and "now version 3" in err
+        assert converges(a, {"dense", "twin"}) < 2.5
+    code, out, _ = run_cli("experiments", "history", "ab", "--json", "--registry", url)
+    history = json.loads(out)
+    assert [(c["version"], c["actor"]) for c in history][2] == (3, "ops")
+    assert history[2]["new_spec"] == history[0]["new_spec"]
+    code, out, _ = run_cli("experiments", "show", "ab", "--registry", url)
+    assert json.loads(out)["version"] == 3
+    code, out, _ = run_cli("experiments", "list", "--registry", url)
+    assert code == 0 and "ab" in out and "50%" in out
+    for bad, message in [
+        (["--spec", '{"arms": []}'], "arms"),
+        (["--spec", "{"], "neither JSON nor YAML"),
+        (["--weight", "ghost=1"], "give ARM=WEIGHT"),
+        (["--from-version", "9"], "has no version 9"),
+        ([], "exactly one of"),
+    ]:
+        code, _, err = run_cli("experiments", "set", "ab", *bad, "--registry", url)
+        assert code == 2 and message in err, err
+    assert len(json.loads(run_cli("experiments", "history", "ab", "--json", "--registry", url)[1])) == 3
+
+
+# -- the per-arm report ------------------------------------------------------------------------------------
+def test_interval_helpers_cover_what_they_estimate():
+    import random
+
+    from server.experiment_report import Histogram, error_interval, mean_interval, median_interval
+    from server.metrics import E2E_BUCKETS
+
+    rng = random.Random(3)
+    samples = [rng.lognormvariate(-1.5, 0.6) for _ in range(400)]
+    histogram = Histogram(total=sum(samples), count=len(samples))
+    for edge in [*E2E_BUCKETS, float("inf")]:
+        histogram.buckets[edge] = sum(1 for sample in samples if sample <= edge)
+    mean = mean_interval(histogram)
+    assert mean["mean"] == pytest.approx(sum(samples) / len(samples))
+    assert mean["low"] < mean["mean"] < mean["high"] and mean["high"] - mean["low"] < 0.1
+    median = median_interval(histogram)
+    true_median = sorted(samples)[len(samples) // 2]
+    assert median["low"] <= true_median <= median["high"] and median["low"] <= median["p50"] <= median["high"]
+    rate = error_interval(3, 100)
+    assert rate["rate"] == 0.03 and 0.006 < rate["low"] < 0.01 and 0.08 < rate["high"] < 0.09
+
+
+def test_report_gives_each_arm_its_traffic_latencies_and_variant(backends, tmp_path, run_cli):
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    with replica(backends, url, {"ab": EVEN}) as a, replica(backends, url, {"ab": EVEN}) as b:
+        sent = {"dense": 0, "twin": 0}
+        for index, gateway in enumerate([a, b] * 6):
+            body = {"model": "ab", "prompt": "w4", "max_tokens": 4, "stream": True, "user": f"u{index}"}
+            with httpx.stream("POST", f"{gateway}/v1/completions", json=body) as response:
+                response.read()
+                sent[response.headers["x-depthprune-variant"]] += 1
+        code, out, err = run_cli(
+            "experiments", "report", "ab", "--gateway", a, "--gateway", b, "--json", "--registry", url
+        )
+        assert code == 0, err
+        arms = {arm["name"]: arm for arm in json.loads(out)["arms"]}
+        assert {name: arm["requests"] for name, arm in arms.items()} == sent
+        for name, arm in arms.items():
+            assert arm["variant"] == name and arm["share"] == 0.5 and arm["errors"] == 0
+            assert arm["ttft"]["count"] == arm["e2el"]["count"] == sent[name]
+            assert arm["tpot"]["count"] == sent[name]  # 4 streamed tokens each
+            mean = arm["e2el"]["mean_s"]
+            assert mean["mean"] > 0 and (sent[name] < 2 or mean["low"] <= mean["mean"] <= mean["high"])
+        code, out, _ = run_cli("experiments", "report", "ab", "--gateway", a, "--registry", url)
+        assert code == 0 and "TTFT mean ms" in out and "held-out quality" in out
+    code, _, err = run_cli(
+        "experiments", "report", "ab", "--gateway", "http://127.0.0.1:9", "--registry", url
+    )
+    assert code == 2 and "did not answer" in err
