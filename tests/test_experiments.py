@@ -18,7 +18,7 @@ import pytest
 
 from depthprune.testing.fake_vllm import create_fake_app, serve_in_thread
 from depthprune.testing.postgres import create_database_at, drop_database_at
-from depthprune.testing.servers import free_port, wait_until
+from depthprune.testing.servers import free_port, running, running_gateway, vllm_command, wait_until
 from registry import open_registry
 from registry.experiments import ExperimentNotFound, ExperimentStore, StaleVersion
 from server import BackendSpec, GatewaySettings, create_app
@@ -398,3 +398,55 @@ def test_report_gives_each_arm_its_traffic_latencies_and_variant(backends, tmp_p
         "experiments", "report", "ab", "--gateway", "http://127.0.0.1:9", "--registry", url
     )
     assert code == 2 and "did not answer" in err
+
+
+# -- acceptance: `depthprune serve` replicas in front of one engine ------------------------------------------
+@pytest.fixture(scope="module")
+def vllm_two_names(tiny_model_dirs, tmp_path_factory):
+    """Base URL of a real vLLM OpenAI server serving the tiny random Llama as ``dense`` and ``twin``."""
+    port = free_port()
+    command = vllm_command(
+        tiny_model_dirs("llama"), ["dense", "twin"], port, extra_args=["--max-num-seqs", "8"]
+    )
+    log = tmp_path_factory.mktemp("vllm-experiments") / "server.log"
+    url = f"http://127.0.0.1:{port}"
+    with running(command, url, log, env={"VLLM_CPU_KVCACHE_SPACE": "1"}, timeout_s=600):
+        yield url
+
+
+@pytest.fixture(params=["fake", pytest.param("vllm", marks=[pytest.mark.slow, pytest.mark.vllm])])
+def engine_backends(request) -> dict[str, str]:
+    """``{dense: URL, twin: URL}``: the kit's fake vLLM (one per name), or one real vLLM serving both."""
+    if request.param == "fake":
+        return request.getfixturevalue("backends")
+    url = request.getfixturevalue("vllm_two_names")
+    return {"dense": url, "twin": url}
+
+
+def test_acceptance_two_serve_replicas_on_one_sqlite_registry(engine_backends, tmp_path):
+    variants = ",".join(f"{name}={url}" for name, url in engine_backends.items())
+    options = ["--registry", f"sqlite:///{tmp_path / 'registry.db'}", "--admin-token", "admin-secret"]
+    port_a = free_port()
+    with running_gateway(variants, tmp_path / "b.log", *options) as b:
+        with running_gateway(variants, tmp_path / "a.log", *options, port=port_a) as a:
+            created = httpx.put(f"{a.url}/admin/experiments/ab", json=ALL_DENSE, headers=ADMIN)
+            assert created.status_code == 200 and created.headers["etag"] == '"1"'
+            assert converges(b.url, {"dense"}) < 5
+            etag = httpx.get(f"{b.url}/admin/experiments/ab", headers=ADMIN).headers["etag"]
+            changed = httpx.put(
+                f"{b.url}/admin/experiments/ab", json=ALL_TWIN, headers={**ADMIN, "if-match": etag}
+            )
+            assert changed.status_code == 200 and changed.headers["etag"] == '"2"'
+            assert converges(a.url, {"twin"}) < 5
+        with running_gateway(variants, tmp_path / "a-again.log", *options, port=port_a) as a:
+            assert variants_for(a.url) == {"twin"}  # the restarted replica kept the latest weights
+            current = httpx.get(f"{a.url}/admin/experiments/ab", headers=ADMIN)
+            assert current.headers["etag"] == '"2"' and current.json()["arms"][1]["share"] == 1.0
+            stale = httpx.put(
+                f"{a.url}/admin/experiments/ab", json=EVEN, headers={**ADMIN, "if-match": '"1"'}
+            )
+            assert stale.status_code == 412
+            assert variants_for(a.url) == variants_for(b.url) == {"twin"}
+            history = httpx.get(f"{a.url}/admin/experiments/ab/history", headers=ADMIN).json()["changes"]
+            assert [(change["version"], change["action"]) for change in history] == [(1, "set"), (2, "set")]
+            assert [change["new_spec"]["arms"][1]["weight"] for change in history] == [0, 1]
