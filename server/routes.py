@@ -164,7 +164,10 @@ async def ready(request: Request) -> Response:
         name: backend.status() if detailed else {"up": backend.up} for name, backend in pool.backends.items()
     }
     all_up = pool.all_up()
-    body = {"ready": all_up, "backends": backends, "experiments": request.app.state.experiments.status()}
+    experiments = request.app.state.experiments.status()
+    if not detailed:  # the registry's errors name hosts: for operators
+        experiments = {key: experiments[key] for key in ("store", "in_sync")}
+    body = {"ready": all_up, "backends": backends, "experiments": experiments}
     return JSONResponse(body, status_code=200 if all_up else 503)
 
 
