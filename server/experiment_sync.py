@@ -229,10 +229,18 @@ class SharedExperiments:
         from registry.experiments import ChangeListener, ExperimentStore
 
         if self.store is None:
-            self.store = ExperimentStore(open_registry(self.registry_url))
+            try:
+                registry = open_registry(self.registry_url)
+            except UserError as error:  # it does not connect (now)
+                raise StoreUnavailable(str(error)) from None
+            self.store = ExperimentStore(registry)
             self._listener = ChangeListener(self.store, self._notified).start()
         for name, spec in self.seed_specs.items():
-            seeded = self.store.seed(name, spec_json(spec), actor=f"config via {self.actor}")
+            try:
+                seeded = self.store.seed(name, spec_json(spec), actor=f"config via {self.actor}")
+            except UserError as error:  # a name the registry refuses: routed here only, from the config
+                log.warning("experiment %r is not shared through the registry: %s", name, error)
+                continue
             if seeded is None:
                 kept = self.store.records([name], deleted=True)
                 if kept and kept[0].spec != spec_json(spec):
@@ -243,7 +251,7 @@ class SharedExperiments:
                         kept[0].version,
                         name,
                     )
-        self.seed_specs = {}  # seeded once; a retry after a failure seeds what is left
+        self.seed_specs = {}  # seeded once; after a failure all are seeded again (seeding is idempotent)
 
     def _notified(self, name: str) -> None:
         """A NOTIFY arrived (listener thread): poll now."""
@@ -283,10 +291,16 @@ class SharedExperiments:
         except DBAPIError as error:
             reason = str(error.orig).strip().splitlines()[0] if error.orig else type(error).__name__
             raise StoreUnavailable(f"the registry cannot be reached: {reason}") from None
-        except UserError as error:
-            if type(error) is UserError:  # open_registry's "cannot connect"; subclasses are answers
-                raise StoreUnavailable(str(error)) from None
-            raise
+
+    def _opened_store(self):
+        """The store, for a change or a read of the history.
+
+        Raises:
+            StoreUnavailable: the registry has not been reached since this gateway started.
+        """
+        if self.store is None:
+            raise StoreUnavailable(f"the registry has not been reached since start: {self.error}")
+        return self.store
 
     def _failed(self, reason: str) -> None:
         if self.error is None:
@@ -359,7 +373,7 @@ class SharedExperiments:
         """
         experiment = self.router.compile_experiment(name, spec)  # raises before anything is written
         record = await self._call(
-            self.store.set, name, spec_json(spec), actor=actor, expected_version=expected_version
+            self._opened_store().set, name, spec_json(spec), actor=actor, expected_version=expected_version
         )
         self._installed(name, record)
         return experiment, record.version
@@ -373,13 +387,14 @@ class SharedExperiments:
         Raises:
             registry.experiments.ExperimentNotFound, StaleVersion, StoreUnavailable: nothing changed.
         """
-        record = await self._call(self.store.delete, name, actor=actor, expected_version=expected_version)
+        store = self._opened_store()
+        record = await self._call(store.delete, name, actor=actor, expected_version=expected_version)
         self._installed(name, record)
         return record.version
 
     async def history(self, name: str) -> list:
         """Every change of ``name`` in the store, oldest first."""
-        return await self._call(self.store.history, name)
+        return await self._call(self._opened_store().history, name)
 
     def status(self) -> dict[str, Any]:
         """What ``/ready`` says about the experiments."""

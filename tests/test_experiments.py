@@ -285,6 +285,24 @@ def test_a_registry_that_goes_away_keeps_routing_on_the_last_copy_and_loses_noth
         drop_database_at(postgres_admin_url, name)
 
 
+def test_a_registry_unreachable_at_start_leaves_the_config_routing_and_refuses_changes(backends):
+    unreachable = f"postgresql+psycopg://nobody@127.0.0.1:{free_port()}/none"
+    with replica(backends, unreachable, {"ab": ALL_TWIN}) as a:
+        assert variants_for(a) == {"twin"}
+        ready = httpx.get(f"{a}/ready")
+        assert ready.status_code == 200 and not ready.json()["experiments"]["in_sync"]
+        assert "cannot connect" in ready.json()["experiments"]["error"]
+        refused = httpx.put(f"{a}/admin/experiments/ab", json=EVEN, headers=ADMIN)
+        assert refused.status_code == 503 and refused.json()["error"]["code"] == "experiments_unavailable"
+        assert variants_for(a) == {"twin"}
+
+
+def test_a_name_the_registry_refuses_is_a_400_not_an_outage(backends, tmp_path):
+    with replica(backends, f"sqlite:///{tmp_path / 'registry.db'}") as a:
+        response = httpx.put(f"{a}/admin/experiments/1234", json=EVEN, headers=ADMIN)
+        assert response.status_code == 400 and "all digits" in response.json()["error"]["message"]
+
+
 def test_without_a_registry_versions_and_history_are_kept_in_the_process(backends):
     with replica(backends, None, {"ab": EVEN}) as a:
         assert httpx.get(f"{a}/admin/experiments/ab", headers=ADMIN).headers["etag"] == '"1"'
