@@ -178,3 +178,42 @@ class StudyCellRow(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
     claimed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     finished_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class ExperimentRow(Base):
+    """The current spec of an A/B experiment that every gateway on this registry routes by.
+
+    ``version`` grows by one with every change (the gateways' ``ETag``); a deleted experiment keeps its row
+    with ``spec`` NULL, so that its versions never repeat if it is created again. See
+    :mod:`registry.experiments`.
+    """
+
+    __tablename__ = "experiments"
+    __table_args__ = (UniqueConstraint("name", name="uq_experiments_name"),)
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(256))
+    # The gateway's ExperimentSpec as JSON (arms, sticky, fallback, forcible); NULL once deleted.
+    spec: Mapped[dict | None] = mapped_column(JSON(none_as_null=True))
+    version: Mapped[int] = mapped_column(Integer)
+    updated_by: Mapped[str] = mapped_column(String(256))
+    updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+
+
+class ExperimentChangeRow(Base):
+    """One change of an experiment: who made it, when, and its spec before and after (the audit trail)."""
+
+    __tablename__ = "experiment_changes"
+    __table_args__ = (
+        UniqueConstraint("experiment", "version", name="uq_experiment_changes_version"),
+        CheckConstraint("action IN ('seed', 'set', 'delete')", name="ck_experiment_changes_action"),
+    )
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    experiment: Mapped[str] = mapped_column(String(256))
+    version: Mapped[int] = mapped_column(Integer)
+    action: Mapped[str] = mapped_column(String(16))
+    actor: Mapped[str] = mapped_column(String(256))
+    old_spec: Mapped[dict | None] = mapped_column(JSON(none_as_null=True))
+    new_spec: Mapped[dict | None] = mapped_column(JSON(none_as_null=True))
+    changed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)

@@ -15,15 +15,14 @@ from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
-from pydantic import ValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request
 
 from server.backends import Backend, BackendPool
-from server.errors import GatewayError, error_response, validation_problems
+from server.errors import GatewayError, error_response
+from server.experiment_sync import SharedExperiments, gateway_actor, parse_spec
 from server.experiments import Router
 from server.metrics import GatewayMetrics
-from server.protocol import ExperimentSpec
 from server.proxy import Proxy
 from server.routes import REQUEST_BODIES
 from server.routes import router as routes
@@ -40,10 +39,7 @@ def build_router(settings: GatewaySettings, seed: int | None = None) -> Router:
     """
     router = Router({spec.name: spec.metadata for spec in settings.backends}, seed=seed)
     for name, raw in settings.experiments.items():
-        try:
-            spec = raw if isinstance(raw, ExperimentSpec) else ExperimentSpec.model_validate(raw)
-        except ValidationError as error:
-            raise ValueError(f"experiment {name!r}: {validation_problems(error)}") from None
+        spec = parse_spec(name, raw)
         try:
             router.set_experiment(name, spec)
         except ValueError as error:
@@ -71,6 +67,14 @@ def create_app(
     except ValueError as error:
         raise UserError(str(error)) from None
     metrics = GatewayMetrics()
+    shared = SharedExperiments(
+        router,
+        metrics.registry,
+        registry_url=settings.experiments_registry,
+        seed={name: parse_spec(name, raw) for name, raw in settings.experiments.items()},
+        actor=gateway_actor(settings.host, settings.port),
+        poll_interval_s=settings.experiments_poll_s,
+    )
     on_backend_change = backend_metrics_updater(metrics)
     if pool is None:
         pool = BackendPool(settings)
@@ -81,9 +85,11 @@ def create_app(
         await pool.open()
         for backend in pool.backends.values():
             on_backend_change(backend)
+        await shared.start()
         try:
             yield
         finally:
+            await shared.stop()
             await app.state.proxy.close()
             await pool.close()
 
@@ -92,6 +98,7 @@ def create_app(
     app.state.settings = settings
     app.state.pool = pool
     app.state.router = router
+    app.state.experiments = shared
     app.state.metrics = metrics
     app.state.proxy = Proxy(settings, pool, router, metrics)
     app.state.created = int(time.time())

@@ -154,7 +154,8 @@ def build_settings(options: dict[str, Any], file_config: dict[str, Any]) -> Gate
         raise UserError(
             "no variants to serve: pass --variants dense,ppl-best or list `variants:` in --config"
         )
-    backends = resolve_backends(parse_variant_list(variants_value), pick("registry"))
+    variant_list = parse_variant_list(variants_value)
+    backends = resolve_backends(variant_list, pick("registry"))
     vllm_config = dict(file_config.get("vllm") or {})
     for key in (
         "dtype",
@@ -188,7 +189,24 @@ def build_settings(options: dict[str, Any], file_config: dict[str, Any]) -> Gate
         body_timeout_s=float(pick("body_timeout_s", 30.0)),
         health_interval_s=float(pick("health_interval_s", 5.0)),
         restart=bool(pick("restart", True)),
+        experiments_registry=experiments_registry(pick("registry"), variant_list),
+        experiments_poll_s=float(pick("experiments_poll_s", 1.0)),
     )
+
+
+def experiments_registry(registry_url: str | None, variants: list[tuple[str, str | None]]) -> str | None:
+    """The registry whose experiments the gateway shares: the one it was given (``--registry``, config
+    ``registry:``, ``DEPTHPRUNE_REGISTRY_URL``) or resolves variants in; None (this process only) for a
+    gateway of remote backends told of no registry."""
+    import os
+
+    from depthprune.core.settings import default_registry_url
+
+    if registry_url:
+        return registry_url
+    if os.environ.get("DEPTHPRUNE_REGISTRY_URL") or any(url is None for _, url in variants):
+        return default_registry_url()
+    return None
 
 
 # The options of ``serve`` too long to fit on one line of its signature, named here so that the signature

@@ -64,6 +64,8 @@ E2E_BUCKETS = (
     1920.0,
     7680.0,
 )
+# vLLM's time-per-output-token buckets, with finer ones below its smallest.
+TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
 REQUEST_LABELS = ("variant", "experiment", "arm")
 
 
@@ -91,6 +93,13 @@ class GatewayMetrics:
             "Time from request arrival to the last byte of the response.",
             REQUEST_LABELS,
             buckets=E2E_BUCKETS,
+            registry=self.registry,
+        )
+        self.tpot = Histogram(
+            prefix + "time_per_output_token_seconds",
+            "Time per output token after the first (streaming requests of more than one token).",
+            REQUEST_LABELS,
+            buckets=TPOT_BUCKETS,
             registry=self.registry,
         )
         self.prompt_tokens = Counter(

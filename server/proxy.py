@@ -514,7 +514,11 @@ class Proxy:
     def _record(self, accounting: Accounting, status: int | str) -> None:
         metrics, labels = self.metrics, accounting.labels
         metrics.requests.labels(*labels, accounting.endpoint, str(status)).inc()
-        metrics.e2e.labels(*labels).observe(time.perf_counter() - accounting.started)
+        finished = time.perf_counter()
+        metrics.e2e.labels(*labels).observe(finished - accounting.started)
+        if accounting.first_event_at and accounting.generation_tokens > 1:
+            tpot = (finished - accounting.first_event_at) / (accounting.generation_tokens - 1)
+            metrics.tpot.labels(*labels).observe(tpot)
         if accounting.prompt_tokens:
             metrics.prompt_tokens.labels(*labels).inc(accounting.prompt_tokens)
         if accounting.generation_tokens:

@@ -3,7 +3,8 @@
 OpenAI API: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /v1/models[/{model}]``.
 Operations: ``GET /health`` (liveness), ``GET /ready`` (every backend up), ``GET /metrics`` (the gateway's
 Prometheus metrics), ``GET /metrics/backends/{variant}`` (that backend's own vLLM metrics).
-Admin (bearer ``--admin-token``): ``GET /admin/experiments``, ``PUT|DELETE /admin/experiments/{name}``.
+Admin (bearer ``--admin-token``): ``GET /admin/experiments``, ``GET|PUT|DELETE /admin/experiments/{name}``
+(``ETag``/``If-Match`` by version), ``GET /admin/experiments/{name}/history``.
 The schema of all of them: ``GET /openapi.json``.
 
 What is open without the API key: ``/health``; ``/ready`` with each variant's up/down only (its URL, PID
@@ -15,13 +16,16 @@ from __future__ import annotations
 
 import hmac
 import time
+from dataclasses import asdict
 
 import httpx
 from fastapi import APIRouter, Request
 from pydantic import ValidationError
 from starlette.responses import JSONResponse, Response
 
+from depthprune.core.errors import UserError
 from server.errors import GatewayError, validation_problems
+from server.experiment_sync import StoreUnavailable
 from server.protocol import ChatCompletionRequest, CompletionRequest, ExperimentSpec, ModelCard, ModelList
 from server.proxy import read_body
 
@@ -160,7 +164,11 @@ async def ready(request: Request) -> Response:
         name: backend.status() if detailed else {"up": backend.up} for name, backend in pool.backends.items()
     }
     all_up = pool.all_up()
-    return JSONResponse({"ready": all_up, "backends": backends}, status_code=200 if all_up else 503)
+    experiments = request.app.state.experiments.status()
+    if not detailed:  # the registry's errors name hosts: for operators
+        experiments = {key: experiments[key] for key in ("store", "in_sync")}
+    body = {"ready": all_up, "backends": backends, "experiments": experiments}
+    return JSONResponse(body, status_code=200 if all_up else 503)
 
 
 @router.get("/metrics")
@@ -203,6 +211,7 @@ async def backend_metrics(request: Request, variant: str) -> Response:
 def _experiments_payload(state) -> dict:
     return {
         name: {
+            "version": state.experiments.version(name),
             "arms": experiment.describe(),
             "sticky": experiment.spec.sticky,
             "fallback": experiment.spec.fallback,
@@ -219,11 +228,26 @@ async def get_experiments(request: Request) -> Response:
     return JSONResponse(_experiments_payload(request.app.state))
 
 
+@router.get("/admin/experiments/{name}")
+async def get_experiment(request: Request, name: str) -> Response:
+    """One experiment: its spec, resolved arms and version; the ``ETag`` is the version."""
+    require_admin(request)
+    shared = request.app.state.experiments
+    version = shared.version(name)
+    if version is None:
+        raise GatewayError(404, f"no experiment named '{name}'", code="experiment_not_found")
+    body = {"name": name, "version": version, **_experiments_payload(request.app.state)[name]}
+    return JSONResponse(body, headers={"etag": etag(version)})
+
+
 @router.put("/admin/experiments/{name}")
 async def put_experiment(request: Request, name: str) -> Response:
     """Create or replace an experiment; body ``{"arms": [{"objective"|"variant", "weight", ...}], ...}``.
 
-    All or nothing: a refused experiment (400) changes nothing.
+    All or nothing: a refused experiment (400) changes nothing. With a registry the change is written there
+    first and reaches every gateway on it. ``If-Match: "<version>"`` makes it conditional (412 when someone
+    changed it since; ``If-None-Match: *`` creates only); without it the last writer wins, recorded all the
+    same. Rolling back is PUTting an older spec from the history.
     """
     require_admin(request)
     state = request.app.state
@@ -238,20 +262,100 @@ async def put_experiment(request: Request, name: str) -> Response:
             param=".".join(map(str, first["loc"])) or None,
             code="invalid_experiment",
         ) from None
+    expected = expected_version(request, state.experiments.version(name))
     try:
-        state.router.set_experiment(name, spec)
+        _, version = await state.experiments.put(name, spec, actor=_actor(request), expected_version=expected)
     except ValueError as error:
         raise GatewayError(400, f"invalid experiment '{name}': {error}", code="invalid_experiment") from None
+    except UserError as error:
+        raise _store_refusal(error) from None
+    except StoreUnavailable as error:
+        raise _store_unavailable(error) from None
     state.experiments_changed_at = time.time()
-    return JSONResponse({name: _experiments_payload(state)[name]})
+    body = {name: _experiments_payload(state)[name]} if name in state.router.experiments else {}
+    return JSONResponse({**body, "version": version}, headers={"etag": etag(version)})
 
 
 @router.delete("/admin/experiments/{name}")
 async def delete_experiment(request: Request, name: str) -> Response:
-    """Remove an experiment; its name then answers 404 like any unknown model."""
+    """Remove an experiment (everywhere, with a registry); its name then answers 404 like any unknown model.
+    ``If-Match`` as for PUT."""
+    require_admin(request)
+    shared = request.app.state.experiments
+    expected = expected_version(request, shared.version(name))
+    try:
+        version = await shared.delete(name, actor=_actor(request), expected_version=expected)
+    except UserError as error:
+        raise _store_refusal(error) from None
+    except StoreUnavailable as error:
+        raise _store_unavailable(error) from None
+    return JSONResponse({"deleted": name, "version": version})
+
+
+@router.get("/admin/experiments/{name}/history")
+async def experiment_history(request: Request, name: str) -> Response:
+    """Every change of an experiment, oldest first: version, time, actor, action, spec before and after."""
     require_admin(request)
     try:
-        request.app.state.router.remove_experiment(name)
-    except KeyError:
-        raise GatewayError(404, f"no experiment named '{name}'", code="experiment_not_found") from None
-    return JSONResponse({"deleted": name})
+        changes = await request.app.state.experiments.history(name)
+    except StoreUnavailable as error:
+        raise _store_unavailable(error) from None
+    if not changes:
+        raise GatewayError(404, f"experiment '{name}' has no history", code="experiment_not_found")
+    return JSONResponse(
+        {
+            "name": name,
+            "changes": [
+                {**asdict(change), "changed_at": change.changed_at.isoformat()} for change in changes
+            ],
+        }
+    )
+
+
+def etag(version: int) -> str:
+    """The strong ETag of an experiment's version."""
+    return f'"{version}"'
+
+
+def expected_version(request: Request, current: int | None) -> int | None:
+    """The version a conditional write is based on: ``If-Match: "N"`` -> N, ``If-Match: *`` -> the one this
+    gateway routes by, ``If-None-Match: *`` -> 0 (create only); None for an unconditional write.
+
+    Raises:
+        GatewayError: 412 for an ``If-Match`` that can match no version (a weak or malformed tag, or ``*``
+            for an experiment that does not exist).
+    """
+    if request.headers.get("if-none-match", "").strip() == "*":
+        return 0
+    header = request.headers.get("if-match")
+    if header is None:
+        return None
+    value = header.strip()
+    if value == "*" and current is not None:
+        return current
+    if len(value) > 2 and value[0] == value[-1] == '"' and value[1:-1].isdigit():
+        return int(value[1:-1])
+    raise GatewayError(
+        412, f"If-Match {header!r} matches no version of this experiment", code="precondition_failed"
+    )
+
+
+def _actor(request: Request) -> str:
+    """Who makes an admin change: the ``x-depthprune-actor`` label (if sent) and the gateway."""
+    label = request.headers.get("x-depthprune-actor", "admin").strip()[:64] or "admin"
+    return f"{label} via {request.app.state.experiments.actor}"
+
+
+def _store_refusal(error: UserError) -> GatewayError:
+    from registry.experiments import ExperimentNotFound, StaleVersion
+
+    if isinstance(error, StaleVersion):
+        headers = {"etag": etag(error.current)} if error.current else {}
+        return GatewayError(412, str(error), code="precondition_failed", headers=headers)
+    if isinstance(error, ExperimentNotFound):
+        return GatewayError(404, f"no experiment named '{error.name}'", code="experiment_not_found")
+    return GatewayError(400, str(error), code="invalid_experiment")
+
+
+def _store_unavailable(error: StoreUnavailable) -> GatewayError:
+    return GatewayError(503, f"{error}; nothing changed", code="experiments_unavailable")

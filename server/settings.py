@@ -121,6 +121,7 @@ POSITIVE_DURATIONS = (
     "body_timeout_s",
     "health_interval_s",
     "health_timeout_s",
+    "experiments_poll_s",
 )
 
 
@@ -167,6 +168,11 @@ class GatewaySettings:
     """Header carrying the sticky user key when the body has no ``user`` field."""
     arm_header: str = "x-depthprune-arm"
     """Header forcing an experiment arm by name."""
+    experiments_registry: str | None = None
+    """Registry URL whose experiments this gateway shares with every other gateway on it (versions, history,
+    changes reach all replicas within about ``experiments_poll_s``); None keeps them in this process."""
+    experiments_poll_s: float = 1.0
+    """Seconds between two reads of the registry's experiment versions (PostgreSQL also notifies at once)."""
 
     def __post_init__(self):
         if not self.backends:
@@ -229,6 +235,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         "health_interval_s",
         "restart",
         "registry",
+        "experiments_poll_s",
     }
     unknown = sorted(set(data) - known)
     if unknown:

@@ -274,7 +274,11 @@ def test_admin_refuses_bad_weights_and_installs_nothing(guarded, weight):
 def test_ready_shows_details_only_with_the_api_key(guarded):
     anonymous = httpx.get(f"{guarded.url}/ready")
     assert anonymous.status_code == 200
-    assert anonymous.json() == {"ready": True, "backends": {"dense": {"up": True}, "ppl-v": {"up": True}}}
+    assert anonymous.json() == {
+        "ready": True,
+        "backends": {"dense": {"up": True}, "ppl-v": {"up": True}},
+        "experiments": {"store": "memory", "in_sync": True},  # no versions, no registry errors
+    }
     detailed = httpx.get(f"{guarded.url}/ready", headers=AUTH).json()["backends"]["dense"]
     assert detailed["up"] is True and detailed["url"].startswith("http://127.0.0.1:") and "pid" in detailed
 

@@ -28,6 +28,7 @@ COMMANDS = {
     "data": "pruning.data_cli:app",
     "variants": "registry.cli:app",
     "serve": "server.cli:serve",
+    "experiments": "server.experiments_cli:app",
     "loadtest": "loadtest.cli:loadtest",
     "demo": "depthprune.cli.demo:demo",
 }

@@ -1,0 +1,337 @@
+"""A/B experiments as shared, durable state: every gateway on one registry routes by the same specs.
+
+An experiment is one row of ``experiments`` (its current spec and an integer ``version``) and one row of
+``experiment_changes`` per change (version, time, actor, the spec before and after). The registry stores a
+spec as plain JSON and does not interpret it: the gateway (:mod:`server.experiment_sync`) checks it
+against what it serves, and ``depthprune experiments`` checks its shape before writing::
+
+    store = ExperimentStore(open_registry(url))
+    record = store.set("llama-ab", spec, actor="cli:alice", expected_version=3)  # StaleVersion if not 3
+    store.history("llama-ab")                                                  # every change, oldest first
+
+How the guarantees are kept:
+
+* **Versions never repeat.** A change is one write transaction that reads the row (``FOR UPDATE`` on
+  PostgreSQL; ``BEGIN IMMEDIATE`` takes SQLite's write lock first), checks the expected version, and
+  writes the row and its history entry together. A deleted experiment keeps its row with ``spec`` NULL
+  (a tombstone), so creating it again goes on counting and a stale ``If-Match`` cannot match a new life.
+* **A stale writer loses cleanly.** ``expected_version`` that is not the current one raises
+  :class:`StaleVersion` before anything is written. Two creators of one new name race on the unique name:
+  the loser's insert fails, is retried (:func:`registry.database.retrying`) and then sees the winner's row.
+* **Writing the same spec again is not a change.** It returns the current record and adds no version, so
+  gateways that seed the same config on every start leave no noise in the history.
+* **Others hear of a change.** On PostgreSQL the transaction also sends ``NOTIFY depthprune_experiments``
+  (delivered at commit); :class:`ChangeListener` wakes the gateways. Anyone can poll :meth:`versions`
+  (one small ``SELECT`` of names and versions) instead; SQLite has no notifications.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any
+
+from sqlalchemy import select, text
+from sqlalchemy.orm import Session
+
+from depthprune.core.errors import UserError
+from registry.database import WRITE_OPTION, retrying
+from registry.naming import check_name
+from registry.tables import ExperimentChangeRow, ExperimentRow, utc_now
+
+CHANNEL = "depthprune_experiments"
+"""PostgreSQL notification channel of experiment changes; the payload is the experiment's name."""
+SEED, SET, DELETE = "seed", "set", "delete"
+"""Actions of the history: created from a gateway's config file, set (created or changed), deleted."""
+MAX_ACTOR_LENGTH = 256
+
+log = logging.getLogger("depthprune.registry")
+
+
+class StaleVersion(UserError):
+    """The change expected another version than the current one; nothing was written."""
+
+    def __init__(self, name: str, expected: int, current: int):
+        state = f"at version {current}" if current else "absent"
+        super().__init__(
+            f"experiment {name!r} is {state}, not version {expected}: someone changed it since you read it; "
+            "nothing changed (read it again and retry)"
+        )
+        self.name, self.expected, self.current = name, expected, current
+
+
+class ExperimentNotFound(UserError):
+    """No experiment of that name (never created, or deleted)."""
+
+    def __init__(self, name: str):
+        super().__init__(f"no experiment named {name!r} in the registry")
+        self.name = name
+
+
+@dataclass(frozen=True)
+class ExperimentRecord:
+    """An experiment as the registry holds it now."""
+
+    name: str
+    spec: dict[str, Any] | None
+    """The spec (arms, sticky, fallback, forcible); None once deleted."""
+    version: int
+    """Changes so far; the gateways' ``ETag``."""
+    updated_by: str
+    updated_at: datetime
+
+    @property
+    def deleted(self) -> bool:
+        return self.spec is None
+
+
+@dataclass(frozen=True)
+class ExperimentChange:
+    """One entry of an experiment's history."""
+
+    experiment: str
+    version: int
+    """The version this change made."""
+    action: str
+    """``seed``, ``set`` or ``delete``."""
+    actor: str
+    """Who made it: ``config:<host>``, ``admin via gateway <addr>``, ``cli:<user>@<host>`` ..."""
+    old_spec: dict[str, Any] | None
+    new_spec: dict[str, Any] | None
+    changed_at: datetime
+
+
+def _utc(moment: datetime) -> datetime:
+    # SQLite hands timestamps back without a zone; they were written in UTC.
+    return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment
+
+
+class ExperimentStore:
+    """The experiments of one registry (SQLite or PostgreSQL)."""
+
+    def __init__(self, registry):
+        """
+        Args:
+            registry: an open :class:`registry.api.Registry`.
+        """
+        self.engine = registry.engine
+        self.url = registry.url
+        self.postgres = registry.engine.dialect.name == "postgresql"
+        self._write_engine = registry.engine.execution_options(**{WRITE_OPTION: True})
+
+    # ---------------------------------------------------------------- reading
+
+    def versions(self) -> dict[str, int]:
+        """``{name: version}`` of every experiment, deleted ones included: the cheap poll of the gateways."""
+        with self.engine.connect() as connection:
+            rows = connection.execute(select(ExperimentRow.name, ExperimentRow.version))
+            return {name: version for name, version in rows}
+
+    def records(self, names: list[str] | None = None, *, deleted: bool = False) -> list[ExperimentRecord]:
+        """Experiments by name (all when ``names`` is None), without the deleted ones unless ``deleted``."""
+        query = select(ExperimentRow).order_by(ExperimentRow.name)
+        if names is not None:
+            query = query.where(ExperimentRow.name.in_(names))
+        with Session(self.engine) as session:
+            found = [_record(row) for row in session.scalars(query)]
+        return [record for record in found if deleted or not record.deleted]
+
+    def get(self, name: str) -> ExperimentRecord:
+        """The experiment of that name.
+
+        Raises:
+            ExperimentNotFound: none, or deleted.
+        """
+        found = self.records([name])
+        if not found:
+            raise ExperimentNotFound(name)
+        return found[0]
+
+    def history(self, name: str) -> list[ExperimentChange]:
+        """Every change of ``name``, oldest first (empty when it never existed)."""
+        query = (
+            select(ExperimentChangeRow)
+            .where(ExperimentChangeRow.experiment == name)
+            .order_by(ExperimentChangeRow.version)
+        )
+        with Session(self.engine) as session:
+            return [
+                ExperimentChange(
+                    experiment=row.experiment,
+                    version=row.version,
+                    action=row.action,
+                    actor=row.actor,
+                    old_spec=row.old_spec,
+                    new_spec=row.new_spec,
+                    changed_at=_utc(row.changed_at),
+                )
+                for row in session.scalars(query)
+            ]
+
+    def spec_at(self, name: str, version: int) -> dict[str, Any]:
+        """The spec that version ``version`` of ``name`` set (for a rollback: set it again).
+
+        Raises:
+            UserError: no such version, or it was a deletion.
+        """
+        for change in self.history(name):
+            if change.version == version:
+                if change.new_spec is None:
+                    raise UserError(f"version {version} of experiment {name!r} deleted it; it has no spec")
+                return change.new_spec
+        raise UserError(f"experiment {name!r} has no version {version}")
+
+    # ---------------------------------------------------------------- writing
+
+    def set(
+        self, name: str, spec: dict[str, Any], *, actor: str, expected_version: int | None = None
+    ) -> ExperimentRecord:
+        """Create or replace an experiment's spec (the same spec again changes nothing).
+
+        Args:
+            name: the experiment.
+            spec: its spec as JSON-ready data, already checked by the caller.
+            actor: who changes it, for the history.
+            expected_version: the version the change is based on (0: it must not exist yet); None writes
+                whatever the current version is.
+
+        Raises:
+            StaleVersion: ``expected_version`` is not the current version; nothing was written.
+        """
+        check_name(name, "experiment")
+        return self._change(name, spec, actor=actor, action=SET, expected_version=expected_version)
+
+    def delete(self, name: str, *, actor: str, expected_version: int | None = None) -> ExperimentRecord:
+        """Delete an experiment (its history stays; creating it again goes on counting versions).
+
+        Raises:
+            ExperimentNotFound: there is none to delete.
+            StaleVersion: ``expected_version`` is not the current version; nothing was written.
+        """
+        return self._change(name, None, actor=actor, action=DELETE, expected_version=expected_version)
+
+    def seed(self, name: str, spec: dict[str, Any], *, actor: str) -> ExperimentRecord | None:
+        """Create ``name`` from a gateway's config file, unless the registry already knows it.
+
+        An experiment that exists (or was deleted) is the registry's to keep: a config file read at a
+        restart must not undo what was changed at runtime.
+
+        Returns:
+            The new record, or None when the registry's was kept.
+        """
+        check_name(name, "experiment")
+        return self._change(name, spec, actor=actor, action=SEED, expected_version=None, only_new=True)
+
+    def _change(
+        self,
+        name: str,
+        spec: dict[str, Any] | None,
+        *,
+        actor: str,
+        action: str,
+        expected_version: int | None,
+        only_new: bool = False,
+    ) -> ExperimentRecord | None:
+        actor = actor[:MAX_ACTOR_LENGTH]
+
+        def operation(session: Session) -> ExperimentRecord | None:
+            query = select(ExperimentRow).where(ExperimentRow.name == name)
+            row = session.scalars(query.with_for_update() if self.postgres else query).one_or_none()
+            if only_new and row is not None:
+                return None
+            current = row.version if row is not None else 0
+            if expected_version is not None and expected_version != current:
+                raise StaleVersion(name, expected_version, current)
+            old_spec = row.spec if row is not None else None
+            if action == DELETE and old_spec is None:
+                raise ExperimentNotFound(name)
+            if row is not None and old_spec == spec:
+                return _record(row)
+            if row is None:
+                row = ExperimentRow(name=name)
+                session.add(row)
+            now = utc_now()
+            row.spec, row.version, row.updated_by, row.updated_at = spec, current + 1, actor, now
+            session.add(
+                ExperimentChangeRow(
+                    experiment=name,
+                    version=current + 1,
+                    action=action,
+                    actor=actor,
+                    old_spec=old_spec,
+                    new_spec=spec,
+                    changed_at=now,
+                )
+            )
+            if self.postgres:
+                session.execute(text("SELECT pg_notify(:channel, :name)"), {"channel": CHANNEL, "name": name})
+            session.flush()
+            return _record(row)
+
+        def attempt():
+            with Session(self._write_engine) as session, session.begin():
+                return operation(session)
+
+        return retrying(attempt)
+
+
+def _record(row: ExperimentRow) -> ExperimentRecord:
+    return ExperimentRecord(
+        name=row.name,
+        spec=row.spec,
+        version=row.version,
+        updated_by=row.updated_by,
+        updated_at=_utc(row.updated_at),
+    )
+
+
+class ChangeListener:
+    """PostgreSQL ``LISTEN depthprune_experiments`` in a daemon thread: ``on_change(name)`` on each NOTIFY.
+
+    A lost connection is opened again after ``retry_s``; meanwhile the gateways' polling covers. On SQLite
+    :meth:`start` does nothing.
+    """
+
+    def __init__(self, store: ExperimentStore, on_change: Callable[[str], None], retry_s: float = 1.0):
+        self.store, self.on_change, self.retry_s = store, on_change, retry_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.listening = threading.Event()
+        """Set while a LISTEN connection is open (tests wait for it)."""
+
+    def start(self) -> ChangeListener:
+        if self.store.postgres and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="experiments-listen", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._listen()
+            except Exception as error:  # any connection failure: wait, then listen again
+                log.debug("experiment LISTEN connection lost: %s", error)
+            self.listening.clear()
+            self._stop.wait(self.retry_s)
+
+    def _listen(self) -> None:
+        raw = self.store.engine.raw_connection()
+        try:
+            connection = raw.driver_connection
+            connection.autocommit = True
+            connection.execute(f"LISTEN {CHANNEL}")
+            self.listening.set()
+            while not self._stop.is_set():
+                for notice in connection.notifies(timeout=0.5, stop_after=1):
+                    self.on_change(notice.payload)
+        finally:
+            raw.invalidate()  # a connection left in autocommit with a LISTEN must not go back to the pool

@@ -1,0 +1,320 @@
+"""Per-arm results of an A/B experiment, read from the gateways' Prometheus metrics (``experiments report``).
+
+The gateways count requests and observe TTFT, TPOT and end-to-end latency in histograms labelled by
+experiment and arm (:mod:`server.metrics`). The report adds the histograms of every gateway given (replicas
+behind one load balancer), then per arm gives:
+
+* requests and errors (non-2xx answers), the error rate with its exact (Clopper-Pearson) 95 % interval;
+* for each latency: the mean with a t-interval whose spread is estimated from the buckets (each observation
+  at its bucket's midpoint), and the median with the distribution-free 95 % interval of order statistics
+  (ranks from the binomial distribution), read off the bucket edges. A histogram cannot be more exact than
+  its buckets: both intervals are as wide as the buckets make them, never narrower than the truth.
+
+The statistics here are self-contained (scipy.stats) so that they can later be folded into the load test's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from depthprune.core.errors import UserError
+
+PREFIX = "depthprune_gateway_"
+LATENCIES = {
+    "ttft": "time_to_first_token_seconds",
+    "tpot": "time_per_output_token_seconds",
+    "e2el": "e2e_request_latency_seconds",
+}
+"""Report key -> gateway histogram (without the prefix); the keys are ``vllm bench serve``'s names."""
+CONFIDENCE = 0.95
+
+
+@dataclass
+class Histogram:
+    """One latency histogram: cumulative counts per upper bucket edge, the sum and the count."""
+
+    buckets: dict[float, float] = field(default_factory=lambda: defaultdict(float))
+    total: float = 0.0
+    count: float = 0.0
+
+    def add(self, other: Histogram) -> None:
+        for edge, cumulative in other.buckets.items():
+            self.buckets[edge] += cumulative
+        self.total += other.total
+        self.count += other.count
+
+    def counts(self) -> list[tuple[float, float, int]]:
+        """``(lower edge, upper edge, observations)`` per bucket, in order (the last upper edge is inf)."""
+        rows, lower, previous = [], 0.0, 0.0
+        for edge in sorted(self.buckets):
+            cumulative = self.buckets[edge]
+            rows.append((lower, edge, round(cumulative - previous)))
+            lower, previous = edge, cumulative
+        return rows
+
+
+def mean_interval(histogram: Histogram) -> dict[str, float | None]:
+    """Mean (exact: sum / count) and its 95 % t-interval, the spread estimated from bucket midpoints."""
+    from scipy import stats
+
+    n = int(histogram.count)
+    if n == 0:
+        return {"mean": None, "low": None, "high": None}
+    mean = histogram.total / n
+    if n == 1:
+        return {"mean": mean, "low": None, "high": None}
+    squares = 0.0
+    for lower, upper, count in histogram.counts():
+        middle = lower if math.isinf(upper) else (lower + upper) / 2  # the open bucket: its lower edge
+        squares += count * (middle - mean) ** 2
+    half = stats.t.ppf((1 + CONFIDENCE) / 2, n - 1) * math.sqrt(squares / (n - 1)) / math.sqrt(n)
+    return {"mean": mean, "low": max(0.0, mean - half), "high": mean + half}
+
+
+def median_interval(histogram: Histogram) -> dict[str, float | None]:
+    """Median (interpolated within its bucket, as PromQL's histogram_quantile) and its distribution-free
+    95 % interval: the order statistics of ranks ``binom.ppf(0.025, n, 1/2)`` and ``binom.ppf(0.975, n,
+    1/2) + 1``, widened to the edges of the buckets holding them (None where that is the open bucket)."""
+    from scipy import stats
+
+    n = int(histogram.count)
+    if n == 0:
+        return {"p50": None, "low": None, "high": None}
+    rows = histogram.counts()
+    low_rank = max(1, int(stats.binom.ppf((1 - CONFIDENCE) / 2, n, 0.5)))
+    high_rank = min(n, int(stats.binom.ppf((1 + CONFIDENCE) / 2, n, 0.5)) + 1)
+    seen, median, low, high = 0, None, None, None
+    for lower, upper, count in rows:
+        if count == 0:
+            continue
+        if median is None and seen + count >= n / 2:
+            fraction = (n / 2 - seen) / count
+            median = lower if math.isinf(upper) else lower + fraction * (upper - lower)
+        if low is None and seen + count >= low_rank:
+            low = lower
+        if high is None and seen + count >= high_rank:
+            high = None if math.isinf(upper) else upper
+            break
+        seen += count
+    return {"p50": median, "low": low, "high": high}
+
+
+def error_interval(errors: int, requests: int) -> dict[str, float | None]:
+    """Error rate and its exact (Clopper-Pearson) 95 % interval."""
+    from scipy import stats
+
+    if requests == 0:
+        return {"rate": None, "low": None, "high": None}
+    interval = stats.binomtest(errors, requests).proportion_ci(CONFIDENCE, method="exact")
+    return {"rate": errors / requests, "low": interval.low, "high": interval.high}
+
+
+@dataclass
+class ArmTraffic:
+    """What the gateways measured for one arm."""
+
+    requests: int = 0
+    errors: int = 0
+    variants: set[str] = field(default_factory=set)
+    """The variants that answered its requests (its own, and a fallback's while it was down)."""
+    latencies: dict[str, Histogram] = field(default_factory=lambda: defaultdict(Histogram))
+
+
+def arm_traffic(metrics_texts: list[str], experiment: str) -> dict[str, ArmTraffic]:
+    """Per-arm traffic of ``experiment`` summed over the gateways' ``/metrics`` texts."""
+    arms: dict[str, ArmTraffic] = defaultdict(ArmTraffic)
+    histogram_names = {PREFIX + name: key for key, name in LATENCIES.items()}
+    for text in metrics_texts:
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = sample.labels
+                if labels.get("experiment") != experiment or not labels.get("arm"):
+                    continue
+                arm = arms[labels["arm"]]
+                if sample.name == PREFIX + "requests_total":
+                    arm.requests += int(sample.value)
+                    arm.errors += 0 if labels["status"].startswith("2") else int(sample.value)
+                    arm.variants.add(labels["variant"])
+                elif family.name in histogram_names:
+                    histogram = arm.latencies[histogram_names[family.name]]
+                    if sample.name.endswith("_bucket"):
+                        histogram.buckets[float(labels["le"])] += sample.value
+                    elif sample.name.endswith("_sum"):
+                        histogram.total += sample.value
+                    elif sample.name.endswith("_count"):
+                        histogram.count += sample.value
+    return dict(arms)
+
+
+def arm_summary(traffic: ArmTraffic) -> dict[str, Any]:
+    """JSON-ready numbers of one arm: requests, errors with interval, each latency's mean and median."""
+    summary: dict[str, Any] = {
+        "requests": traffic.requests,
+        "errors": traffic.errors,
+        "error_rate": error_interval(traffic.errors, traffic.requests),
+        "variants": sorted(traffic.variants),
+    }
+    for key in LATENCIES:
+        histogram = traffic.latencies.get(key, Histogram())
+        summary[key] = {
+            "count": int(histogram.count),
+            "mean_s": mean_interval(histogram),
+            "median_s": median_interval(histogram),
+        }
+    return summary
+
+
+# ---------------------------------------------------------------- the report of one experiment
+
+
+def report(
+    name: str, gateways: list[str], *, api_key: str | None = None, registry_url: str | None = None
+) -> dict[str, Any]:
+    """Per-arm traffic of ``name`` on ``gateways`` and each arm's variant facts.
+
+    Raises:
+        UserError: a gateway does not answer ``/metrics``, or no gateway knows the experiment.
+    """
+    import httpx
+
+    headers = {"authorization": f"Bearer {api_key}"} if api_key else {}
+    texts, cards = [], {}
+    for url in (url.rstrip("/") for url in gateways):
+        texts.append(_get(httpx, f"{url}/metrics", headers).text)
+        if not cards:
+            with contextlib.suppress(UserError):
+                cards = {card["id"]: card for card in _get(httpx, f"{url}/v1/models", headers).json()["data"]}
+    spec, evaluations = _registry_facts(name, registry_url)
+    arms = _arms(name, spec, cards.get(name))
+    traffic = arm_traffic(texts, name)
+    if not arms and not traffic:
+        raise UserError(f"no gateway given routes experiment {name!r}, and the registry does not know it")
+    rows = []
+    for arm_name in [*arms, *sorted(set(traffic) - set(arms))]:
+        arm = arms.get(arm_name, {"name": arm_name})
+        summary = arm_summary(traffic.get(arm_name, ArmTraffic()))
+        variant = arm.get("variant") or (summary["variants"][0] if summary["variants"] else None)
+        card = cards.get(variant, {})
+        facts = {key: card.get(key) for key in ("base_model", "objective", "removed_blocks", "num_blocks")}
+        facts["held_out"] = evaluations(card, variant) if variant else []
+        rows.append({**arm, **summary, "variant": variant, "facts": facts})
+    return {"experiment": name, "gateways": list(gateways), "arms": rows}
+
+
+def _get(httpx, url: str, headers: dict):
+    try:
+        response = httpx.get(url, headers=headers, timeout=10)
+    except httpx.HTTPError as error:
+        raise UserError(f"{url} did not answer: {type(error).__name__}: {error}") from None
+    if response.status_code != 200:
+        raise UserError(f"{url} answered {response.status_code}: {response.text[:200]}")
+    return response
+
+
+def _arms(name: str, spec: dict | None, card: dict | None) -> dict[str, dict]:
+    """Each arm's target and share, from the registry's spec, else from a gateway's ``/v1/models``."""
+    if spec is not None:
+        total = sum(arm["weight"] for arm in spec["arms"]) or 1
+        return {
+            arm["name"]: {
+                "name": arm["name"],
+                "target": arm.get("variant") or f"objective {arm['objective']}",
+                "share": arm["weight"] / total,
+            }
+            for arm in spec["arms"]
+        }
+    arms = (card or {}).get("arms") or []
+    return {
+        arm["name"]: {
+            "name": arm["name"],
+            "target": arm["variant"],
+            "share": arm["share"],
+            "variant": arm["variant"],
+        }
+        for arm in arms
+    }
+
+
+def _registry_facts(name: str, registry_url: str | None):
+    """The experiment's spec in the registry (None when it is not there), and a reader of held-out quality."""
+    from registry.api import open_registry
+    from registry.experiments import ExperimentNotFound, ExperimentStore
+
+    try:
+        registry = open_registry(registry_url)
+    except UserError:
+        return None, lambda card, variant: []
+    try:
+        spec = ExperimentStore(registry).get(name).spec
+    except ExperimentNotFound:
+        spec = None
+
+    def evaluations(card: dict, variant: str) -> list[dict]:
+        reference = card.get("variant_id") or variant
+        if reference == "dense" and card.get("base_model"):
+            reference = f"dense@{card['base_model']}"
+        try:
+            found = registry.evaluations(reference)
+        except UserError:
+            return []
+        return [{"suite": e.suite, "task": e.task, "metric": e.metric, "value": e.value} for e in found]
+
+    return spec, evaluations
+
+
+def print_report(result: dict[str, Any], console) -> None:
+    """The report as two tables: traffic and latency per arm, then each arm's variant facts."""
+    from rich.table import Table
+
+    traffic = Table(title=f"experiment {result['experiment']}: per arm, 95 % intervals in brackets")
+    for column in ("arm", "share", "served by", "requests", "errors", *_LATENCY_COLUMNS):
+        traffic.add_column(column)
+    facts = Table(title="the arms' variants")
+    for column in ("arm", "variant", "objective", "removed blocks", "held-out quality"):
+        facts.add_column(column)
+    for arm in result["arms"]:
+        rate = arm["error_rate"]
+        errors = f"{arm['errors']} ({_pct(rate['rate'])} [{_pct(rate['low'])}, {_pct(rate['high'])}])"
+        share = _pct(arm.get("share"))
+        latencies = [_ms(arm[key][kind]) for key, kind in _LATENCY_KEYS]
+        traffic.add_row(
+            arm["name"], share, ", ".join(arm["variants"]) or "—", str(arm["requests"]), errors, *latencies
+        )
+        f = arm["facts"]
+        known = f["num_blocks"] or f["removed_blocks"]  # a bare remote backend's card says neither
+        removed = f"{f['removed_blocks']} of {f['num_blocks'] or '?'}" if known else "—"
+        quality = "; ".join(f"{e['task']} {e['metric']}={e['value']:.4g}" for e in f["held_out"][:4]) or "—"
+        facts.add_row(arm["name"], arm["variant"] or "—", f["objective"] or "—", removed, quality)
+    console.print(traffic)
+    console.print(facts)
+
+
+_LATENCY_KEYS = [
+    ("ttft", "mean_s"),
+    ("ttft", "median_s"),
+    ("tpot", "mean_s"),
+    ("e2el", "mean_s"),
+    ("e2el", "median_s"),
+]
+_LATENCY_COLUMNS = ["TTFT mean ms", "TTFT p50 ms", "TPOT mean ms", "E2EL mean ms", "E2EL p50 ms"]
+
+
+def _pct(value: float | None) -> str:
+    return "—" if value is None else f"{value:.1%}"
+
+
+def _ms(stat: dict) -> str:
+    value = stat.get("mean", stat.get("p50"))
+    if value is None:
+        return "—"
+
+    def show(x):
+        return "?" if x is None else f"{x * 1000:.1f}"
+
+    return f"{value * 1000:.1f} [{show(stat['low'])}, {show(stat['high'])}]"
