@@ -570,7 +570,16 @@ def study(
     objectives: StudyObjectivesOption = "perplexity,task_margin",
     searches: StudySearchesOption = "study",
     data: StudyDataOption = None,
-    seeds: Annotated[str, typer.Option(help="Search seeds, comma-separated, e.g. 0,1,2.")] = "0",
+    seeds: Annotated[
+        str, typer.Option(help="Seeds, comma-separated, e.g. 0,1,2: each draws its own calibration samples.")
+    ] = "0",
+    data_seed: Annotated[
+        int | None,
+        typer.Option(
+            help="Pin the calibration draw to this seed for every seed: the seeds then vary the search only, "
+            "and a deterministic search runs once (its other seeds' cells record reused_from)."
+        ),
+    ] = None,
     random_prior_control: RandomPriorControlOption = False,
     cross_controls: CrossControlsOption = False,
     samples: Annotated[int, typer.Option(help="Calibration samples per configuration.")] = 64,
@@ -616,6 +625,7 @@ def study(
         searches=names,
         data=_comma_list(data),
         seeds=_integers(seeds, "--seeds"),
+        data_seed=data_seed,
         random_prior_control=random_prior_control,
         cross_controls=cross_controls,
         samples=samples,
