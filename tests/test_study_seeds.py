@@ -1,5 +1,5 @@
-"""Seeds of a study: each seed draws its own calibration samples unless ``--data-seed`` pins the draw, and then
-a deterministic search runs once and its other seeds' cells copy that cell (issue 29, rule 1)."""
+"""Seeds of a study: each seed draws its own calibration samples unless ``--data-seed`` pins the draw,
+and then a deterministic search runs once and its other seeds' cells copy that cell (issue 29, rule 1)."""
 
 from __future__ import annotations
 
@@ -80,7 +80,9 @@ def test_a_random_prior_is_seeded_so_its_cells_are_never_reused(tiny_demo_like, 
         tiny_study(tiny_demo_like, tmp_path, data_seed=3, seeds=(2, 0, 1), random_prior_control=True)
     )
     reused = {(c.search, c.seed, c.prior): c.reused_from for c in plan.cells if c.reused_from}
-    assert {key[:2] for key in reused} == {(s, seed) for s in ("one_shot", "block_influence") for seed in (0, 1)}
+    assert {key[:2] for key in reused} == {
+        (s, seed) for s in ("one_shot", "block_influence") for seed in (0, 1)
+    }
     assert all(prior == "single_block" for _, _, prior in reused)
     assert all(source.split("|")[-2] == "seed2" for source in reused.values())  # the first seed listed
     assert {c.data_seed for c in plan.cells} == {3}
