@@ -584,6 +584,13 @@ def study(
     cross_controls: CrossControlsOption = False,
     samples: Annotated[int, typer.Option(help="Calibration samples per configuration.")] = 64,
     seq_len: StudySeqLenOption = None,
+    choice_seq_len: Annotated[
+        int | None,
+        typer.Option(
+            help="Multiple-choice objectives: the longest question plus answer (longer prompts are cut); "
+            "default --seq-len. Above the longest item no question is truncated."
+        ),
+    ] = None,
     sampling: SamplingOption = "documents",
     option: StudySearchOptions = None,
     suite: EvalSuiteOption = "all",
@@ -630,6 +637,7 @@ def study(
         cross_controls=cross_controls,
         samples=samples,
         seq_len=seq_len,
+        choice_seq_len=choice_seq_len,
         sampling=sampling,
         options={k: v for k, v in parse_option_assignments(option or [], names).items() if v},
         suites=_comma_list(suite),

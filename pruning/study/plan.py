@@ -146,6 +146,10 @@ class StudyConfig:
     """Calibration samples per configuration (the study: 64)."""
     seq_len: int | None = None
     """Calibration tokens per instance; None = min(2048, the model's context)."""
+    choice_seq_len: int | None = None
+    """Multiple-choice objectives only: the longest a question plus answer may be (longer prompts lose their
+    beginning); None = ``seq_len``. Their cost follows the items' own lengths, so a cap above the longest
+    item keeps every question whole while text instances stay ``seq_len`` tokens."""
     sampling: str = "documents"
     """Text calibration instances: ``documents`` (one document each, the study's) or ``stream`` windows."""
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -286,6 +290,7 @@ def _calibrations(config: StudyConfig, data: list[str], seq_len: int) -> list:
     Raises:
         UserError: an objective has no data of its kind.
     """
+    from depthprune.core.objectives import MULTIPLE_CHOICE
     from pruning.calibration.config import CalibrationConfig
     from pruning.calibration.data.specs import parse_spec
     from pruning.calibration.objectives import get_objective
@@ -300,13 +305,14 @@ def _calibrations(config: StudyConfig, data: list[str], seq_len: int) -> list:
                 f"objective {objective!r} needs {kind.replace('_', '-')} data; none in --data "
                 f"{','.join(data)}"
             )
+        length = config.choice_seq_len if kind == MULTIPLE_CHOICE and config.choice_seq_len else seq_len
         for spec in matching if config.cross_controls else matching[:1]:
             calibrations.append(
                 CalibrationConfig(
                     objective=objective,
                     data=spec,
                     samples=config.samples,
-                    seq_len=seq_len,
+                    seq_len=length,
                     seed=0,  # the draw's seed is set per cell (data_seed_of)
                     sampling=config.sampling,
                 )
