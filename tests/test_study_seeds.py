@@ -103,3 +103,13 @@ def test_truncated_items_is_read_from_the_calibration_record():
     assert truncated_items(SimpleNamespace(calibration={"objective": "perplexity"}, options={})) == 0
     assert truncated_items(SimpleNamespace(calibration={"truncated_items": 3}, options={})) == 3
     assert truncated_items(SimpleNamespace(truncated_items=2)) == 2
+
+
+def test_questions_get_their_own_length_cap(tiny_demo_like, tmp_path):
+    from pruning.study.plan import plan_study
+
+    plan = plan_study(
+        tiny_study(tiny_demo_like, tmp_path, objectives=("perplexity", "task_margin"), choice_seq_len=64)
+    )
+    lengths = {(c.calibration.objective, c.calibration.seq_len) for c in plan.cells}
+    assert lengths == {("perplexity", 32), ("task_margin", 64)}
