@@ -91,6 +91,8 @@ def test_headline_over_the_seven_with_baselines_apart(facts):
     assert at12["across_calibrations"] == 1.0 and at12["agrees"] is False
     assert headline["by_drop"]["like"] == at9  # only M = 9 is the paper's
     assert headline["baselines"] == {"streamline": 1.0}
+    # pooled, streamline's 7 disjoint pairs per calibration and its identical pair change both numbers
+    assert headline["with_baselines"] == (pytest.approx(42 / 56), pytest.approx(1 / 8))
 
 
 def test_accuracy_movement_is_mean_with_mean_on_the_papers_budgets(facts):

@@ -167,7 +167,19 @@ def headline_facts(cells: Cells) -> dict:
         study_stats.pairwise_jaccard([c["removed_blocks"] for c in members]).mean
         for members in cells.per_cell(seven).values()
     ]
-    return {"seven": seven, "by_drop": by_drop, "baselines": per_baseline, "per_cell_search_j": per_cell}
+    pooled = study_stats.headline_comparison(
+        {
+            (configuration(c), c["search"], c["drop"], c["seed"]): c["removed_blocks"]
+            for c in cells.of(seven + baselines, cells.like)
+        }
+    )
+    return {
+        "seven": seven,
+        "by_drop": by_drop,
+        "baselines": per_baseline,
+        "with_baselines": (pooled.across_searches_same_objective, pooled.across_objectives_same_search),
+        "per_cell_search_j": per_cell,
+    }
 
 
 def movement_facts(cells: Cells) -> dict:
@@ -476,8 +488,9 @@ def headline_text(facts: dict) -> list[str]:
         paragraphs.append(
             "**The objective-blind baselines, apart.** They choose from hidden states, not from the "
             "calibration loss, so they are no part of the comparison above. J of one baseline's masks across "
-            f'calibrations: {values}. Pooled into "search" they would make the search look like it '
-            "matters more."
+            f"calibrations: {values}. Pooled with the seven (the paper's budgets) they would read J across "
+            f"searches {fmt(headline['with_baselines'][0])}, across calibrations "
+            f"{fmt(headline['with_baselines'][1])}."
         )
     return paragraphs
 
