@@ -131,8 +131,12 @@ def test_the_text_states_extensions_disagreements_and_missing_fields(facts):
     assert "Spearman ρ is positive in 1 of 2 cells and negative in 1" in text
     assert "the paper: negative in 5 of 6. Neither sign dominates" in text
     assert "is not quoted as agreement" in text
-    # the extension's opposite direction is stated as a disagreement, under its label
-    assert "M = 12 (extension): J across searches" in text and "**this disagrees with the paper**" in text
+    # the paper's budget is compared with the paper; the extension's opposite direction is not
+    assert (
+        "across calibrations 0.000 (7 pairs): the calibration changes the mask more than the search, as "
+        in text
+    )
+    assert "the search changes the mask more than the calibration (an extension: not compared" in text
     assert "records no `data_seed`" in text and "`truncated_items` is not recorded" in text
     assert "The paper's M = 7 (M = 7 for 32 blocks) was not run" in text
 
@@ -166,3 +170,14 @@ def test_cross_controls_name_what_changes_and_keep_baselines_apart():
     }
     assert all(r["seven"] == 1.0 for r in rows.values())
     assert rows["perplexity on pydoc", "task_margin on pydoc-cloze"]["baselines"] == pytest.approx(7 / 11)
+
+
+def test_a_disagreement_on_the_papers_budget_is_stated_as_one():
+    study = synthetic_study()
+    for cell in study["cells"]:  # perplexity now falls as accuracy rises in every cell: ρ = +1 everywhere
+        if cell["drop"] == 9 and cell["search"] in STUDY_SEARCHES and cell["objective"] == "perplexity":
+            cell["metrics"] = metrics(10 * 2 ** (6 - STUDY_SEARCHES.index(cell["search"])), 80)
+            cell["metrics"]["hellaswag/acc_norm"] = (80 + STUDY_SEARCHES.index(cell["search"])) / 100
+    text = render_reading(reading_facts(study))
+    assert "Spearman ρ is positive in 2 of 2 cells and negative in 0; the paper: negative in 5 of 6. " in text
+    assert "**This disagrees with the paper**" in text

@@ -451,7 +451,7 @@ def provenance_text(facts: dict) -> list[str]:
     else:
         text += (
             " `truncated_items` is not recorded: text instances were cut to their first `seq_len` tokens and "
-            "question prompts lost their beginning; how many items were cut is unknown."
+            "longer question prompts lost their beginning; how many items were cut is unknown."
         )
     return [text]
 
@@ -462,10 +462,14 @@ def headline_text(facts: dict) -> list[str]:
     for drop in [*(b["drop"] for b in facts["budgets"])]:
         result = headline["by_drop"][str(drop)]
         verdict = {
-            True: "the calibration changes the mask more than the search, as the paper finds",
-            False: "the search changes the mask more than the calibration: **this disagrees with the paper**",
+            True: "the calibration changes the mask more than the search",
+            False: "the search changes the mask more than the calibration",
             None: "undetermined",
         }[result["agrees"]]
+        if drop not in facts["like_budgets"]:
+            verdict += " (an extension: not compared with the paper)"
+        elif result["agrees"] is not None:
+            verdict += ", as the paper finds" if result["agrees"] else ": **this disagrees with the paper**"
         lines.append(
             f"{_budget_label(facts, drop)}: J across searches {fmt(result['across_searches'])} "
             f"({result['pairs'][0]} pairs), across calibrations {fmt(result['across_calibrations'])} "
