@@ -13,9 +13,9 @@
 # by fraction of the 30 blocks — plus M = 10, an extension the reading labels as such; the paper's seven
 # searches and the three objective-blind baselines (reported apart); seeds 0, 1, 2, each drawing its own
 # calibration samples (cells record data_seed); the random-prior control. Questions are never truncated:
-# measured on this machine, the 222 pydoc-cloze calibration items are 25-125 tokens (median 42; 177 of them
-# are over 32 tokens, so the previous run, --seq-len 32, cut most questions), and --choice-seq-len 128 keeps
-# them whole while text instances stay 32 tokens. The `check` part fails if any cell records truncated_items.
+# measured on this machine, the 222 pydoc-cloze calibration items are 25-125 tokens with SmolLM2's tokenizer
+# (median 42; 177 are over 32 tokens, which the previous run, --seq-len 32, cut), and --choice-seq-len 128
+# keeps them whole while text instances stay 32 tokens. The `check` part fails if any cell records truncated_items.
 #
 # Every part is a `depthprune study` over part of the grid; a cell or an evaluation already in the registry
 # is never recomputed, so any part can be re-run after a kill and `report` only collects.
