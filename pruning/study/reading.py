@@ -754,10 +754,10 @@ def write_reading(out, cross=None) -> str:
         raise UserError(f"{path} not found: give a study report directory")
     study = json.loads(path.read_text())
     cross_study = json.loads((Path(cross) / "study.json").read_text()) if cross else None
+    if "healing" in study:  # refused before anything is written
+        raise UserError(f"{out} has healing sections: run the study again to render the report with them")
     reading = render_reading(reading_facts(study, cross_study))
     (out / "reading.md").write_text(reading)
-    if "healing" in study:
-        raise UserError(f"{out} has healing sections: run the study again to render the report with them")
     fields = set(CellResult.__dataclass_fields__)
     cells = [CellResult(**{k: v for k, v in row.items() if k in fields}) for row in study["cells"]]
     sections, _ = build_sections(study["summary"], cells, study["dense"])
