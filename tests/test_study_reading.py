@@ -51,7 +51,8 @@ def synthetic_study(**extra) -> dict:
         "model": "/m/synthetic", "model_name": "synthetic", "num_blocks": 32, "drops": [9, 12],
         "objectives": ["perplexity", "task_margin"], "searches": [*STUDY_SEARCHES, "streamline"],
         "seeds": [0],
-        "random_prior_control": False, "suites": ["all"], "eval_limit": None, "eval_seq_len": 2048,
+        "random_prior_control": False, "suites": ["all"], "engine": "torch", "eval_limit": None,
+        "eval_seq_len": 2048,
         "calibrations": [
             {"objective": o, "data": d, "samples": 4, "seq_len": 32, "sampling": "documents"}
             for o, d in CONFIGURATIONS
@@ -181,3 +182,26 @@ def test_a_disagreement_on_the_papers_budget_is_stated_as_one():
     text = render_reading(reading_facts(study))
     assert "Spearman ρ is positive in 2 of 2 cells and negative in 0; the paper: negative in 5 of 6. " in text
     assert "**This disagrees with the paper**" in text
+
+
+def test_write_reading_rerenders_the_report_around_it(tmp_path):
+    import json
+
+    from depthprune.core.errors import UserError
+    from pruning.study.reading import write_reading
+
+    study = synthetic_study()
+    for row in study["cells"]:
+        row.update(dense_loss=1.0, search_seconds=1.0, block_forwards=1, subset_evaluations=1)
+        row.update(variant=None, checkpoint=None)
+    (tmp_path / "study.json").write_text(json.dumps(study))
+    reading = write_reading(tmp_path)
+    assert (tmp_path / "reading.md").read_text() == reading
+    readme = (tmp_path / "README.md").read_text()
+    assert readme.startswith("# Depth-pruning study: synthetic\n\n## Reading\n") and reading.strip() in readme
+    assert "## Headline" in readme and "Reading" in (tmp_path / "report.html").read_text()
+    (tmp_path / "healed").mkdir()
+    (tmp_path / "healed" / "study.json").write_text(json.dumps({**study, "healing": {}}))
+    with pytest.raises(UserError, match="healing"):
+        write_reading(tmp_path / "healed")
+    assert not (tmp_path / "healed" / "reading.md").exists()
