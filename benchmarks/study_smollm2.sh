@@ -1,52 +1,59 @@
 #!/usr/bin/env bash
 # The depth-pruning study on the embedded real LLM, SmolLM2-135M-Instruct (30 blocks): the report in
-# docs/study-smollm2-135m/ (main grid) and docs/study-smollm2-135m/cross-controls/.
+# docs/study-smollm2-135m/ and its generated reading (issue 29's protocol).
 #
-#   benchmarks/study_smollm2.sh                  # every part in order, then both reports
-#   benchmarks/study_smollm2.sh perplexity &     # or the parts on two cores at once (OMP_NUM_THREADS=1 each)
-#   benchmarks/study_smollm2.sh task_margin; wait
-#   benchmarks/study_smollm2.sh cross report     # then the cross-controls and the reports
+#   benchmarks/study_smollm2.sh                  # the whole rerun, one command: objectives two at a time, then
+#                                                # the report, the generated reading and the truncation check
+#   WITH_KL=1 benchmarks/study_smollm2.sh        # the same plus the KL objective (CBO refuses KL: not run there)
+#   benchmarks/study_smollm2.sh task_ce report reading check   # or any parts, in order
+#   benchmarks/study_smollm2.sh cross            # the cross-controls (not part of the default run, see below)
+#
+# The grid (issue 29): objectives perplexity (pydoc), task_margin (the exact PuDDing margin) and task_ce (from
+# the objectives work; pydoc-cloze), and kl with WITH_KL=1; M = 7 and 8 — the paper's 7 and 9 of 32 blocks,
+# by fraction of the 30 blocks — plus M = 10, an extension the reading labels as such; the paper's seven
+# searches and the three objective-blind baselines (reported apart); seeds 0, 1, 2, each drawing its own
+# calibration samples (cells record data_seed); the random-prior control. Questions are never truncated:
+# measured on this machine, the 222 pydoc-cloze calibration items are 25-125 tokens with SmolLM2's tokenizer
+# (median 42; 177 are over 32 tokens, which the previous run, --seq-len 32, cut), and --choice-seq-len 128
+# keeps them whole while text instances stay 32 tokens. The `check` part fails if any cell records truncated_items.
 #
 # Every part is a `depthprune study` over part of the grid; a cell or an evaluation already in the registry
-# is never recomputed, so the `report` part only collects them (and any part can be re-run after a kill).
+# is never recomputed, so any part can be re-run after a kill and `report` only collects.
 #
-# Sizing (2-core CPU, about an hour for the grid): the paper's search settings (beam 5, GA 16 x 10, BO 200
-# trials) ask for about 3,300 distinct subsets per (calibration, M) with three seeds and the random-prior
-# control, and one subset costs about 0.15 s per calibration question or 32-token window on one core here, so
-# the calibration is 4 instances (4 pydoc documents x 32 tokens; 4 cloze questions). Evaluation: the first 40
-# windows of 128 tokens of pydoc's test split and the first 40 test cloze items.
+# Expected wall time (an estimate, not run): the previous run's searches cost 0.082 s per subset per 32-token
+# text window and 0.127 s per subset per question of at most 32 tokens on one core (36 and 56 min for about
+# 3,300 subsets per M with the draw shared by the seeds). Now every seed is its own draw (no memo shared
+# between seeds), three budgets, whole questions (about 1.5x the tokens): about 1,700 subsets per (objective,
+# M, seed) gives perplexity ~85 min, task_margin ~3.2 h and task_ce ~3.2 h of one core, ~3.7 h on the 2 cores
+# with two objectives at a time, plus ~45 min of evaluation (about 250 distinct variants x 20 s / 2 cores):
+# about 4.5 h in all, ~6 h with WITH_KL=1 (KL costs about perplexity's twice). To fit about 90 minutes, pin
+# the draw (DATA_SEED=0: deterministic searches then run once and their other seeds' cells are copied,
+# reused_from; roughly a third of the subsets) and drop the extension (DROPS=7,8): about 1.5-2 h, but the
+# seeds then measure the search only, not the data draw.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEPTHPRUNE="${DEPTHPRUNE:-.venv/bin/depthprune}"
+PYTHON="${PYTHON:-.venv/bin/python}"
 OUT="${OUT:-docs/study-smollm2-135m}"
 DATA_DIR="${DEPTHPRUNE_HOME:-$HOME/.depthprune}/data"
 CLOZE_TEXT="$DATA_DIR/pydoc-cloze-as-text.jsonl"
+OBJECTIVES="perplexity task_margin task_ce${WITH_KL:+ kl}"
+SEARCHES_ALL=all
+SEARCHES_KL=one_shot,greedy,beam,genetic,bayesian,fast_block_select,block_influence,lorp,streamline
 COMMON=(
-  --model smollm2-135m --drop 8,10 --searches all --samples 4 --seq-len 32 --timing shared
-  --suite offline --engine torch --eval-limit 40 --eval-seq-len 128
+  --model smollm2-135m --drop "${DROPS:-7,8,10}" --samples 4 --seq-len 32 --choice-seq-len 128
+  --timing shared --suite offline --engine torch --eval-limit 40 --eval-seq-len 128
+  ${DATA_SEED:+--data-seed "$DATA_SEED"}
 )
 MAIN=(--data pydoc,pydoc-cloze --seeds 0,1,2 --random-prior-control)
-CROSS=(--data "pydoc,pydoc-cloze,text:$CLOZE_TEXT" --seeds 0 --cross-controls)
 
-cloze_as_text() {
-  # The margin's data as text for the perplexity objective: all 222 calibration cloze items as the margin
-  # scores it, its prompt followed by the correct answer (one JSONL record = one document).
-  mkdir -p "$DATA_DIR"
-  "$DEPTHPRUNE" data show pydoc-cloze --model smollm2-135m --samples 222 --json 2>/dev/null \
-    | .venv/bin/python -c '
-import json, sys
-for line in sys.stdin:
-    item = json.loads(line)
-    scored = item["scored"][item["label"]]
-    print(json.dumps({"text": scored["prompt"] + scored["answer"]}))' > "$CLOZE_TEXT.tmp"
-  mv "$CLOZE_TEXT.tmp" "$CLOZE_TEXT"
-}
+searches_for() { if [ "$1" = kl ]; then echo "$SEARCHES_KL"; else echo "$SEARCHES_ALL"; fi; }
 
 collect_parts() {
   # Bring the parts' finished cells into report directory $1's manifest (cells.json): the manifest keeps each
   # cell's own search cost, while the registry keeps one row per variant and so the latest run's cost of a
   # mask that several cells found (a later part re-finding a cell from the memo would cost ~0 s).
-  .venv/bin/python - "$1" "$OUT"/parts/*/cells.json <<'PY'
+  "$PYTHON" - "$1" "$OUT"/parts/*/cells.json <<'PY'
 import json, sys
 from pathlib import Path
 target = Path(sys.argv[1]) / "cells.json"
@@ -59,22 +66,76 @@ target.write_text(json.dumps({**manifest, "cells": list(cells.values())}, indent
 PY
 }
 
+objective_part() {
+  OMP_NUM_THREADS=1 "$DEPTHPRUNE" study "${COMMON[@]}" "${MAIN[@]}" --objectives "$1" \
+    --searches "$(searches_for "$1")" --out "$OUT/parts/$1"
+}
+
+objectives_two_at_a_time() {
+  local running=0
+  for objective in $OBJECTIVES; do
+    if [ "$running" -ge 2 ]; then wait -n; running=$((running - 1)); fi
+    objective_part "$objective" > "$OUT/parts/$objective.log" 2>&1 &
+    running=$((running + 1))
+  done
+  wait
+}
+
+cloze_as_text() {
+  # The margin's items as text for the perplexity objective: prompt and correct answer, one document each.
+  mkdir -p "$DATA_DIR"
+  "$DEPTHPRUNE" data show pydoc-cloze --model smollm2-135m --samples 222 --seq-len 128 --json 2>/dev/null \
+    | "$PYTHON" -c '
+import json, sys
+for line in sys.stdin:
+    item = json.loads(line)
+    scored = item["scored"][item["label"]]
+    print(json.dumps({"text": scored["prompt"] + scored["answer"]}))' > "$CLOZE_TEXT.tmp"
+  mv "$CLOZE_TEXT.tmp" "$CLOZE_TEXT"
+}
+
 part() {
   case "$1" in
-    perplexity | task_margin)
-      "$DEPTHPRUNE" study "${COMMON[@]}" "${MAIN[@]}" --objectives "$1" --out "$OUT/parts/$1" ;;
-    cross)
-      cloze_as_text
-      collect_parts "$OUT/cross-controls"
-      "$DEPTHPRUNE" study "${COMMON[@]}" "${CROSS[@]}" --out "$OUT/cross-controls" ;;
+    objectives) mkdir -p "$OUT/parts"; objectives_two_at_a_time ;;
+    perplexity | task_margin | task_ce | kl) mkdir -p "$OUT/parts"; objective_part "$1" ;;
     report)
+      # one study over every objective that ran; kl's grid has no CBO, so its report is its part's own
       collect_parts "$OUT"
-      "$DEPTHPRUNE" study "${COMMON[@]}" "${MAIN[@]}" --out "$OUT"
+      "$DEPTHPRUNE" study "${COMMON[@]}" "${MAIN[@]}" --objectives perplexity,task_margin,task_ce \
+        --searches "$SEARCHES_ALL" --out "$OUT"
+      if [ -n "${WITH_KL:-}" ]; then
+        "$DEPTHPRUNE" study "${COMMON[@]}" "${MAIN[@]}" --objectives perplexity,kl --searches "$SEARCHES_KL" \
+          --out "$OUT/kl"
+      fi ;;
+    reading)
+      "$PYTHON" benchmarks/study_reading.py "$OUT" --write
+      if [ -d "$OUT/kl" ]; then "$PYTHON" benchmarks/study_reading.py "$OUT/kl" --write; fi ;;
+    check)
+      # issue 29's acceptance: task_ce and task_margin cells, none with truncated items
+      "$PYTHON" - "$OUT/study.json" <<'PY'
+import json, sys
+cells = json.loads(open(sys.argv[1]).read())["cells"]
+objectives = {cell["objective"] for cell in cells}
+truncated = [cell["key"] for cell in cells if cell.get("truncated_items")]
+missing = {"task_ce", "task_margin"} - objectives
+print(f"{len(cells)} cells, objectives {sorted(objectives)}, {len(truncated)} with truncated items")
+if missing or truncated or any("truncated_items" not in cell for cell in cells):
+    sys.exit(f"check failed: missing {sorted(missing)}; truncated {truncated[:5]}")
+PY
       rm -rf "$OUT/parts" ;;
-    *) echo "unknown part $1: perplexity, task_margin, cross or report" >&2; exit 2 ;;
+    cross)
+      # Cross-controls (seed 0): perplexity on the margin's items written as text. Those documents are shorter
+      # than the 32-token instances only rarely (25-125 tokens), and each instance keeps its first 32 tokens
+      # while a question keeps all of its tokens: the generated reading says so.
+      cloze_as_text
+      "$DEPTHPRUNE" study "${COMMON[@]}" --data "pydoc,pydoc-cloze,text:$CLOZE_TEXT" --seeds 0 --cross-controls \
+        --objectives perplexity,task_margin,task_ce --searches "$SEARCHES_ALL" --out "$OUT/cross-controls"
+      "$PYTHON" benchmarks/study_reading.py "$OUT/cross-controls" --cross "$OUT/cross-controls" --write ;;
+    *) echo "unknown part $1: objectives, perplexity, task_margin, task_ce, kl, report, reading, check or cross" >&2
+       exit 2 ;;
   esac
 }
 
-for name in "${@:-perplexity task_margin cross report}"; do
+for name in "${@:-objectives report reading check}"; do
   for each in $name; do part "$each"; done
 done

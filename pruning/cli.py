@@ -570,11 +570,27 @@ def study(
     objectives: StudyObjectivesOption = "perplexity,task_margin",
     searches: StudySearchesOption = "study",
     data: StudyDataOption = None,
-    seeds: Annotated[str, typer.Option(help="Search seeds, comma-separated, e.g. 0,1,2.")] = "0",
+    seeds: Annotated[
+        str, typer.Option(help="Seeds, comma-separated, e.g. 0,1,2: each draws its own calibration samples.")
+    ] = "0",
+    data_seed: Annotated[
+        int | None,
+        typer.Option(
+            help="Pin the calibration draw to this seed for every seed: the seeds then vary the search only, "
+            "and a deterministic search runs once (its other seeds' cells record reused_from)."
+        ),
+    ] = None,
     random_prior_control: RandomPriorControlOption = False,
     cross_controls: CrossControlsOption = False,
     samples: Annotated[int, typer.Option(help="Calibration samples per configuration.")] = 64,
     seq_len: StudySeqLenOption = None,
+    choice_seq_len: Annotated[
+        int | None,
+        typer.Option(
+            help="Multiple-choice objectives: the longest question plus answer (longer prompts are cut); "
+            "default --seq-len. Above the longest item no question is truncated."
+        ),
+    ] = None,
     sampling: SamplingOption = "documents",
     option: StudySearchOptions = None,
     suite: EvalSuiteOption = "all",
@@ -616,10 +632,12 @@ def study(
         searches=names,
         data=_comma_list(data),
         seeds=_integers(seeds, "--seeds"),
+        data_seed=data_seed,
         random_prior_control=random_prior_control,
         cross_controls=cross_controls,
         samples=samples,
         seq_len=seq_len,
+        choice_seq_len=choice_seq_len,
         sampling=sampling,
         options={k: v for k, v in parse_option_assignments(option or [], names).items() if v},
         suites=_comma_list(suite),

@@ -22,7 +22,16 @@ from depthprune.testing.objectives import (
     ScreenedSyntheticObjective,
     SyntheticObjective,
 )
-from pruning.search import ALL_SEARCHES, OPTIONS, PRIOR_GUIDED, SEARCHES, STUDY_SEARCHES, TrackedObjective
+from pruning.search import (
+    ALL_SEARCHES,
+    DETERMINISTIC,
+    OPTIONS,
+    PRIOR_GUIDED,
+    SEARCHES,
+    STUDY_SEARCHES,
+    TrackedObjective,
+    uses_seed,
+)
 from pruning.search.base import SearchResult, SubsetObjective
 
 # Keep the slowest search quick in tests; everything else runs at the study's settings.
@@ -85,6 +94,8 @@ def test_registry_of_searches_is_complete():
         assert function.__module__ == f"pruning.search.{name}"  # key equals file name
     assert set(STUDY_SEARCHES) <= set(ALL_SEARCHES) and "exhaustive" not in ALL_SEARCHES
     assert PRIOR_GUIDED == {"one_shot", "genetic", "bayesian", "fast_block_select"}
+    # the searches whose seed draws something (checked against each module's use of it)
+    assert set(SEARCHES) - DETERMINISTIC == {"genetic", "bayesian", "cbo", "lorp", "evolution"}
     assert isinstance(SyntheticObjective(), SubsetObjective)
 
 
@@ -114,6 +125,17 @@ class TestSearchContract:
         assert first.removed_blocks == second.removed_blocks
         assert first.loss == second.loss
         assert first.history == second.history
+
+    def test_a_deterministic_search_ignores_the_seed(self, name):
+        """What ``DETERMINISTIC`` promises (a study reuses such a cell across seeds): the same mask under
+        another seed with the single-block prior; under the random prior the seed matters (``uses_seed``)."""
+        if name not in DETERMINISTIC:
+            assert uses_seed(name)
+            return
+        assert not uses_seed(name) and uses_seed(name, random_prior=True) == (name in PRIOR_GUIDED)
+        first = run(name, SyntheticObjective(interaction=1.0, seed=2), 4, seed=0)
+        second = run(name, SyntheticObjective(interaction=1.0, seed=2), 4, seed=5)
+        assert (first.removed_blocks, first.loss) == (second.removed_blocks, second.loss)
 
     @pytest.mark.parametrize("budget", [0, 10, 11, -1])
     def test_rejects_impossible_budget(self, name, budget):

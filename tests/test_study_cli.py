@@ -63,3 +63,15 @@ def test_sampling_reaches_the_calibration_of_study_and_prune(run_cli, configs, t
         "--sampling", "windows",
     )  # fmt: skip
     assert code == 2 and "unknown sampling 'windows'" in err
+
+
+def test_data_seed_and_choice_seq_len_reach_the_config(run_cli, configs, tmp_path):
+    arguments = ["study", "--model", "m", "--drop", "2", "--out", str(tmp_path), "--seeds", "0,1"]
+    code, _, err = run_cli(*arguments)
+    assert code == 0, err
+    assert (configs[-1].data_seed, configs[-1].choice_seq_len) == (None, None)  # each seed draws its own
+    code, _, err = run_cli(*arguments, "--data-seed", "4", "--choice-seq-len", "128")
+    assert code == 0, err
+    assert (configs[-1].data_seed, configs[-1].choice_seq_len) == (4, 128)
+    code, _, err = run_cli(*arguments, "--data-seed", "-1")
+    assert code == 2 and "--data-seed needs a non-negative integer" in err

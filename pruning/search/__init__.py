@@ -67,6 +67,19 @@ is loaded)."""
 PRIOR_GUIDED = frozenset(name for name, options in OPTIONS.items() if "prior" in options.__dataclass_fields__)
 """Searches that take ``prior="random"`` (the random-prior control)."""
 
+DETERMINISTIC = frozenset(name for name, module in MODULES.items() if module.DETERMINISTIC)
+"""Searches whose result does not depend on the seed under the single-block prior (each module's
+``DETERMINISTIC``): a study with a pinned calibration draw runs them once and reuses that cell for its other
+seeds. A random prior is seeded, so :func:`uses_seed` is what to ask."""
+
+
+def uses_seed(name: str, options: dict | None = None, *, random_prior: bool = False) -> bool:
+    """Whether search ``name`` with ``options`` can give another result under another seed: a stochastic
+    search, or a prior-guided one under the seeded random prior (``random_prior`` or ``prior="random"``)."""
+    randomised = random_prior or (options or {}).get("prior") == "random"
+    return name not in DETERMINISTIC or (randomised and name in PRIOR_GUIDED)
+
+
 STUDY_SEARCHES = ("one_shot", "greedy", "beam", "genetic", "bayesian", "cbo", "fast_block_select")
 """The seven algorithms compared by the study (arXiv 2604.24938)."""
 
@@ -76,6 +89,7 @@ ALL_SEARCHES = tuple(name for name in SEARCHES if name != "exhaustive")
 __all__ = [
     "ALL_SEARCHES",
     "CalibratedObjective",
+    "DETERMINISTIC",
     "MODULES",
     "OBJECTIVE_CHECKS",
     "OPTIONS",
@@ -86,4 +100,5 @@ __all__ = [
     "SearchResult",
     "SubsetObjective",
     "TrackedObjective",
+    "uses_seed",
 ]

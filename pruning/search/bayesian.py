@@ -56,6 +56,9 @@ from pruning.search.base import (
     prior_scores,
 )
 
+DETERMINISTIC = False
+"""Whether the result is the same under every seed (the single-block prior): the seed drives TPE's sampler."""
+
 
 @dataclass
 class Options:

@@ -26,6 +26,9 @@ from pruning.search.base import (
     rank_lowest,
 )
 
+DETERMINISTIC = True
+"""Whether the result is the same under every seed (the single-block prior): the seed is ignored."""
+
 
 @dataclass
 class Options:

@@ -22,6 +22,9 @@ from pruning.search.base import (
     protected_blocks,
 )
 
+DETERMINISTIC = True
+"""Whether the result is the same under every seed (the single-block prior): the seed is ignored."""
+
 
 @dataclass
 class Options:

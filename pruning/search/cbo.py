@@ -65,6 +65,12 @@ ZERO_REFUSAL = (
 )
 
 
+DETERMINISTIC = False
+"""Whether the result is the same under every seed (the single-block prior): the seed drives the local-search
+fallback's random starts when exact enumeration is refused (above ``max_states``), which a study cannot
+know before the run."""
+
+
 @dataclass
 class Options:
     """Settings of CBO."""

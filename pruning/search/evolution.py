@@ -81,6 +81,11 @@ def _positive_integers(name: str, values) -> tuple[int, ...]:
     return tuple(values)
 
 
+DETERMINISTIC = False
+"""Whether the result is the same under every seed (the single-block prior): the seed draws the initial sets,
+mutations and minibatches."""
+
+
 @dataclass
 class Options:
     """Settings of EvoPress (defaults: ``scripts/run_drop_search.sh``)."""

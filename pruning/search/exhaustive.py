@@ -31,6 +31,10 @@ REPORTED = 10
 """How many of the best subsets the history lists (the ranking query keeps exactly these)."""
 
 
+DETERMINISTIC = True
+"""Whether the result is the same under every seed (the single-block prior): the seed is ignored."""
+
+
 @dataclass
 class Options:
     """Settings of exhaustive search."""

@@ -49,6 +49,10 @@ from pruning.search.base import (
     prior_scores,
 )
 
+DETERMINISTIC = True
+"""Whether the result is the same under every seed (the single-block prior): the seed is used only by the
+random-prior control."""
+
 
 @dataclass
 class Options:

@@ -48,6 +48,10 @@ from pruning.search.base import (
     removal_weights,
 )
 
+DETERMINISTIC = False
+"""Whether the result is the same under every seed (the single-block prior): the seed draws the initial
+population, crossover and mutation."""
+
 
 @dataclass
 class Options:

@@ -59,6 +59,10 @@ from pruning.search.base import (
     protected_blocks,
 )
 
+DETERMINISTIC = False
+"""Whether the result is the same under every seed (the single-block prior): the seed is the spectral
+clustering's ``random_state``."""
+
 
 @dataclass
 class Options:

@@ -28,6 +28,10 @@ from pruning.search.base import (
     rank_prior,
 )
 
+DETERMINISTIC = True
+"""Whether the result is the same under every seed (the single-block prior): it removes the M lowest
+single-block scores; the seed is used only by the random-prior control."""
+
 
 @dataclass
 class Options:

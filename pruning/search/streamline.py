@@ -35,6 +35,9 @@ from pruning.search.base import (
 )
 from pruning.search.lorp import similarity_matrix
 
+DETERMINISTIC = True
+"""Whether the result is the same under every seed (the single-block prior): the seed is ignored."""
+
 
 @dataclass
 class Options:

@@ -7,6 +7,7 @@
 * :mod:`~pruning.study.tables` — one function per table of the report;
 * :mod:`~pruning.study.figures` — one function per figure (PNG);
 * :mod:`~pruning.study.report` — the report itself (Markdown, HTML);
+* :mod:`~pruning.study.reading` — the reading, generated from ``study.json`` (like-for-like with the paper);
 * :mod:`~pruning.study.healing` — ``study --heal``: each distinct mask healed once, before/after sections;
 * :mod:`~pruning.study.worker` — ``study --worker``: cells claimed from the registry's work queue.
 """

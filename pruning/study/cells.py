@@ -47,6 +47,12 @@ class CellResult:
     """Search-cost accounting of ``search_seconds`` (None: recorded before it was kept, i.e. ``shared``)."""
     protected: list[int] = field(default_factory=list)
     """Blocks that were protected from removal."""
+    data_seed: int | None = None
+    """Seed of the calibration draw (None: recorded before it was kept, when every seed drew with 0)."""
+    reused_from: str | None = None
+    """Key of the cell this result was copied from (a deterministic search under a pinned draw); None: run."""
+    truncated_items: int = 0
+    """Calibration items cut to fit the sequence length (:func:`truncated_items`)."""
 
     def matches(self, cell: Cell) -> bool:
         """Whether this result was produced under ``cell``'s accounting and protection."""
@@ -85,6 +91,33 @@ def save_manifest(out: Path, plan: StudyPlan, cells: dict[str, CellResult], dens
     temporary = out / f".{MANIFEST}.tmp"
     temporary.write_text(json.dumps(payload, indent=1, default=str))
     temporary.replace(out / MANIFEST)
+
+
+def truncated_items(record) -> int:
+    """How many calibration items were truncated to fit ``seq_len``, as the calibration record of a prune
+    outcome or a registry variant states it; 0 when it states none (records from before the count was kept).
+
+    The one place the study reads the count: where the calibration keeps it may move, this follows."""
+    for holder in (record, getattr(record, "calibration", None), getattr(record, "options", None)):
+        count = (
+            holder.get("truncated_items")
+            if isinstance(holder, dict)
+            else getattr(holder, "truncated_items", None)
+        )
+        if count is not None:
+            return int(count)
+    return 0
+
+
+def fill_reused(plan: StudyPlan, done: dict[str, CellResult]) -> None:
+    """Give each reused cell (:attr:`~pruning.study.plan.Cell.reused_from`) a copy of its source's result,
+    under its own key and seed, once the source is done."""
+    for cell in plan.cells:
+        source = done.get(cell.reused_from) if cell.reused_from else None
+        if source is not None:
+            done[cell.key] = dataclasses.replace(
+                source, key=cell.key, seed=cell.seed, reused_from=cell.reused_from
+            )
 
 
 def _prior_of(options: dict) -> str:
@@ -127,11 +160,12 @@ def result_of_variant(cell: Cell, variant) -> CellResult:
         variant.subset_evaluations,
         variant.name,
         variant.checkpoint_path,
+        truncated_items(variant),
     )
 
 
 def _cell_result(
-    cell: Cell, removed, loss, dense_loss, seconds, forwards, subsets, name, checkpoint
+    cell: Cell, removed, loss, dense_loss, seconds, forwards, subsets, name, checkpoint, truncated: int
 ) -> CellResult:
     return CellResult(
         key=cell.key,
@@ -151,6 +185,8 @@ def _cell_result(
         checkpoint=checkpoint,
         timing=cell.timing,
         protected=list(cell.protected),
+        data_seed=cell.data_seed,
+        truncated_items=truncated,
     )
 
 
@@ -193,6 +229,7 @@ def prune_missing(plan: StudyPlan, missing: list[Cell], done: dict[str, CellResu
                 outcome.subset_evaluations,
                 outcome.name,
                 outcome.checkpoint,
+                truncated_items(outcome),
             )
             save()
 

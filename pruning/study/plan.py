@@ -16,6 +16,7 @@ The rest of the study, by job: :mod:`.cells` (run and evaluate the cells, the ma
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -131,7 +132,12 @@ class StudyConfig:
     """Calibration data specs; empty = demo data for the demo model, else C4 / Commonsense-170k. Each
     objective uses the first spec of its kind (every spec of its kind with ``cross_controls``)."""
     seeds: tuple[int, ...] = (0,)
-    """Search seeds; each cell runs once per seed."""
+    """Seeds; each cell runs once per seed, and the seed also draws the calibration samples (data seed =
+    seed) unless ``data_seed`` pins the draw."""
+    data_seed: int | None = None
+    """Pin the calibration draw to this data seed for every seed (``--data-seed``): then the seeds vary the
+    search only, and a deterministic search (:data:`pruning.search.DETERMINISTIC`) runs under the first
+    seed alone, its other seeds' cells copying that cell (``reused_from``). None: each seed draws its own."""
     random_prior_control: bool = False
     """Also run the prior-guided searches with a seeded random prior instead of the single-block scores."""
     cross_controls: bool = False
@@ -140,6 +146,10 @@ class StudyConfig:
     """Calibration samples per configuration (the study: 64)."""
     seq_len: int | None = None
     """Calibration tokens per instance; None = min(2048, the model's context)."""
+    choice_seq_len: int | None = None
+    """Multiple-choice objectives only: the longest a question plus answer may be (longer prompts lose their
+    beginning); None = ``seq_len``. Their cost follows the items' own lengths, so a cap above the longest
+    item keeps every question whole while text instances stay ``seq_len`` tokens."""
     sampling: str = "documents"
     """Text calibration instances: ``documents`` (one document each, the study's) or ``stream`` windows."""
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -200,6 +210,10 @@ class StudyConfig:
         self.seeds = tuple(dict.fromkeys(self.seeds))
         if not self.seeds or any(not isinstance(s, int) or s < 0 for s in self.seeds):
             raise UserError(f"--seeds needs non-negative integers, got {self.seeds}")
+        if self.data_seed is not None and (
+            isinstance(self.data_seed, bool) or not isinstance(self.data_seed, int) or self.data_seed < 0
+        ):
+            raise UserError(f"--data-seed needs a non-negative integer, got {self.data_seed!r}")
         if self.samples < 1:
             raise UserError(f"--samples must be positive, got {self.samples}")
         from pruning.prune import TIMINGS
@@ -235,6 +249,14 @@ class Cell:
     """The study's search-cost accounting; a result of another accounting is not reused (not in the key)."""
     protected: tuple[int, ...] = ()
     """Blocks protected from removal; a result under other protection is not reused (not in the key)."""
+    reused_from: str | None = None
+    """Key of the cell whose result this one copies instead of running (a deterministic search under a
+    pinned calibration draw, seeds after the first); None = the cell runs."""
+
+    @property
+    def data_seed(self) -> int:
+        """Seed of the calibration draw."""
+        return self.calibration.seed
 
     @property
     def key(self) -> str:
@@ -268,6 +290,7 @@ def _calibrations(config: StudyConfig, data: list[str], seq_len: int) -> list:
     Raises:
         UserError: an objective has no data of its kind.
     """
+    from depthprune.core.objectives import MULTIPLE_CHOICE
     from pruning.calibration.config import CalibrationConfig
     from pruning.calibration.data.specs import parse_spec
     from pruning.calibration.objectives import get_objective
@@ -282,18 +305,38 @@ def _calibrations(config: StudyConfig, data: list[str], seq_len: int) -> list:
                 f"objective {objective!r} needs {kind.replace('_', '-')} data; none in --data "
                 f"{','.join(data)}"
             )
+        length = config.choice_seq_len if kind == MULTIPLE_CHOICE and config.choice_seq_len else seq_len
         for spec in matching if config.cross_controls else matching[:1]:
             calibrations.append(
                 CalibrationConfig(
                     objective=objective,
                     data=spec,
                     samples=config.samples,
-                    seq_len=seq_len,
-                    seed=0,
+                    seq_len=length,
+                    seed=0,  # the draw's seed is set per cell (data_seed_of)
                     sampling=config.sampling,
                 )
             )
     return calibrations
+
+
+def data_seed_of(config: StudyConfig, seed: int) -> int:
+    """The calibration draw of ``seed``'s cells: ``--data-seed`` when pinned, else the seed itself (so seed 0
+    draws what a study of one seed always drew)."""
+    return config.data_seed if config.data_seed is not None else seed
+
+
+def _reused(config: StudyConfig, cell: Cell) -> Cell:
+    """``cell``, copying the first seed's cell when that gives its result: the draw is pinned, the seed is
+    not the first, and the search's result does not depend on the seed (a random prior is seeded)."""
+    from pruning.search import uses_seed
+
+    first_seed = config.seeds[0]
+    if config.data_seed is None or cell.seed == first_seed:
+        return cell
+    if uses_seed(cell.search, config.options.get(cell.search), random_prior=cell.prior == "random"):
+        return cell
+    return dataclasses.replace(cell, reused_from=dataclasses.replace(cell, seed=first_seed).key)
 
 
 def plan_study(config: StudyConfig) -> StudyPlan:
@@ -330,36 +373,40 @@ def plan_study(config: StudyConfig) -> StudyPlan:
         raise UserError(
             f"--random-prior-control needs a prior-guided search ({', '.join(sorted(PRIOR_GUIDED))})"
         )
+    protected = tuple(sorted(resolve_protected(config.protect, num_blocks)))
     cells = []
-    for calibration in calibrations:
+    for template in calibrations:
         for drop in config.drops:
             for seed in config.seeds:
+                calibration = dataclasses.replace(template, seed=data_seed_of(config, seed))
                 for prior in priors:
                     searches = [s for s in config.searches if prior == "single_block" or s in PRIOR_GUIDED]
-                    # prune's own checks (options, budgets, exhaustive limits) before anything heavy
-                    plan_prune(
-                        PruneConfig(
-                            model=model,
-                            calibration=calibration,
-                            drop=drop,
-                            searches=tuple(searches),
-                            seed=seed,
-                            random_prior=prior == "random",
-                            options={s: config.options.get(s, {}) for s in searches},
-                            out=config.checkpoints,
-                            registry_url=config.registry_url,
-                            dtype=config.dtype,
-                            device=config.device,
-                            progress=False,
-                            timing=config.timing,
-                            protect=config.protect,
-                        )
-                    )
-                    protected = tuple(sorted(resolve_protected(config.protect, num_blocks)))
-                    cells += [
+                    group = [
                         Cell(calibration, drop, search, seed, prior, config.timing, protected)
                         for search in searches
                     ]
+                    group = [_reused(config, cell) for cell in group]
+                    running = tuple(cell.search for cell in group if cell.reused_from is None)
+                    if running:  # prune's own checks (options, budgets, exhaustive limits), nothing heavy
+                        plan_prune(
+                            PruneConfig(
+                                model=model,
+                                calibration=calibration,
+                                drop=drop,
+                                searches=running,
+                                seed=seed,
+                                random_prior=prior == "random",
+                                options={s: config.options.get(s, {}) for s in running},
+                                out=config.checkpoints,
+                                registry_url=config.registry_url,
+                                dtype=config.dtype,
+                                device=config.device,
+                                progress=False,
+                                timing=config.timing,
+                                protect=config.protect,
+                            )
+                        )
+                    cells += group
     return StudyPlan(config, model, num_blocks, demo_dir, cells)
 
 
@@ -379,6 +426,7 @@ def plan_summary(plan: StudyPlan) -> dict:
         "objectives": list(config.objectives),
         "searches": list(config.searches),
         "seeds": list(config.seeds),
+        "data_seed": config.data_seed,
         "random_prior_control": config.random_prior_control,
         "cross_controls": config.cross_controls,
         "timing": config.timing,

@@ -104,7 +104,8 @@ def write_report(
         summary: the study's setup (:func:`pruning.study.plan_summary`).
         cells: finished cells (:class:`pruning.study.CellResult`), metrics filled in.
         dense: the dense model's metrics, ``"task/metric" -> value``.
-        reading: optional hand-written interpretation placed at the top (kept in ``reading.md``).
+        reading: optional interpretation placed at the top (kept in ``reading.md``); the generated one is
+            :func:`pruning.study.reading.write_reading`'s.
         healing: the study's healed variants (:class:`pruning.study.healing.StudyHealing`), when it healed:
             adds the healing sections before the figures and ``healing`` to ``study.json``.
 

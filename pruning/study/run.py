@@ -18,6 +18,7 @@ from pathlib import Path
 from pruning.study.cells import (
     CellResult,
     evaluate_all,
+    fill_reused,
     find_in_registry,
     load_manifest,
     prune_missing,
@@ -44,7 +45,7 @@ def run_study(config: StudyConfig) -> Path:
     manifest = load_manifest(config.out)
     done: dict[str, CellResult] = {}
     dense: dict[str, float] = {}
-    for cell in plan.cells:
+    for cell in (cell for cell in plan.cells if cell.reused_from is None):  # reused ones: fill_reused
         recorded = manifest.get(cell.key)
         if recorded and recorded.matches(cell) and Path(recorded.checkpoint or "").is_dir():
             done[cell.key] = manifest[cell.key]
@@ -58,16 +59,20 @@ def run_study(config: StudyConfig) -> Path:
             dense.update(dense_metrics)
         save_manifest(config.out, plan, done, dense)
 
-    missing = [cell for cell in plan.cells if cell.key not in done]
+    running = [cell for cell in plan.cells if cell.reused_from is None]
+    missing = [cell for cell in running if cell.key not in done]
     if config.progress:
+        reused = len(plan.cells) - len(running)
         print(
-            f"study: {len(plan.cells)} cells, {len(plan.cells) - len(missing)} already done, "
-            f"{len(missing)} to run",
+            f"study: {len(plan.cells)} cells, {len(running) - len(missing)} already done, "
+            f"{len(missing)} to run"
+            + (f", {reused} reused from the first seed (pinned draw)" if reused else ""),
             flush=True,
         )
     save()
     if missing:
         prune_missing(plan, missing, done, save)
+    fill_reused(plan, done)
     dense.update(evaluate_all(plan, done, registry, save))
     save()
     healing = None

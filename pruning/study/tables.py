@@ -386,7 +386,13 @@ def setup_section(view: StudyView) -> Section:
         [
             f"Model `{model_name(summary)}` (`{summary['model']}`, {view.num_blocks} blocks); budgets M = "
             f"{', '.join(map(str, summary['drops']))}; searches: {', '.join(summary['searches'])}; seeds: "
-            f"{', '.join(map(str, summary['seeds']))}.",
+            f"{', '.join(map(str, summary['seeds']))}"
+            + (
+                ""
+                if summary.get("data_seed") is None
+                else f" (calibration draw pinned: data seed {summary['data_seed']})"
+            )
+            + ".",
             f"Search groups of the per-cell statistics: {groups or 'none'}.",
             f"Calibration configurations: {calibrations}.",
             f"Evaluation: suites {', '.join(summary['suites'])} (engine {summary['engine']}, "

@@ -38,6 +38,7 @@ from depthprune.core.files import exclusive_lock
 from pruning.study.cells import (
     CellResult,
     evaluate_all,
+    fill_reused,
     find_in_registry,
     prune_missing,
     result_of_variant,
@@ -192,6 +193,7 @@ def collect_results(plan: StudyPlan, queue, registry) -> dict[str, CellResult]:
         cell = by_key.get(state.cell_key)
         if cell is not None and state.state == DONE and state.variant_id is not None:
             done[cell.key] = result_of_variant(cell, registry.resolve(state.variant_id))
+    fill_reused(plan, done)  # cells a pinned draw lets copy the first seed's are never queued
     return done
 
 
@@ -244,7 +246,7 @@ def run_worker(
         if config.progress:
             print(f"study worker {queue.worker}: {message}", flush=True)
 
-    queue.enqueue([*(cell.key for cell in plan.cells), DENSE_CELL])
+    queue.enqueue([*(cell.key for cell in plan.cells if cell.reused_from is None), DENSE_CELL])
     # A done cell whose variant was removed from the registry has no result any more: run it again.
     queue.reopen(
         state.cell_key

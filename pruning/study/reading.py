@@ -1,0 +1,767 @@
+"""The study's reading, generated from ``study.json``: every number it compares with the paper, like for like.
+
+:func:`reading_facts` computes the numbers (plain values, so tests can check them by hand) and
+:func:`render_reading` fills the reading's template with them; :func:`write_reading` writes ``reading.md`` and
+re-renders the report's ``README.md`` and ``report.html`` around it (figures and ``study.json`` untouched)::
+
+    .venv/bin/python benchmarks/study_reading.py docs/study-smollm2-135m \
+        --cross docs/study-smollm2-135m/cross-controls --write
+
+Rules (issue 29), so that a sentence never says more than the numbers:
+
+* **Same search set.** Comparisons with the paper use the paper's seven searches
+  (:data:`pruning.search.STUDY_SEARCHES`); the objective-blind baselines (block_influence, lorp, streamline)
+  are reported apart.
+* **Same budgets.** The paper removes M = 7 and 9 of 32 blocks; for N blocks the proportional budgets are
+  round(7N/32) and round(9N/32) (:func:`paper_budgets`). Those are compared with the paper; any other budget
+  is labelled an extension and kept out of the comparisons.
+* **Mean with mean.** §5.2's accuracy movement is compared as means (the paper: 2.06 points for a change of
+  configuration, 1.85 for a change of search).
+* **Per cell next to pooled.** Spearman ρ and mask agreement are given per cell (calibration, M, seed) and
+  pooled; the paper's "negative in 5 of 6 cells" is compared with the per-cell signs.
+* **Disagreements are stated as such**, and the spread of perplexity is taken on log perplexity.
+* **What the data lacks is said**: cells without ``data_seed`` (read from the key then) or
+  ``truncated_items``.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import combinations
+from pathlib import Path
+
+from pruning.study import statistics as study_stats
+from pruning.study.tables import average_perplexity, fmt, mean_accuracy, short_data
+
+STUDY_SEARCHES = ("one_shot", "greedy", "beam", "genetic", "bayesian", "cbo", "fast_block_select")
+"""The paper's seven (as :data:`pruning.search.STUDY_SEARCHES`; kept here so reading needs no torch)."""
+
+
+@dataclass(frozen=True)
+class PaperFacts:
+    """The paper's numbers a reading compares with (arXiv 2604.24938)."""
+
+    blocks: int = 32
+    """Blocks of LLaMA3-8B, against which the budgets are stated."""
+    budgets: tuple[int, ...] = (7, 9)
+    """Blocks removed."""
+    movement_configuration_mean: float = 2.06
+    """§5.2: mean |Δ accuracy| (points) when the calibration configuration changes."""
+    movement_search_mean: float = 1.85
+    """§5.2: mean |Δ accuracy| (points) when the search changes."""
+    spearman_negative_cells: tuple[int, int] = (5, 6)
+    """§5.3: cells whose ρ(perplexity rank, accuracy rank) over the seven is negative, of the cells."""
+    variance_margin_m9: float = 0.69
+    """σ² of accuracy (points²) across the seven, LLaMA3 under the margin at M = 9."""
+
+
+PAPER = PaperFacts()
+
+
+def paper_budgets(num_blocks: int, paper: PaperFacts = PAPER) -> dict[int, int]:
+    """``M for this model -> the paper's M`` by the fraction of blocks removed (30 blocks: 7 -> 7, 8 -> 9)."""
+    return {round(budget * num_blocks / paper.blocks): budget for budget in paper.budgets}
+
+
+def data_seed(cell: dict) -> int | None:
+    """The cell's calibration draw: its ``data_seed``, else the key's calibration-seed field (older cells)."""
+    if cell.get("data_seed") is not None:
+        return int(cell["data_seed"])
+    fields = str(cell.get("key", "")).split("|")
+    return int(fields[4]) if len(fields) > 4 and fields[4].isdigit() else None
+
+
+def configuration(cell: dict) -> str:
+    """``objective on data`` (paths shortened to their file name)."""
+    return f"{cell['objective']} on {short_data(cell['data'])}"
+
+
+class Cells:
+    """The study.json cells of the single-block prior, with the quality numbers the reading uses."""
+
+    def __init__(self, study: dict):
+        self.study = study
+        self.all = study["cells"]
+        self.main = [c for c in self.all if c["prior"] == "single_block"]
+        self.avg_tasks = study.get("average_perplexity_tasks") or []
+        self.acc_metrics = study.get("accuracy_metrics") or {}
+        self.num_blocks = study["summary"]["num_blocks"]
+        self.mapping = paper_budgets(self.num_blocks)
+        self.drops = sorted({c["drop"] for c in self.main})
+        self.like = [m for m in self.drops if m in self.mapping]
+        """The budgets compared with the paper."""
+
+    def log_ppl(self, cell: dict) -> float:
+        value = average_perplexity(cell["metrics"], self.avg_tasks)
+        return math.log(value) if value > 0 else math.nan
+
+    def acc(self, cell: dict) -> float:
+        return mean_accuracy(cell["metrics"], self.acc_metrics)
+
+    def of(self, searches: Sequence[str], drops: Sequence[int] | None = None) -> list[dict]:
+        return [c for c in self.main if c["search"] in searches and (drops is None or c["drop"] in drops)]
+
+    def per_cell(self, searches: Sequence[str], drops=None) -> dict[tuple, list[dict]]:
+        """(configuration, M, seed) -> its cells of ``searches``."""
+        groups = defaultdict(list)
+        for cell in self.of(searches, drops):
+            groups[(configuration(cell), cell["drop"], cell["seed"])].append(cell)
+        return dict(sorted(groups.items()))
+
+
+# ------------------------------------------------------------------------------------------------- facts
+
+
+def budget_facts(cells: Cells) -> list[dict]:
+    """Each budget with its fraction and the paper's budget it matches (None: an extension)."""
+    return [{"drop": m, "fraction": m / cells.num_blocks, "paper": cells.mapping.get(m)} for m in cells.drops]
+
+
+def provenance_facts(cells: Cells) -> dict:
+    """Data seeds (recorded or read from keys), reused cells, truncated items (recorded or not)."""
+    recorded = all("data_seed" in c and c["data_seed"] is not None for c in cells.all)
+    seeds_by_seed = defaultdict(set)
+    for cell in cells.all:
+        seeds_by_seed[cell["seed"]].add(data_seed(cell))
+    draws = sorted({s for found in seeds_by_seed.values() for s in found if s is not None})
+    return {
+        "data_seed_recorded": recorded,
+        "data_seeds": draws,
+        "draw_varies_with_seed": len(draws) > 1,
+        "seeds": sorted(seeds_by_seed),
+        "reused": sum(1 for c in cells.all if c.get("reused_from")),
+        "truncation_recorded": all("truncated_items" in c for c in cells.all),
+        "truncated_items": sum(int(c.get("truncated_items") or 0) for c in cells.all),
+    }
+
+
+def headline_facts(cells: Cells) -> dict:
+    """Mask agreement across searches vs across calibrations: the seven per budget, baselines apart."""
+    seven = [s for s in STUDY_SEARCHES if any(c["search"] == s for c in cells.main)]
+    baselines = sorted({c["search"] for c in cells.main} - set(STUDY_SEARCHES))
+    by_drop = {}
+    for drop in [*cells.drops, "like"]:
+        drops = cells.like if drop == "like" else [drop]
+        masks = {
+            (configuration(c), c["search"], c["drop"], c["seed"]): c["removed_blocks"]
+            for c in cells.of(seven, drops)
+        }
+        result = study_stats.headline_comparison(masks)
+        by_drop[str(drop)] = {
+            "across_searches": result.across_searches_same_objective,
+            "across_calibrations": result.across_objectives_same_search,
+            "pairs": (result.search_pairs, result.objective_pairs),
+            "agrees": result.calibration_matters_more,
+        }
+    per_baseline = {}
+    for search in baselines:
+        masks = {
+            (configuration(c), search, c["drop"], c["seed"]): c["removed_blocks"] for c in cells.of([search])
+        }
+        per_baseline[search] = study_stats.headline_comparison(masks).across_objectives_same_search
+    per_cell = [
+        study_stats.pairwise_jaccard([c["removed_blocks"] for c in members]).mean
+        for members in cells.per_cell(seven).values()
+    ]
+    pooled = study_stats.headline_comparison(
+        {
+            (configuration(c), c["search"], c["drop"], c["seed"]): c["removed_blocks"]
+            for c in cells.of(seven + baselines, cells.like)
+        }
+    )
+    return {
+        "seven": seven,
+        "by_drop": by_drop,
+        "baselines": per_baseline,
+        "with_baselines": (pooled.across_searches_same_objective, pooled.across_objectives_same_search),
+        "per_cell_search_j": per_cell,
+    }
+
+
+def movement_facts(cells: Cells) -> dict:
+    """§5.2 on the seven: mean |Δ acc| across configurations vs across searches, paper budgets and all."""
+    results = {}
+    for name, drops in (("like", cells.like), ("all", cells.drops)):
+        accuracies = {
+            (configuration(c), c["search"], c["drop"], c["seed"]): cells.acc(c)
+            for c in cells.of(STUDY_SEARCHES, drops)
+        }
+        movement = study_stats.accuracy_movement(accuracies)
+        results[name] = {
+            "configuration_mean": movement.across_configurations_mean,
+            "search_mean": movement.across_searches_mean,
+            "pairs": (movement.configuration_pairs, movement.search_pairs),
+        }
+    return results
+
+
+def spearman_facts(cells: Cells) -> dict:
+    """Per-cell ρ over the seven (signs counted, paper budgets and all) and the pooled ρ."""
+    rows, pooled_ppl, pooled_acc = [], [], []
+    for (name, drop, seed), members in cells.per_cell(STUDY_SEARCHES).items():
+        ppl = [math.exp(cells.log_ppl(c)) for c in members]
+        acc = [cells.acc(c) for c in members]
+        pooled_ppl += ppl
+        pooled_acc += acc
+        rho = study_stats.perplexity_accuracy_spearman(ppl, acc)
+        rows.append({"configuration": name, "drop": drop, "seed": seed, "n": len(members), "rho": rho})
+
+    def signs(chosen: list[dict]) -> dict:
+        return {
+            "positive": sum(r["rho"] > 0 for r in chosen),
+            "negative": sum(r["rho"] < 0 for r in chosen),
+            "zero_or_undefined": sum(not (r["rho"] > 0 or r["rho"] < 0) for r in chosen),
+            "cells": len(chosen),
+        }
+
+    return {
+        "cells": rows,
+        "like": signs([r for r in rows if r["drop"] in cells.like]),
+        "all": signs(rows),
+        "pooled": study_stats.perplexity_accuracy_spearman(pooled_ppl, pooled_acc),
+    }
+
+
+def quality_facts(cells: Cells) -> list[dict]:
+    """Per configuration and M over the seven (seeds pooled): geometric-mean perplexity, σ² of log ppl and
+    of accuracy across the seven per cell (mean over seeds), accuracy mean/best/worst, the lowest-loss
+    pick."""
+    rows = []
+    groups = defaultdict(list)
+    for cell in cells.of(STUDY_SEARCHES):
+        groups[(configuration(cell), cell["drop"])].append(cell)
+    for (name, drop), group in sorted(groups.items()):
+        logs, accs = [cells.log_ppl(c) for c in group], [cells.acc(c) for c in group]
+        seeds = defaultdict(list)
+        for cell in group:
+            seeds[cell["seed"]].append(cell)
+        best = min(group, key=lambda c: (c["calibration_loss"], c["seed"]))
+        rows.append(
+            {
+                "configuration": name,
+                "objective": group[0]["objective"],
+                "drop": drop,
+                "variants": len(group),
+                "ppl_geomean": math.exp(statistics.fmean(logs)),
+                "log_ppl_variance": statistics.fmean(
+                    study_stats.inter_method_variance([cells.log_ppl(c) for c in m]) for m in seeds.values()
+                ),
+                "acc_variance": statistics.fmean(
+                    study_stats.inter_method_variance([cells.acc(c) for c in m]) for m in seeds.values()
+                ),
+                "acc_mean": statistics.fmean(accs),
+                "acc_best": max(accs),
+                "acc_worst": min(accs),
+                "lowest_loss": (best["search"], best["seed"], math.exp(cells.log_ppl(best)), cells.acc(best)),
+            }
+        )
+    return rows
+
+
+def seed_facts(cells: Cells) -> dict:
+    """How many (configuration, M, search) found more than one mask over the seeds."""
+    masks = defaultdict(set)
+    for cell in cells.main:
+        masks[(configuration(cell), cell["drop"], cell["search"])].add(tuple(sorted(cell["removed_blocks"])))
+    changed = {key: len(found) for key, found in masks.items() if len(found) > 1}
+    return {"groups": len(masks), "changed": changed}
+
+
+def prior_facts(cells: Cells) -> list[dict]:
+    """The random-prior control beside its single-block twin (same configuration, M, search, seed)."""
+    twins = {(configuration(c), c["drop"], c["search"], c["seed"]): c for c in cells.main}
+    pairs = defaultdict(list)
+    for cell in cells.all:
+        twin = twins.get((configuration(cell), cell["drop"], cell["search"], cell["seed"]))
+        if cell["prior"] == "random" and twin is not None:
+            pairs[(configuration(cell), cell["drop"], cell["search"])].append((twin, cell))
+    return [
+        {
+            "configuration": name,
+            "drop": drop,
+            "search": search,
+            "seeds": len(found),
+            "loss_change": statistics.fmean(r["calibration_loss"] - g["calibration_loss"] for g, r in found),
+            "ppl": tuple(math.exp(statistics.fmean(cells.log_ppl(c[i]) for c in found)) for i in (0, 1)),
+            "acc": tuple(statistics.fmean(cells.acc(c[i]) for c in found) for i in (0, 1)),
+            "same_mask": sum(sorted(g["removed_blocks"]) == sorted(r["removed_blocks"]) for g, r in found),
+        }
+        for (name, drop, search), found in sorted(pairs.items())
+    ]
+
+
+def _objective_change(first: str, second: str) -> str:
+    """``objective`` when one data spec is a text file of the other's items written out (named after it, as
+    ``text:pydoc-cloze-as-text.jsonl`` after ``pydoc-cloze``), else ``both`` (objective and data)."""
+    for file, other in ((first, second), (second, first)):
+        prefix, _, name = file.partition(":")
+        if prefix == "text" and ":" not in other and Path(name).stem.startswith(other):
+            return "objective"
+    return "both"
+
+
+def cross_facts(cross: dict) -> list[dict]:
+    """Same search, two configurations (seed 0): mean Jaccard over the seven and over the baselines apart,
+    with what changes between the two (the data: same objective; else the objective, and the data spec)."""
+    main = [
+        c
+        for c in cross["cells"]
+        if c["prior"] == "single_block" and c["seed"] == min(x["seed"] for x in cross["cells"])
+    ]
+    by_key = {(configuration(c), c["drop"], c["search"]): c for c in main}
+    objective_of = {configuration(c): c["objective"] for c in main}
+    data_of = {configuration(c): short_data(c["data"]) for c in main}
+    names = sorted(objective_of)
+    rows = []
+    for first, second in combinations(names, 2):
+        changes = (
+            "data"
+            if objective_of[first] == objective_of[second]
+            else _objective_change(data_of[first], data_of[second])
+        )
+        for drop in sorted({c["drop"] for c in main}):
+            row = {"first": first, "second": second, "changes": changes, "drop": drop}
+            for group, searches in (("seven", STUDY_SEARCHES), ("baselines", None)):
+                values = [
+                    study_stats.jaccard(
+                        by_key[first, drop, s]["removed_blocks"], by_key[second, drop, s]["removed_blocks"]
+                    )
+                    for s in sorted({c["search"] for c in main})
+                    if (searches is None) != (s in STUDY_SEARCHES)
+                    and (first, drop, s) in by_key
+                    and (second, drop, s) in by_key
+                ]
+                row[group] = statistics.fmean(values) if values else math.nan
+            rows.append(row)
+    return rows
+
+
+def reading_facts(study: dict, cross: dict | None = None) -> dict:
+    """Every number the reading quotes, computed from ``study.json`` (and the cross-controls' one)."""
+    cells = Cells(study)
+    return {
+        "model": study["summary"].get("model_name") or study["summary"]["model"],
+        "num_blocks": cells.num_blocks,
+        "summary": study["summary"],
+        "budgets": budget_facts(cells),
+        "like_budgets": cells.like,
+        "provenance": provenance_facts(cells),
+        "headline": headline_facts(cells),
+        "movement": movement_facts(cells),
+        "spearman": spearman_facts(cells),
+        "quality": quality_facts(cells),
+        "seed_stability": seed_facts(cells),
+        "random_prior": prior_facts(cells),
+        "cross": cross_facts(cross) if cross else [],
+    }
+
+
+# ------------------------------------------------------------------------------------------------- text
+
+
+def _percent(value: float) -> str:
+    return f"{100 * value:.1f} %"
+
+
+def _budget_label(facts: dict, drop) -> str:
+    """``M = 8 (≈ the paper's 9)`` or ``M = 10 (extension)``."""
+    paper = next((b["paper"] for b in facts["budgets"] if b["drop"] == drop), None)
+    return f"M = {drop} (≈ the paper's {paper})" if paper else f"M = {drop} (extension)"
+
+
+def _list(items: Sequence[str]) -> str:
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1] if items else "none"
+
+
+def setup_text(facts: dict, paper: PaperFacts) -> list[str]:
+    summary, n = facts["summary"], facts["num_blocks"]
+    calibrations = _list(
+        [
+            f"{c['objective']} on `{short_data(c['data'])}` "
+            f"({c['samples']} instances × {c['seq_len']} tokens)"
+            for c in summary["calibrations"]
+        ]
+    )
+    mapping = paper_budgets(n, paper)
+    budgets = [
+        f"{_budget_label(facts, b['drop'])}, {_percent(b['fraction'])} of the blocks"
+        for b in facts["budgets"]
+    ]
+    missing = [f"{p} (M = {m} for {n} blocks)" for m, p in mapping.items() if m not in facts["like_budgets"]]
+    fractions = _list([f"{b} ({_percent(b / paper.blocks)})" for b in paper.budgets])
+    text = (
+        f"**What was run.** `{facts['model']}` ({n} blocks); calibrations: {calibrations}; searches: "
+        f"{', '.join(summary['searches'])}; seeds {', '.join(map(str, summary['seeds']))}"
+        + ("; with the random-prior control" if summary.get("random_prior_control") else "")
+        + f". Evaluation: suites {', '.join(summary['suites'])}"
+        + (
+            f", the first {summary['eval_limit']} items or windows per task"
+            if summary.get("eval_limit")
+            else ""
+        )
+        + f", perplexity windows of {summary['eval_seq_len']} tokens. The paper removes M = {fractions} of "
+        f"{paper.blocks} blocks; for {n} blocks the proportional budgets are M = "
+        f"{_list([str(m) for m in mapping])}. Budgets here: {'; '.join(budgets)}. Every comparison with the "
+        f"paper below uses the paper's budgets only; an extension is reported apart and labelled."
+    )
+    if missing:
+        text += f" The paper's M = {_list(missing)} was not run."
+    if summary["calibrations"] and summary["calibrations"][0]["samples"] < 64:
+        text += (
+            f" The calibration is {summary['calibrations'][0]['samples']} instances, the paper's 64 × 2048 "
+            "tokens is far larger: every disagreement below may shrink with more calibration."
+        )
+    return [text]
+
+
+def provenance_text(facts: dict) -> list[str]:
+    found = facts["provenance"]
+    if found["data_seed_recorded"]:
+        draws = (
+            "each seed drew its own calibration samples "
+            f"(data seeds {', '.join(map(str, found['data_seeds']))})"
+            if found["draw_varies_with_seed"]
+            else f"every seed used one calibration draw (data seed {found['data_seeds'][0]}, pinned)"
+        )
+        text = f"**Seeds.** Recorded per cell: {draws}."
+    else:
+        seeds = ", ".join(map(str, found["data_seeds"])) or "unknown"
+        text = (
+            "**Seeds.** This study.json records no `data_seed` (it predates the field); the calibration "
+            f"seed in the cells' keys is {seeds}"
+            + (
+                " for every cell: every seed drew the same calibration samples, so the seeds vary the "
+                "search only, and the variance of the data draw (what the paper's seeds would capture) is "
+                "not measured."
+                if not found["draw_varies_with_seed"]
+                else "."
+            )
+        )
+    if found["reused"]:
+        text += (
+            f" {found['reused']} cells copy the first seed's cell (`reused_from`: a deterministic search)."
+        )
+    if found["truncation_recorded"]:
+        text += f" Calibration items truncated to fit: {found['truncated_items']}."
+    else:
+        text += (
+            " `truncated_items` is not recorded: text instances were cut to their first `seq_len` tokens and "
+            "longer question prompts lost their beginning; how many items were cut is unknown."
+        )
+    return [text]
+
+
+def headline_text(facts: dict) -> list[str]:
+    headline = facts["headline"]
+    lines = []
+    for drop in [*(b["drop"] for b in facts["budgets"])]:
+        result = headline["by_drop"][str(drop)]
+        verdict = {
+            True: "the calibration changes the mask more than the search",
+            False: "the search changes the mask more than the calibration",
+            None: "undetermined",
+        }[result["agrees"]]
+        if drop not in facts["like_budgets"]:
+            verdict += " (an extension: not compared with the paper)"
+        elif result["agrees"] is not None:
+            verdict += ", as the paper finds" if result["agrees"] else ": **this disagrees with the paper**"
+        lines.append(
+            f"{_budget_label(facts, drop)}: J across searches {fmt(result['across_searches'])} "
+            f"({result['pairs'][0]} pairs), across calibrations {fmt(result['across_calibrations'])} "
+            f"({result['pairs'][1]} pairs): {verdict}."
+        )
+    per_cell = [j for j in headline["per_cell_search_j"] if not math.isnan(j)]
+    text = (
+        "**Does the calibration change the mask more than the search does?** Mean Jaccard of the removal "
+        f"sets, the paper's seven searches ({len(headline['seven'])} ran), same M and seed: "
+        + " ".join(lines)
+    )
+    if per_cell:
+        text += (
+            f" Per cell (configuration, M, seed) the seven's pairwise J ranges {fmt(min(per_cell))}–"
+            f"{fmt(max(per_cell))} over {len(per_cell)} cells."
+        )
+    paragraphs = [text]
+    if headline["baselines"]:
+        values = ", ".join(f"{s} {fmt(j, 2)}" for s, j in headline["baselines"].items())
+        paragraphs.append(
+            "**The objective-blind baselines, apart.** They choose from hidden states, not from the "
+            "calibration loss, so they are no part of the comparison above. J of one baseline's masks across "
+            f"calibrations: {values}. Pooled with the seven (the paper's budgets) they would read J across "
+            f"searches {fmt(headline['with_baselines'][0])}, across calibrations "
+            f"{fmt(headline['with_baselines'][1])}."
+        )
+    return paragraphs
+
+
+def movement_text(facts: dict, paper: PaperFacts) -> list[str]:
+    like, everything = facts["movement"]["like"], facts["movement"]["all"]
+    paper_ratio = paper.movement_configuration_mean / paper.movement_search_mean
+
+    def sentence(result: dict) -> str:
+        ratio = result["configuration_mean"] / result["search_mean"] if result["search_mean"] else math.nan
+        return (
+            "a change of configuration moves the mean accuracy by "
+            f"{fmt(result['configuration_mean'], 2)} points "
+            f"({result['pairs'][0]} pairs), a change of search by {fmt(result['search_mean'], 2)} "
+            f"({result['pairs'][1]} pairs), ratio {fmt(ratio, 2)}"
+        )
+
+    if not facts["like_budgets"]:
+        return ["**Accuracy movement (§5.2).** No budget of this study matches the paper's: not compared."]
+    ours = like["configuration_mean"] > like["search_mean"]
+    agreement = (
+        "the same direction as the paper"
+        if ours == (paper.movement_configuration_mean > paper.movement_search_mean)
+        else "**the opposite direction to the paper**"
+    )
+    size = like["configuration_mean"] / paper.movement_configuration_mean
+    text = (
+        f"**Accuracy movement (§5.2), means with means, the seven, the paper's budgets "
+        f"(M = {_list([str(m) for m in facts['like_budgets']])}).** Here {sentence(like)}; the paper: "
+        f"{paper.movement_configuration_mean} and {paper.movement_search_mean} points (ratio "
+        f"{paper_ratio:.2f}). That is {agreement}; the configuration's movement is {size:.1f}× the "
+        "paper's."
+    )
+    if len(facts["like_budgets"]) < len(facts["budgets"]):
+        text += f" With the extensions included: {sentence(everything)}."
+    return [text]
+
+
+def spearman_text(facts: dict, paper: PaperFacts) -> list[str]:
+    spearman = facts["spearman"]
+    like = spearman["like"]
+    negative, of = paper.spearman_negative_cells
+    rows = ", ".join(
+        f"{r['configuration']} M = {r['drop']} seed {r['seed']}: {fmt(r['rho'], 2)}"
+        for r in spearman["cells"]
+        if r["drop"] in facts["like_budgets"]
+    )
+    majority_negative = like["negative"] > like["positive"]
+    verdict = (
+        "As in the paper, perplexity does not predict which search gives the more accurate variant"
+        if majority_negative
+        else "**This disagrees with the paper**: here a lower perplexity goes with a higher accuracy"
+        if like["positive"] > like["negative"]
+        else "Neither sign dominates"
+    )
+    text = (
+        f"**Perplexity rank vs accuracy rank (§5.3), per cell, the seven, the paper's budgets.** Spearman ρ "
+        f"is positive in {like['positive']} of {like['cells']} cells and negative in {like['negative']}"
+        + (f" (undefined or 0 in {like['zero_or_undefined']})" if like["zero_or_undefined"] else "")
+        + f"; the paper: negative in {negative} of {of}. {verdict}. Per cell: {rows or 'none'}. Pooled over "
+        f"every variant of every cell ρ = {fmt(spearman['pooled'], 2)}: "
+        "pooling mixes configurations and budgets whose quality differs widely, so it is not the paper's "
+        "per-cell statistic and is not quoted as agreement."
+    )
+    return [text]
+
+
+def quality_text(facts: dict, paper: PaperFacts) -> list[str]:
+    rows = facts["quality"]
+    table = [
+        "| configuration | M | variants | ppl (geometric mean) | σ² log ppl | σ² acc (points²) "
+        "| acc mean (best, worst) | lowest calibration loss: search (seed), ppl, acc |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        search, seed, ppl, acc = r["lowest_loss"]
+        table.append(
+            f"| {r['configuration']} | {_budget_label(facts, r['drop'])} | {r['variants']} | "
+            f"{fmt(r['ppl_geomean'], 1)} | {fmt(r['log_ppl_variance'], 3)} | {fmt(r['acc_variance'], 1)} | "
+            f"{fmt(r['acc_mean'], 1)} ({fmt(r['acc_best'], 1)}, {fmt(r['acc_worst'], 1)}) | "
+            f"{search} ({seed}), {fmt(ppl, 1)}, {fmt(acc, 1)} |"
+        )
+    intro = (
+        "**Quality of the seven's variants** (single-block prior, seeds pooled). Perplexity is summarised on "
+        "the log scale (geometric mean; σ² of log perplexity across the seven of a cell, mean over seeds), "
+        "where a spread means the same at any perplexity; σ² of accuracy across the seven in points², as "
+        "the paper."
+    )
+    paragraphs = [intro, "\n".join(table)]
+    nine = next((m for m, p in paper_budgets(facts["num_blocks"], paper).items() if p == 9), None)
+    margin = [r for r in rows if r["objective"] == "task_margin" and r["drop"] == nine]
+    if margin:
+        paragraphs.append(
+            f"The paper's σ² of accuracy for LLaMA3 under the margin at M = 9 is {paper.variance_margin_m9} "
+            f"points²; here, the margin at M = {nine}: {fmt(margin[0]['acc_variance'], 1)} points²"
+            + (
+                ", far more spread between the searches (**a disagreement**)."
+                if margin[0]["acc_variance"] > 10 * paper.variance_margin_m9
+                else "."
+            )
+        )
+    for drop in facts["like_budgets"]:
+        at = [r for r in rows if r["drop"] == drop]
+        for margin in (r for r in at if r["objective"] == "task_margin"):
+            for plain in (r for r in at if r["objective"] == "perplexity"):
+                gap = margin["acc_mean"] - plain["acc_mean"]
+                ratio = margin["ppl_geomean"] / plain["ppl_geomean"]
+                paragraphs.append(
+                    f"At {_budget_label(facts, drop)} the variants of {margin['configuration']} are "
+                    f"{abs(gap):.1f} points {'more' if gap > 0 else 'less'} accurate on average than those "
+                    f"of {plain['configuration']}, at {ratio:,.1f}× the perplexity (geometric means)"
+                    + (
+                        ": the margin did not buy accuracy here, **against the premise of task-margin "
+                        "calibration** (trading perplexity for task accuracy)."
+                        if gap <= 0
+                        else "."
+                    )
+                )
+    return paragraphs
+
+
+def seeds_text(facts: dict) -> list[str]:
+    found = facts["seed_stability"]
+    if len(facts["summary"]["seeds"]) < 2:
+        return []
+    changed = sorted(found["changed"].items())
+    listed = "; ".join(f"{s} ({c}, M = {m}): {k} masks" for (c, m, s), k in changed)
+    fixed = "" if facts["provenance"]["draw_varies_with_seed"] else " with the calibration draw fixed"
+    return [
+        f"**Seed stability.** {len(changed)} of {found['groups']} (configuration, M, search) found more than "
+        f"one mask over the seeds{fixed}: {listed or 'none'}."
+    ]
+
+
+def prior_text(facts: dict) -> list[str]:
+    rows = facts["random_prior"]
+    if not rows:
+        return []
+    table = [
+        "| configuration | M | search | seeds | Δ loss (random − prior) | ppl prior → random | "
+        "acc prior → random | same mask |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    table += [
+        f"| {r['configuration']} | {_budget_label(facts, r['drop'])} | {r['search']} | {r['seeds']} | "
+        f"{r['loss_change']:+.4f} | {fmt(r['ppl'][0], 1)} → {fmt(r['ppl'][1], 1)} | "
+        f"{fmt(r['acc'][0], 1)} → {fmt(r['acc'][1], 1)} | {r['same_mask']}/{r['seeds']} |"
+        for r in rows
+    ]
+    return [
+        "**Random-prior control (an extension: the paper has none).** The prior-guided searches with a "
+        "seeded "
+        "random ranking instead of the single-block scores, against the same search and seed with the prior "
+        "(perplexity as geometric means over the seeds).",
+        "\n".join(table),
+    ]
+
+
+def cross_text(facts: dict) -> list[str]:
+    rows = facts["cross"]
+    if not rows:
+        return []
+    table = [
+        "| configuration A | configuration B | what changes | M | J same search, the seven | J, baselines |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        changes = {
+            "data": "the data",
+            "objective": "the objective (the same source items as text)",
+            "both": "the objective and the data",
+        }[r["changes"]]
+        table.append(
+            f"| {r['first']} | {r['second']} | {changes} | {_budget_label(facts, r['drop'])} | "
+            f"{fmt(r['seven'])} | {fmt(r['baselines'])} |"
+        )
+    paragraphs = [
+        "**Cross-controls** (seed 0, single-block prior): mean Jaccard of one search's masks under two "
+        "configurations, the paper's seven apart from the objective-blind baselines.",
+        "\n".join(table),
+    ]
+    for drop in sorted({r["drop"] for r in rows}):
+        by_change = defaultdict(list)
+        for r in rows:
+            if r["drop"] == drop:
+                by_change[r["changes"]].append(r["seven"])
+        if "data" in by_change and "objective" in by_change:
+            data, objective = statistics.fmean(by_change["data"]), statistics.fmean(by_change["objective"])
+            paragraphs.append(
+                f"{_budget_label(facts, drop)}, the seven: J = {fmt(data)} when the data changes, "
+                f"{fmt(objective)} when the objective changes (and the tokens seen, below): the "
+                f"{'objective' if objective < data else 'data'} moves the mask more."
+            )
+    if not any(r["changes"] == "objective" for r in rows):
+        return paragraphs
+    return paragraphs + [
+        "An objective of another data kind always reads another data spec. Where a text file holds the "
+        "questions written out as text (the SmolLM2 study's cloze items as text), the two objectives share "
+        "the source items but not the text they saw: each drew its items independently, and a long item is "
+        "cut at opposite ends (a text instance keeps its first `seq_len` tokens, a question its last tokens "
+        "before the answer), so that pair changes the objective *and* the tokens seen.",
+    ]
+
+
+def caveats_text(facts: dict) -> list[str]:
+    summary = facts["summary"]
+    limit = summary.get("eval_limit")
+    if not limit:
+        return []
+    accuracy = [r["acc_mean"] for r in facts["quality"]]
+    share = statistics.fmean(accuracy) / 100 if accuracy else 0.5
+    error = 100 * math.sqrt(share * (1 - share) / limit)
+    return [
+        f"**Precision.** Each accuracy is measured on {limit} items: at the variants' mean accuracy "
+        f"({100 * share:.0f} %) one standard error is {error:.1f} points, so two variants differing by less "
+        f"than {2 * math.sqrt(2) * error:.0f} points (two standard errors of a difference) are not "
+        "distinguishable; averages over many variants are."
+    ]
+
+
+def render_reading(facts: dict, paper: PaperFacts = PAPER) -> str:
+    """The reading (Markdown) from :func:`reading_facts`: every number from there, none typed."""
+    paragraphs = [
+        "*Generated by `benchmarks/study_reading.py` from `study.json` (pruning/study/reading.py): every "
+        "number below is computed, none typed.*",
+        *setup_text(facts, paper),
+        *provenance_text(facts),
+        *headline_text(facts),
+        *movement_text(facts, paper),
+        *spearman_text(facts, paper),
+        *quality_text(facts, paper),
+        *seeds_text(facts),
+        *prior_text(facts),
+        *cross_text(facts),
+        *caveats_text(facts),
+    ]
+    return "\n\n".join(paragraphs) + "\n"
+
+
+def write_reading(out, cross=None) -> str:
+    """Generate ``out/reading.md`` from ``out/study.json`` (and ``cross/study.json``) and re-render the
+    report's ``README.md`` and ``report.html`` around it; figures and ``study.json`` stay as they are.
+
+    Raises:
+        UserError: no study.json, or a report with healing sections (re-run the study to render those).
+    """
+    import json
+
+    from depthprune.core.errors import UserError
+    from pruning.study.cells import CellResult
+    from pruning.study.report import render_html, render_markdown
+    from pruning.study.tables import build_sections, model_name
+
+    out = Path(out)
+    path = out / "study.json"
+    if not path.is_file():
+        raise UserError(f"{path} not found: give a study report directory")
+    study = json.loads(path.read_text())
+    cross_study = json.loads((Path(cross) / "study.json").read_text()) if cross else None
+    if "healing" in study:  # refused before anything is written
+        raise UserError(f"{out} has healing sections: run the study again to render the report with them")
+    reading = render_reading(reading_facts(study, cross_study))
+    (out / "reading.md").write_text(reading)
+    fields = set(CellResult.__dataclass_fields__)
+    cells = [CellResult(**{k: v for k, v in row.items() if k in fields}) for row in study["cells"]]
+    sections, _ = build_sections(study["summary"], cells, study["dense"])
+    title = f"Depth-pruning study: {model_name(study['summary'])}"
+    (out / "README.md").write_text(render_markdown(title, sections, reading))
+    (out / "report.html").write_text(render_html(title, sections, reading))
+    return reading

@@ -1,0 +1,207 @@
+"""The generated reading's like-for-like rules on a synthetic study.json whose answers are known by hand
+(issue 29, rule 2): the paper's seven apart from the baselines, the paper's budgets apart from extensions,
+means with means, per-cell signs beside the pooled ρ, variance on log perplexity, what the data lacks."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from pruning.study.reading import STUDY_SEARCHES, paper_budgets, reading_facts, render_reading
+
+CONFIGURATIONS = (("perplexity", "text-a"), ("task_margin", "qa-b"))
+
+
+def metrics(ppl: float, acc: float) -> dict:
+    return {"wikitext2/perplexity": ppl, "hellaswag/acc_norm": acc / 100}
+
+
+def cell(objective, data, drop, search, mask, ppl, acc, seed=0, **extra) -> dict:
+    key = f"{objective}|{data}|4|32|{extra.pop('draw', 0)}|documents|m{drop}|{search}|seed{seed}|single_block"
+    return {
+        "key": key, "objective": objective, "data": data, "drop": drop, "search": search, "seed": seed,
+        "prior": "single_block", "removed_blocks": sorted(mask), "calibration_loss": float(len(search)),
+        "metrics": metrics(ppl, acc), **extra,
+    }  # fmt: skip
+
+
+def synthetic_study(**extra) -> dict:
+    """32 blocks, M = 9 (the paper's) and 12 (an extension), the seven plus streamline, one seed.
+
+    M = 9: every search removes {0..8} under perplexity and {20..28} under the margin (J across searches 1,
+    across calibrations 0: the paper's direction); accuracy 80 + i and 70 + i for the i-th search; perplexity
+    10·2^i under perplexity (ρ = −1) and 10·2^(6−i) under the margin (ρ = +1). M = 12: search i removes
+    {i..i+11} under both calibrations (across calibrations 1: the opposite direction), ρ = +1 in both cells.
+    streamline removes {10..9+M} everywhere (it would change the seven's numbers if it were counted).
+    """
+    cells = []
+    for objective, data in CONFIGURATIONS:
+        margin = objective == "task_margin"
+        for i, search in enumerate(STUDY_SEARCHES):
+            ppl9 = 10 * 2 ** (6 - i if margin else i)
+            mask9 = range(20, 29) if margin else range(9)
+            cells.append(cell(objective, data, 9, search, mask9, ppl9, (70 if margin else 80) + i, **extra))
+            cells.append(
+                cell(objective, data, 12, search, range(i, i + 12), 10 * 2 ** (6 - i), 60 + i, **extra)
+            )
+        for drop in (9, 12):
+            cells.append(cell(objective, data, drop, "streamline", range(10, 10 + drop), 50, 50, **extra))
+    summary = {
+        "model": "/m/synthetic", "model_name": "synthetic", "num_blocks": 32, "drops": [9, 12],
+        "objectives": ["perplexity", "task_margin"], "searches": [*STUDY_SEARCHES, "streamline"],
+        "seeds": [0],
+        "random_prior_control": False, "suites": ["all"], "engine": "torch", "eval_limit": None,
+        "eval_seq_len": 2048,
+        "calibrations": [
+            {"objective": o, "data": d, "samples": 4, "seq_len": 32, "sampling": "documents"}
+            for o, d in CONFIGURATIONS
+        ],
+    }  # fmt: skip
+    return {
+        "summary": summary,
+        "dense": metrics(8, 85),
+        "average_perplexity_tasks": ["wikitext2"],
+        "accuracy_metrics": {"hellaswag": "acc_norm"},
+        "cells": cells,
+    }
+
+
+def test_paper_budgets_by_fraction_of_blocks():
+    assert paper_budgets(32) == {7: 7, 9: 9}
+    assert paper_budgets(30) == {7: 7, 8: 9}  # 6.56 and 8.44
+    assert paper_budgets(36) == {8: 7, 10: 9}
+
+
+@pytest.fixture(scope="module")
+def facts():
+    return reading_facts(synthetic_study())
+
+
+def test_budgets_compared_with_the_paper_and_extensions(facts):
+    assert facts["like_budgets"] == [9]
+    assert [(b["drop"], b["paper"]) for b in facts["budgets"]] == [(9, 9), (12, None)]
+
+
+def test_headline_over_the_seven_with_baselines_apart(facts):
+    headline = facts["headline"]
+    assert headline["seven"] == list(STUDY_SEARCHES)
+    at9, at12 = headline["by_drop"]["9"], headline["by_drop"]["12"]
+    assert (at9["across_searches"], at9["across_calibrations"], at9["agrees"]) == (1.0, 0.0, True)
+    assert at9["pairs"] == (2 * 21, 7)  # 21 search pairs per calibration; streamline in none
+    assert at12["across_calibrations"] == 1.0 and at12["agrees"] is False
+    assert headline["by_drop"]["like"] == at9  # only M = 9 is the paper's
+    assert headline["baselines"] == {"streamline": 1.0}
+    # pooled, streamline's 7 disjoint pairs per calibration and its identical pair change both numbers
+    assert headline["with_baselines"] == (pytest.approx(42 / 56), pytest.approx(1 / 8))
+
+
+def test_accuracy_movement_is_mean_with_mean_on_the_papers_budgets(facts):
+    like = facts["movement"]["like"]
+    assert like["configuration_mean"] == pytest.approx(10.0)
+    assert like["search_mean"] == pytest.approx(56 / 21)  # mean |i − j| over the 21 pairs of 0..6
+    assert like["pairs"] == (7, 42)
+    assert facts["movement"]["all"]["pairs"] == (14, 84)  # the extension counted only there
+
+
+def test_spearman_signs_per_cell_beside_the_pooled_rho(facts):
+    spearman = facts["spearman"]
+    assert {(r["configuration"], r["drop"]): round(r["rho"], 6) for r in spearman["cells"]} == {
+        ("perplexity on text-a", 9): -1.0,
+        ("task_margin on qa-b", 9): 1.0,
+        ("perplexity on text-a", 12): 1.0,
+        ("task_margin on qa-b", 12): 1.0,
+    }
+    assert spearman["like"] == {"positive": 1, "negative": 1, "zero_or_undefined": 0, "cells": 2}
+    assert spearman["all"]["positive"] == 3
+    assert -1 < spearman["pooled"] < 1
+
+
+def test_perplexity_spread_is_taken_on_log_perplexity(facts):
+    rows = {(r["configuration"], r["drop"]): r for r in facts["quality"]}
+    plain = rows["perplexity on text-a", 9]
+    assert plain["log_ppl_variance"] == pytest.approx(4 * math.log(2) ** 2)  # σ²(0..6) = 4
+    assert plain["ppl_geomean"] == pytest.approx(80.0)  # 10 · 2^mean(0..6)
+    assert plain["acc_variance"] == pytest.approx(4.0) and plain["variants"] == 7
+
+
+def test_the_text_states_extensions_disagreements_and_missing_fields(facts):
+    text = render_reading(facts)
+    assert "M = 12 (extension)" in text and "M = 9 (≈ the paper's 9)" in text
+    assert "the paper: 2.06 and 1.85 points" in text
+    assert "Spearman ρ is positive in 1 of 2 cells and negative in 1" in text
+    assert "the paper: negative in 5 of 6. Neither sign dominates" in text
+    assert "is not quoted as agreement" in text
+    # the paper's budget is compared with the paper; the extension's opposite direction is not
+    assert (
+        "across calibrations 0.000 (7 pairs): the calibration changes the mask more than the search, as "
+        in text
+    )
+    assert "the search changes the mask more than the calibration (an extension: not compared" in text
+    assert "records no `data_seed`" in text and "`truncated_items` is not recorded" in text
+    assert "The paper's M = 7 (M = 7 for 32 blocks) was not run" in text
+
+
+def test_recorded_seeds_and_truncation_are_reported():
+    facts = reading_facts(synthetic_study(data_seed=3, truncated_items=2, draw=3))
+    provenance = facts["provenance"]
+    assert provenance["data_seed_recorded"] and provenance["data_seeds"] == [3]
+    assert provenance["truncated_items"] == 2 * len(synthetic_study()["cells"])
+    text = render_reading(facts)
+    assert "data seed 3, pinned" in text and "Calibration items truncated to fit: " in text
+
+
+def test_cross_controls_name_what_changes_and_keep_baselines_apart():
+    specs = (
+        ("perplexity", "pydoc"),
+        ("perplexity", "text:/d/pydoc-cloze-as-text.jsonl"),
+        ("task_margin", "pydoc-cloze"),
+    )
+    cells = [
+        cell(objective, data, 9, search, range(9) if search != "streamline" else range(n, n + 9), 10, 80)
+        for n, (objective, data) in enumerate(specs)
+        for search in (*STUDY_SEARCHES, "streamline")
+    ]
+    facts = reading_facts(synthetic_study(), {"cells": cells})
+    rows = {(r["first"], r["second"]): r for r in facts["cross"]}
+    assert {pair: r["changes"] for pair, r in rows.items()} == {
+        ("perplexity on pydoc", "perplexity on text:pydoc-cloze-as-text.jsonl"): "data",
+        ("perplexity on pydoc", "task_margin on pydoc-cloze"): "both",
+        ("perplexity on text:pydoc-cloze-as-text.jsonl", "task_margin on pydoc-cloze"): "objective",
+    }
+    assert all(r["seven"] == 1.0 for r in rows.values())
+    assert rows["perplexity on pydoc", "task_margin on pydoc-cloze"]["baselines"] == pytest.approx(7 / 11)
+
+
+def test_a_disagreement_on_the_papers_budget_is_stated_as_one():
+    study = synthetic_study()
+    for cell in study["cells"]:  # perplexity now falls as accuracy rises in every cell: ρ = +1 everywhere
+        if cell["drop"] == 9 and cell["search"] in STUDY_SEARCHES and cell["objective"] == "perplexity":
+            cell["metrics"] = metrics(10 * 2 ** (6 - STUDY_SEARCHES.index(cell["search"])), 80)
+            cell["metrics"]["hellaswag/acc_norm"] = (80 + STUDY_SEARCHES.index(cell["search"])) / 100
+    text = render_reading(reading_facts(study))
+    assert "Spearman ρ is positive in 2 of 2 cells and negative in 0; the paper: negative in 5 of 6. " in text
+    assert "**This disagrees with the paper**" in text
+
+
+def test_write_reading_rerenders_the_report_around_it(tmp_path):
+    import json
+
+    from depthprune.core.errors import UserError
+    from pruning.study.reading import write_reading
+
+    study = synthetic_study()
+    for row in study["cells"]:
+        row.update(dense_loss=1.0, search_seconds=1.0, block_forwards=1, subset_evaluations=1)
+        row.update(variant=None, checkpoint=None)
+    (tmp_path / "study.json").write_text(json.dumps(study))
+    reading = write_reading(tmp_path)
+    assert (tmp_path / "reading.md").read_text() == reading
+    readme = (tmp_path / "README.md").read_text()
+    assert readme.startswith("# Depth-pruning study: synthetic\n\n## Reading\n") and reading.strip() in readme
+    assert "## Headline" in readme and "Reading" in (tmp_path / "report.html").read_text()
+    (tmp_path / "healed").mkdir()
+    (tmp_path / "healed" / "study.json").write_text(json.dumps({**study, "healing": {}}))
+    with pytest.raises(UserError, match="healing"):
+        write_reading(tmp_path / "healed")
+    assert not (tmp_path / "healed" / "reading.md").exists()
