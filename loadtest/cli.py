@@ -119,7 +119,9 @@ TargetPrecisionOption = Annotated[
         "0 = run --max-rounds."
     ),
 ]
-TimeBudgetOption = Annotated[float, typer.Option(help="Seconds after which no round is added.")]
+TimeBudgetOption = Annotated[
+    float, typer.Option(help="Seconds after which no round is added (60 % for saturation, then steady).")
+]
 AAOption = Annotated[
     bool,
     typer.Option("--aa", help="A/A control: measure the baseline again as its own arm (the noise floor)."),
@@ -177,7 +179,7 @@ def loadtest(
     rounds: RoundsOption = 3,
     max_rounds: MaxRoundsOption = None,
     target_precision: TargetPrecisionOption = 0.03,
-    time_budget: TimeBudgetOption = 900.0,
+    time_budget: TimeBudgetOption = 600.0,
     aa: AAOption = False,
     steady_fraction: SteadyFractionOption = 0.5,
     goodput: GoodputOption = None,

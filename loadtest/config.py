@@ -36,8 +36,9 @@ class LoadConfig:
     target_precision: float = 0.03
     """Wanted relative half-width of the headline 95 % intervals (each variant's throughput speed-up and the
     A/A ratio); 0 = always run ``max_rounds``."""
-    time_budget_s: float = 900.0
-    """No round starts after this many seconds of measuring (the steady-state phase still gets ``rounds``)."""
+    time_budget_s: float = 600.0
+    """No round is added after this many seconds of measuring (60 % for saturation when a steady-state phase
+    follows); every phase still runs ``rounds`` rounds."""
     aa: bool = False
     """A/A control: the baseline measured again as its own arm in every round (the run's noise floor)."""
     steady_fraction: float = 0.5

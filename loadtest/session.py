@@ -49,6 +49,9 @@ from loadtest.report import write_report
 
 __all__ = ["LoadTestPlan", "run_loadtest"]
 
+STEADY_BUDGET_SPLIT = 0.6
+"""Share of ``--time-budget`` the saturation phase may use when a steady-state phase follows."""
+
 
 @dataclass
 class LoadTestPlan:
@@ -272,12 +275,17 @@ def measure(benchmark: Benchmark, plan: LoadTestPlan, prompts: RoundPromptPlan) 
         ``steady_precision`` when a steady-state phase ran (``config.rate`` inf and ``steady_fraction`` > 0).
     """
     config = plan.config
-    deadline = time.monotonic() + config.time_budget_s
-    rule = StopRule(config, plan.baseline, "output_throughput", deadline)
+    steady = math.isinf(config.rate) and config.steady_fraction > 0
+    started = time.monotonic()
+    # With a steady-state phase, saturation may add rounds for 60 % of the budget and the steady phase
+    # until the end of it (each phase gets its ``rounds`` in any case).
+    share = STEADY_BUDGET_SPLIT if steady else 1.0
+    rule = StopRule(config, plan.baseline, "output_throughput", started + share * config.time_budget_s)
     measurement = run(benchmark.measure_until(lambda r: prompts.of_round("s", r), rule))
     outcome = {"measurement": measurement, "precision": rule.record()}
-    if math.isinf(config.rate) and config.steady_fraction > 0:
+    if steady:
         saturated = measurement.pooled_metrics(config)[plan.baseline]["request_throughput"]
+        deadline = started + config.time_budget_s
         steady_rule = StopRule(config, plan.baseline, "mean_tpot_ms", deadline)
         outcome["steady"] = run(
             benchmark.measure_until(
