@@ -174,6 +174,9 @@ def loadtest(
     input_len: InputLenOption = 128,
     output_len: OutputLenOption = 64,
     warmup: Annotated[int, typer.Option(help="Unmeasured warm-up requests per model.")] = 2,
+    settle_requests: Annotated[
+        int, typer.Option(help="Unmeasured short requests to an arm right before each of its runs.")
+    ] = 2,
     seed: SeedOption = 0,
     prompts: PromptsOption = "synthetic",
     rounds: RoundsOption = 3,
@@ -216,6 +219,7 @@ def loadtest(
         input_len=input_len,
         output_len=output_len,
         warmup=warmup,
+        settle_requests=settle_requests,
         seed=seed,
         rounds=rounds,
         max_rounds=max_rounds,

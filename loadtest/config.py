@@ -26,6 +26,9 @@ class LoadConfig:
     """Tokens every request generates (``max_tokens``; with ``ignore_eos`` exactly this many)."""
     warmup: int = 2
     """Unmeasured requests sent to each model before the first round."""
+    settle_requests: int = 2
+    """Unmeasured short requests sent to an arm right before each of its timed runs: an engine idle while
+    other arms ran stalls ~1 s on its next batch (see ``loadtest.runner.settle``); 0 = none."""
     seed: int = 0
     """Seed of prompts and arrival times."""
     rounds: int = 3
@@ -70,8 +73,8 @@ class LoadConfig:
             raise UserError(f"--num-prompts is bounded to 100000, got {self.num_prompts}")
         if self.input_len < 1 or self.output_len < 1:
             raise UserError("--input-len and --output-len must be at least 1")
-        if self.warmup < 0:
-            raise UserError(f"--warmup must be 0 or more, got {self.warmup}")
+        if self.warmup < 0 or self.settle_requests < 0:
+            raise UserError("--warmup and --settle-requests must be 0 or more")
         if not 1 <= self.rounds <= 100:
             raise UserError(f"--rounds must be in 1..100, got {self.rounds}")
         if self.max_rounds is None:

@@ -107,6 +107,19 @@ def format_ratio(estimate: RatioEstimate, suffix: str = "", digits: int = 2) -> 
     return text
 
 
+def speedup_text(
+    point: float | None, ci95: Sequence[float] | None, verdict: str | None, suffix: str = "x"
+) -> str:
+    """A speed-up as tables print it: ``1.27x [1.21, 1.33]``, ``no measurable change (1.02x [0.97, 1.07])``
+    when its interval holds 1, and ``measurement problem`` (never the number) when flagged."""
+    text = format_ratio(from_json(point, ci95), suffix)
+    if verdict and verdict.startswith("measurement problem"):
+        return "measurement problem"
+    if verdict == "no measurable change":
+        return f"no measurable change ({text})"
+    return text
+
+
 def from_json(point: float | None, ci95: Sequence[float] | None, rounds: int = 0) -> RatioEstimate:
     """A :class:`RatioEstimate` back from the result JSON's ``value`` and ``value_ci95``."""
     if ci95 is None:

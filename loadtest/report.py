@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from loadtest.compare import AA_KEYS
-from loadtest.intervals import RatioEstimate, format_ratio, from_json
+from loadtest.intervals import RatioEstimate, format_ratio, from_json, speedup_text
 from loadtest.metrics import percentile_key
 
 
@@ -98,15 +98,12 @@ def _estimate(entry: dict, key: str) -> RatioEstimate:
 
 
 def speedup_cell(comparison: dict) -> str:
-    """``1.27x [1.21, 1.33]``; ``no measurable change (...)`` when the interval holds 1; a measurement
-    problem is never shown as a speed-up."""
-    verdict = comparison.get("verdict")
-    text = format_ratio(_estimate(comparison, "output_throughput_speedup"), "x")
-    if verdict and verdict.startswith("measurement problem"):
-        return "measurement problem"
-    if verdict == "no measurable change":
-        return f"no measurable change ({text})"
-    return text
+    """The speed-up of a ``comparison`` entry (:func:`loadtest.intervals.speedup_text`)."""
+    return speedup_text(
+        comparison.get("output_throughput_speedup"),
+        comparison.get("output_throughput_speedup_ci95"),
+        comparison.get("verdict"),
+    )
 
 
 def _ratio_cells(ratios: dict, intervals: dict) -> list[str]:
