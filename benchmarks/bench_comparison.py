@@ -14,9 +14,16 @@ The checks: the A/A point within 10 % of 1, its interval at most ±10 % wide and
 the variant's speed-up interval holds its point; TTFT and TPOT ratios carry intervals; the low end of the
 fraction-of-ideal interval is <= 1; and the speed-up intervals of all runs overlap.
 
-Run (timings only on a quiet machine)::
+Run (timings only on a quiet machine; one run takes about 11 minutes with the engines' start, so the two runs
+are two invocations, then ``--results`` checks them together)::
 
-    /work/bin/heavy --exclusive .venv/bin/python benchmarks/bench_comparison.py --out /tmp/bench-comparison
+    heavy --exclusive .venv/bin/python benchmarks/bench_comparison.py --out /tmp/bc/final1 --runs 1
+    heavy --exclusive .venv/bin/python benchmarks/bench_comparison.py --out /tmp/bc/final2 --runs 1
+    .venv/bin/python benchmarks/bench_comparison.py --out /tmp/bc --results /tmp/bc/final*/run0.json
+
+The TTFT study in docs/benchmarks.md used ``--runs 1 --loadtest-arg=--rounds --loadtest-arg=8`` (and
+``--max-rounds 8``, ``--steady-fraction 0``) with ``--vllm-arg=--max-num-batched-tokens --vllm-arg=N``,
+``--vllm-arg=--max-num-seqs --vllm-arg=8``, ``--direct`` or ``--pin-http``.
 """
 
 from __future__ import annotations
