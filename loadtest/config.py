@@ -27,8 +27,8 @@ class LoadConfig:
     warmup: int = 2
     """Unmeasured requests sent to each model before the first round."""
     settle_requests: int = 2
-    """Unmeasured short requests sent to an arm right before each of its timed runs: an engine idle while
-    other arms ran stalls ~1 s on its next batch (see ``loadtest.runner.settle``); 0 = none."""
+    """Unmeasured short requests sent to an arm right before each of its timed runs, so that its first batch
+    after the other arms ran is not measured (see ``loadtest.runner.settle``); 0 = none."""
     seed: int = 0
     """Seed of prompts and arrival times."""
     rounds: int = 3

@@ -170,11 +170,11 @@ async def settle(
 ) -> None:
     """Short unmeasured requests to ``model`` right before its timed run (``config.settle_requests``).
 
-    Measured here: a vLLM CPU engine that sat idle while another engine served the previous arm stalled
-    about 1 s on its next batch (in 32 of 59 such runs, never when the same engine ran just before), which
-    put a 1 s TTFT step into a third of the runs and biased every arm that follows another engine. The
-    settling requests take that stall out of the measurement. Their prompts start with ``settle`` so the
-    measured prompts are not in the prefix cache because of them.
+    They keep the start of an arm's idle engine (first batch after the other arms ran) out of its timed run.
+    Measured here (docs/benchmarks.md): a run whose previous run went to another vLLM CPU engine stalled about
+    1 s before its first token in 32 of 59 runs, never after the same engine (0 of 30); two settling
+    requests did not remove that stall (27 of 59 with them), so it is not a cold first batch. Their prompts
+    start with ``settle`` so the measured prompts are not in the prefix cache because of them.
     """
     short = replace(config, output_len=SETTLE_OUTPUT_LEN)
     tagged = [
