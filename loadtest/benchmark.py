@@ -2,8 +2,10 @@
 
 The result dict is what ``--save-result`` writes and ``--json`` prints: ``models`` holds each model's
 ``vllm bench serve`` metrics pooled over the rounds (plus ``rounds``, the per-round metrics, and
-``blocks``), ``comparison`` each variant's ratios to the baseline with the ideal speedup and
-``fraction_of_ideal_speedup``, and with a sweep ``sweep`` holds one entry per rate step.
+``blocks``), ``comparison`` each variant's ratios to the baseline with the ideal speedup,
+``fraction_of_ideal_speedup``, their 95 % intervals and a ``verdict``, ``aa`` the A/A control's ratios (with
+``--aa``), ``rounds`` and ``precision`` how long the measurement ran and how precise it got, ``steady`` the
+same at a fixed Poisson rate below saturation, and with a sweep ``sweep`` holds one entry per rate step.
 """
 
 from __future__ import annotations
@@ -18,11 +20,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from loadtest.client import RequestResult
-from loadtest.compare import BlockCounts, ratios_to_baseline, speedup_summary
+from loadtest.compare import BlockCounts, aa_entry, comparison_entry, ratio_estimates
 from loadtest.config import LoadConfig
 from loadtest.metrics import compute_metrics
 from loadtest.prompts import Prompt
-from loadtest.runner import RunResult, interleaved_rounds, make_client, warm_up
+from loadtest.runner import RoundPrompts, RunResult, interleaved_rounds, make_client, run_round, warm_up
+
+AA_ARM_SUFFIX = " (A/A)"
+"""The A/A arm is named after the baseline plus this: ``dense (A/A)``."""
 
 
 @dataclass
@@ -115,15 +120,18 @@ class Benchmark:
         *,
         api_key: str | None = None,
         progress: Callable[[str, int], object] | None = None,
+        model_names: dict[str, str] | None = None,
     ):
         """Args:
-        targets: ``model -> base URL``; the first model is the default baseline.
+        targets: ``arm -> base URL``; the first arm is the default baseline.
         config: Load settings.
         api_key: Bearer token for the servers, if they need one.
         progress: ``progress(description, total)`` returning an object with ``update()`` and ``close()``
             (a tqdm bar); None for silence.
+        model_names: ``arm -> model name it sends`` for arms not named after their model (the A/A arm).
         """
         self.targets, self.config, self.api_key, self.progress = targets, config, api_key, progress
+        self.model_names = model_names or {}
 
     def _bar(self, description: str, total: int):
         return self.progress(description, total) if self.progress else None
@@ -132,8 +140,9 @@ class Benchmark:
         """Send the warm-up prompts to every model; ``model -> results``."""
         results: dict[str, list[RequestResult]] = {}
         async with make_client(self.config, self.api_key) as client:
-            for model, target in self.targets.items():
-                results[model] = await warm_up(client, target, model, prompts, self.config)
+            for arm, target in self.targets.items():
+                model = self.model_names.get(arm, arm)
+                results[arm] = await warm_up(client, target, model, prompts, self.config)
         return results
 
     async def measure(
@@ -141,7 +150,7 @@ class Benchmark:
     ) -> Measurement:
         """Interleaved rounds of every model at ``rate`` (default: the configured rate)."""
         rate = self.config.rate if rate is None else rate
-        total = len(self.targets) * sum(len(prompts) for prompts in prompts_per_round)
+        total = self.config.num_prompts * len(self.targets) * len(prompts_per_round)
         bar = self._bar(f"rate {rate:g} req/s", total)
         try:
             async with make_client(self.config, self.api_key) as client:
@@ -151,12 +160,51 @@ class Benchmark:
                     prompts_per_round,
                     self.config,
                     rate=rate,
+                    model_names=self.model_names,
                     on_request_done=bar.update if bar else None,
                 )
         finally:
             if bar:
                 bar.close()
         return Measurement(rate=rate, runs=runs)
+
+    async def measure_until(
+        self,
+        prompts_of_round: Callable[[int], RoundPrompts],
+        should_stop: Callable[[dict[str, list[dict]]], str | None],
+        rate: float | None = None,
+    ) -> Measurement:
+        """Interleaved rounds at ``rate``, one at a time, until ``should_stop(per-round metrics)`` says why.
+
+        Args:
+            prompts_of_round: The prompts of round ``i`` (drawn when the round starts).
+            should_stop: Called after every round; a reason ends the measurement (``config.max_rounds``
+                ends it in any case).
+            rate: Request rate (default: the configured rate).
+        """
+        rate = self.config.rate if rate is None else rate
+        measurement = Measurement(rate=rate)
+        bar = self._bar(f"rate {rate:g} req/s, rounds", self.config.max_rounds)
+        try:
+            async with make_client(self.config, self.api_key) as client:
+                for round_index in range(self.config.max_rounds):
+                    measurement.runs += await run_round(
+                        client,
+                        self.targets,
+                        prompts_of_round(round_index),
+                        self.config,
+                        round_index,
+                        rate=rate,
+                        model_names=self.model_names,
+                    )
+                    if bar:
+                        bar.update()
+                    if should_stop(measurement.per_round_metrics(self.config)):
+                        break
+        finally:
+            if bar:
+                bar.close()
+        return measurement
 
     async def sweep(
         self,
@@ -193,9 +241,13 @@ class Benchmark:
 
 
 def summarize_measurement(
-    measurement: Measurement, config: LoadConfig, baseline: str, counts: dict[str, BlockCounts | None]
-) -> tuple[dict, dict]:
-    """``(models, comparison)`` parts of the result for one measurement."""
+    measurement: Measurement,
+    config: LoadConfig,
+    baseline: str,
+    counts: dict[str, BlockCounts | None],
+    aa_arm: str | None = None,
+) -> tuple[dict, dict, dict | None]:
+    """``(models, comparison, aa)`` parts of the result for one measurement (``aa`` None without the arm)."""
     pooled = measurement.pooled_metrics(config)
     per_round = measurement.per_round_metrics(config)
     models = {}
@@ -212,13 +264,10 @@ def summarize_measurement(
             if block
             else None,
         }
-    comparison = {}
-    for model, ratios in ratios_to_baseline(per_round, baseline).items():
-        comparison[model] = {
-            **speedup_summary(ratios["output_throughput"], counts.get(model)),
-            "ratios": ratios,
-        }
-    return models, comparison
+    estimates = ratio_estimates(per_round, baseline)
+    aa = aa_entry(estimates.pop(aa_arm)) if aa_arm in estimates else None
+    comparison = {model: comparison_entry(per_key, counts.get(model)) for model, per_key in estimates.items()}
+    return models, comparison, aa
 
 
 def build_result(
@@ -232,11 +281,22 @@ def build_result(
     tokenizer: str,
     sweep_steps: Sequence[Measurement] = (),
     sweep_stop_reason: str | None = None,
+    aa_arm: str | None = None,
+    precision: dict | None = None,
+    steady: Measurement | None = None,
+    steady_precision: dict | None = None,
 ) -> dict:
-    """The result dict of a load test (see the module docstring)."""
+    """The result dict of a load test (see the module docstring).
+
+    Args:
+        aa_arm: The A/A arm's name, when the baseline was measured twice.
+        precision: The saturation phase's :meth:`loadtest.precision.StopRule.record`.
+        steady: The measurement at the fixed steady-state rate, if one ran.
+        steady_precision: Its stopping record.
+    """
     from depthprune import __version__
 
-    models, comparison = summarize_measurement(measurement, config, baseline, counts)
+    models, comparison, aa = summarize_measurement(measurement, config, baseline, counts, aa_arm)
     result = {
         "tool": "depthprune loadtest",
         "depthprune_version": __version__,
@@ -251,9 +311,25 @@ def build_result(
         },
         "tokenizer": tokenizer,
         "baseline": baseline,
+        "rounds": len(next(iter(models.values()))["rounds"]) if models else 0,
+        "precision": precision,
         "models": models,
         "comparison": comparison,
     }
+    if aa_arm:
+        result["aa"] = aa
+    if steady is not None:
+        steady_models, steady_comparison, steady_aa = summarize_measurement(
+            steady, config, baseline, counts, aa_arm
+        )
+        result["steady"] = {
+            "rate": steady.rate,
+            "rounds": len(next(iter(steady_models.values()))["rounds"]),
+            "precision": steady_precision,
+            "models": steady_models,
+            "comparison": steady_comparison,
+            **({"aa": steady_aa} if aa_arm else {}),
+        }
     if sweep_steps:
         result["sweep"] = []
         for step in sweep_steps:

@@ -1,8 +1,9 @@
 """``depthprune loadtest``: latency and throughput of each variant next to the dense model.
 
-Example (gateway on port 8000 serving ``dense`` and ``ppl-best``)::
+Example (gateway on port 8000 serving ``dense`` and ``ppl-best``; an A/A control, rounds added until the
+intervals are ±3 %)::
 
-    depthprune loadtest --target http://127.0.0.1:8000 --models dense,ppl-best --rounds 3 \\
+    depthprune loadtest --target http://127.0.0.1:8000 --models dense,ppl-best --aa \\
         --num-prompts 64 --output-len 64 --report-dir reports/ --save-result result.json
 """
 
@@ -100,12 +101,37 @@ OutputLenOption = Annotated[
 PromptsOption = Annotated[
     str,
     typer.Option(
-        help="'demo' (demo model test text), 'synthetic', or a file "
-        "(JSON Lines with prompt/text, or one prompt per line)."
+        help="'synthetic', 'pydoc' (Python's documentation), 'demo' (demo model test text), "
+        "or a file (JSON Lines with prompt/text, or one prompt per line)."
     ),
 ]
 RoundsOption = Annotated[
-    int, typer.Option(help="Interleaved rounds; ratios are per round, so drift cancels.")
+    int, typer.Option(help="Fewest interleaved rounds; ratios are per round, so drift cancels.")
+]
+MaxRoundsOption = Annotated[
+    int | None,
+    typer.Option(help="Most rounds (default: 30 or --rounds): rounds are added until --target-precision."),
+]
+TargetPrecisionOption = Annotated[
+    float,
+    typer.Option(
+        help="Wanted relative half-width of the headline 95 % intervals (speed-ups and A/A); "
+        "0 = run --max-rounds."
+    ),
+]
+TimeBudgetOption = Annotated[
+    float, typer.Option(help="Seconds after which no round is added (60 % for saturation, then steady).")
+]
+AAOption = Annotated[
+    bool,
+    typer.Option("--aa", help="A/A control: measure the baseline again as its own arm (the noise floor)."),
+]
+SteadyFractionOption = Annotated[
+    float,
+    typer.Option(
+        help="With --rate inf, also measure at this fraction of the baseline's saturation request rate "
+        "(Poisson; steady-state TTFT and TPOT); 0 = no."
+    ),
 ]
 GoodputOption = Annotated[
     list[str] | None, typer.Option(help="SLOs for goodput in ms, e.g. 'ttft:500 tpot:50'.")
@@ -148,9 +174,17 @@ def loadtest(
     input_len: InputLenOption = 128,
     output_len: OutputLenOption = 64,
     warmup: Annotated[int, typer.Option(help="Unmeasured warm-up requests per model.")] = 2,
+    settle_requests: Annotated[
+        int, typer.Option(help="Unmeasured short requests to an arm right before each of its runs.")
+    ] = 2,
     seed: SeedOption = 0,
     prompts: PromptsOption = "synthetic",
-    rounds: RoundsOption = 1,
+    rounds: RoundsOption = 3,
+    max_rounds: MaxRoundsOption = None,
+    target_precision: TargetPrecisionOption = 0.03,
+    time_budget: TimeBudgetOption = 600.0,
+    aa: AAOption = False,
+    steady_fraction: SteadyFractionOption = 0.5,
     goodput: GoodputOption = None,
     percentiles: Annotated[str, typer.Option(help="Comma-separated latency percentiles.")] = "90,99",
     sweep: SweepOption = False,
@@ -173,7 +207,7 @@ def loadtest(
     Sends OpenAI completion requests with ignore_eos so every model generates the same tokens, times every
     streamed token, and reports TTFT, TPOT, ITL and E2E latency (mean, median, std, percentiles), request and
     token throughput and goodput with the key names of `vllm bench serve`; then each variant's ratio to the
-    dense model next to the ideal N/(N-M) speedup of removing M of N blocks.
+    dense model, with its 95 % interval, next to the ideal N/(N-M) speedup of removing M of N blocks.
     """
     target = check_url(target, "--target")
     slos, percentile_values = parse_latency_targets(goodput or [], percentiles)
@@ -185,8 +219,14 @@ def loadtest(
         input_len=input_len,
         output_len=output_len,
         warmup=warmup,
+        settle_requests=settle_requests,
         seed=seed,
         rounds=rounds,
+        max_rounds=max_rounds,
+        target_precision=target_precision,
+        time_budget_s=time_budget,
+        aa=aa,
+        steady_fraction=steady_fraction,
         prompts=prompts,
         ignore_eos=ignore_eos,
         goodput_slos_ms=slos,

@@ -4,7 +4,8 @@ Removing M of N blocks makes the block stack N/(N-M) times cheaper; embeddings, 
 serving overheads do not shrink, so that is the ceiling of the speedup (SLEB measured 1.27x for 20% of the
 blocks of LLaMA-2-70B, against an ideal 1.25x). Ratios are taken per round (variant and dense measured
 back to back under the same load) and combined by the geometric mean, so machine drift between rounds
-cancels.
+cancels; each ratio carries a 95 % interval from the spread of its per-round log-ratios
+(:mod:`loadtest.intervals`).
 
 ``fraction_of_ideal_speedup`` = measured output-throughput speedup / ideal speedup; ``fraction_of_ideal_gain``
 = (speedup - 1) / (ideal - 1), the stricter reading (0 = no gain, 1 = all of the ideal gain).
@@ -17,6 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from depthprune.core.errors import UserError
+from loadtest.intervals import RatioEstimate, estimate_ratio, speedup_verdict
 
 THROUGHPUT_KEYS = ("request_throughput", "output_throughput", "total_token_throughput")
 """Higher is better; the ideal ratio is N/(N-M)."""
@@ -24,6 +26,8 @@ LATENCY_KEYS = tuple(
     f"{stat}_{metric}_ms" for metric in ("ttft", "tpot", "itl", "e2el") for stat in ("mean", "median", "p99")
 )
 """Lower is better; the ideal ratio is (N-M)/N (TTFT also has fixed per-request costs)."""
+AA_KEYS = ("output_throughput", "mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2el_ms")
+"""The ratios the A/A control reports (``aa["<key>_ratio"]`` and ``aa["<key>_ratio_ci95"]``)."""
 
 
 @dataclass(frozen=True)
@@ -70,12 +74,12 @@ def geometric_mean(values: Sequence[float]) -> float | None:
     return math.exp(sum(math.log(value) for value in positive) / len(positive))
 
 
-def ratios_to_baseline(
+def ratio_estimates(
     per_round_metrics: dict[str, list[dict]],
     baseline: str,
     keys: Sequence[str] = THROUGHPUT_KEYS + LATENCY_KEYS,
-) -> dict[str, dict[str, float | None]]:
-    """``model -> {key: geometric mean over rounds of model[key] / baseline[key]}`` for each other model.
+) -> dict[str, dict[str, RatioEstimate]]:
+    """``model -> {key: estimate of model[key] / baseline[key]}`` from the per-round ratios, per other model.
 
     Args:
         per_round_metrics: ``model -> [metrics of round 0, round 1, ...]`` (same rounds for every model).
@@ -83,19 +87,67 @@ def ratios_to_baseline(
         keys: Metric keys to compare.
     """
     base_rounds = per_round_metrics[baseline]
-    ratios: dict[str, dict[str, float | None]] = {}
+    estimates: dict[str, dict[str, RatioEstimate]] = {}
     for model, rounds in per_round_metrics.items():
         if model == baseline:
             continue
-        ratios[model] = {}
-        for key in keys:
-            per_round = [
-                variant[key] / base[key]
-                for variant, base in zip(rounds, base_rounds)
-                if base.get(key) and variant.get(key) is not None
-            ]
-            ratios[model][key] = geometric_mean(per_round)
-    return ratios
+        estimates[model] = {
+            key: estimate_ratio(
+                [
+                    variant[key] / base[key]
+                    for variant, base in zip(rounds, base_rounds)
+                    if base.get(key) and variant.get(key) is not None
+                ]
+            )
+            for key in keys
+        }
+    return estimates
+
+
+def ratios_to_baseline(
+    per_round_metrics: dict[str, list[dict]],
+    baseline: str,
+    keys: Sequence[str] = THROUGHPUT_KEYS + LATENCY_KEYS,
+) -> dict[str, dict[str, float | None]]:
+    """``model -> {key: geometric mean over rounds of model[key] / baseline[key]}`` for each other model."""
+    return {
+        model: {key: estimate.point for key, estimate in per_key.items()}
+        for model, per_key in ratio_estimates(per_round_metrics, baseline, keys).items()
+    }
+
+
+def comparison_entry(estimates: dict[str, RatioEstimate], counts: BlockCounts | None) -> dict:
+    """One variant's ``comparison`` entry: :func:`speedup_summary`, ratios, their 95 % intervals, verdict.
+
+    ``verdict`` is None when the speed-up reads as a result, else why not (see
+    :func:`loadtest.intervals.speedup_verdict`).
+    """
+    speedup = estimates["output_throughput"]
+    entry = speedup_summary(speedup.point, counts)
+    fraction = speedup.scaled(counts.ideal_speedup) if counts is not None else None
+    entry["output_throughput_speedup_ci95"] = speedup.ci95
+    entry["fraction_of_ideal_speedup_ci95"] = fraction.ci95 if fraction is not None else None
+    entry["speedup_precision"] = speedup.precision
+    entry["verdict"] = speedup_verdict(speedup, fraction)
+    entry["ratios"] = {key: estimate.point for key, estimate in estimates.items()}
+    entry["ratios_ci95"] = {key: estimate.ci95 for key, estimate in estimates.items()}
+    return entry
+
+
+def aa_entry(estimates: dict[str, RatioEstimate]) -> dict:
+    """The A/A control's result: ``<key>_ratio`` and ``<key>_ratio_ci95`` for :data:`AA_KEYS`.
+
+    The baseline measured again as its own arm: its ratios to the baseline would be 1 without noise, so
+    their intervals are the run's noise floor; ``precision`` is the throughput interval's relative
+    half-width.
+    """
+    aa: dict = {}
+    for key in AA_KEYS:
+        aa[f"{key}_ratio"] = estimates[key].point
+        aa[f"{key}_ratio_ci95"] = estimates[key].ci95
+    aa["precision"] = estimates["output_throughput"].precision
+    aa["holds_1"] = estimates["output_throughput"].holds(1.0)
+    return aa
 
 
 def speedup_summary(throughput_ratio: float | None, counts: BlockCounts | None) -> dict:

@@ -26,10 +26,27 @@ class LoadConfig:
     """Tokens every request generates (``max_tokens``; with ``ignore_eos`` exactly this many)."""
     warmup: int = 2
     """Unmeasured requests sent to each model before the first round."""
+    settle_requests: int = 2
+    """Unmeasured short requests sent to an arm right before each of its timed runs, so that its first batch
+    after the other arms ran is not measured (see ``loadtest.runner.settle``); 0 = none."""
     seed: int = 0
     """Seed of prompts and arrival times."""
-    rounds: int = 1
-    """Interleaved rounds: each round runs every model once, rotating the order, so drift cancels."""
+    rounds: int = 3
+    """Fewest interleaved rounds: each round runs every arm once, rotating the order, so drift cancels."""
+    max_rounds: int | None = None
+    """Most rounds: rounds are added after ``rounds`` until every headline interval is ``target_precision``
+    precise, this many rounds ran, or ``time_budget_s`` is spent; None = the larger of ``rounds`` and 30."""
+    target_precision: float = 0.03
+    """Wanted relative half-width of the headline 95 % intervals (each variant's throughput speed-up and the
+    A/A ratio); 0 = always run ``max_rounds``."""
+    time_budget_s: float = 600.0
+    """No round is added after this many seconds of measuring (60 % for saturation when a steady-state phase
+    follows); every phase still runs ``rounds`` rounds."""
+    aa: bool = False
+    """A/A control: the baseline measured again as its own arm in every round (the run's noise floor)."""
+    steady_fraction: float = 0.5
+    """With ``rate`` inf: also measure at a fixed Poisson rate of this fraction of the baseline's saturation
+    request throughput, where TTFT and TPOT are steady-state; 0 = saturation only."""
     prompts: str = "synthetic"
     """``demo`` (the demo model's test text), ``synthetic``, or a file path."""
     ignore_eos: bool = True
@@ -56,10 +73,20 @@ class LoadConfig:
             raise UserError(f"--num-prompts is bounded to 100000, got {self.num_prompts}")
         if self.input_len < 1 or self.output_len < 1:
             raise UserError("--input-len and --output-len must be at least 1")
-        if self.warmup < 0:
-            raise UserError(f"--warmup must be 0 or more, got {self.warmup}")
+        if self.warmup < 0 or self.settle_requests < 0:
+            raise UserError("--warmup and --settle-requests must be 0 or more")
         if not 1 <= self.rounds <= 100:
             raise UserError(f"--rounds must be in 1..100, got {self.rounds}")
+        if self.max_rounds is None:
+            self.max_rounds = max(self.rounds, 30)
+        if not self.rounds <= self.max_rounds <= 200:
+            raise UserError(f"--max-rounds must be in --rounds ({self.rounds})..200, got {self.max_rounds}")
+        if not 0 <= self.target_precision < 1:
+            raise UserError(f"--target-precision must be in [0, 1), got {self.target_precision}")
+        if not self.time_budget_s > 0:
+            raise UserError(f"--time-budget must be positive, got {self.time_budget_s}")
+        if not 0 <= self.steady_fraction < 1:
+            raise UserError(f"--steady-fraction must be in [0, 1), got {self.steady_fraction}")
         if self.request_timeout_s <= 0 or self.max_run_s <= 0:
             raise UserError("time limits must be positive")
         if any(not 0 < p < 100 for p in self.percentiles):

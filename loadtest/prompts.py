@@ -1,10 +1,14 @@
-"""Fixed-seed benchmark prompts: the demo model's test text, a user's file, or synthetic prompts.
+"""Fixed-seed benchmark prompts: the demo model's test text, Python's documentation, a file, or synthetic.
 
 Prompts are cut to ``input_len`` tokens with the best tokenizer available, in this order: a local
 model directory (``AutoTokenizer``), the server's ``/tokenize`` + ``/detokenize`` endpoints (vLLM has
 them), else an approximation of one token per whitespace-separated word, which the result records as
 ``tokenizer: "approximate (1 token per word)"``. Whatever the client estimates, the token counts in the
 results come from the server's ``usage`` field.
+
+A ``tag`` starts every prompt with a short label of its own (``r3.a1.17:``) before the cut: the load test
+gives every arm and round its own tag, so no two requests share a first KV block and no arm is served from
+the prefix cache another arm filled (two names of one engine share one cache).
 """
 
 from __future__ import annotations
@@ -168,21 +172,46 @@ def demo_data_file() -> Path:
         raise UserError(f"{error} or pass --prompts FILE or --prompts synthetic") from None
 
 
+def pydoc_texts() -> list[str]:
+    """The paragraphs of CPython's pydoc topics (``pydoc_data.topics``): real English text that ships with
+    Python, so ``--prompts pydoc`` works offline."""
+    try:
+        from pydoc_data.topics import topics
+    except ImportError:
+        raise UserError("--prompts pydoc needs pydoc_data, which this Python lacks; pass a file") from None
+    paragraphs = (part.strip() for name in sorted(topics) for part in topics[name].split("\n\n"))
+    return [" ".join(paragraph.split()) for paragraph in paragraphs if len(paragraph.split()) >= 20]
+
+
+PROMPT_SOURCES = ("synthetic", "pydoc", "demo")
+"""``--prompts`` values that are not files."""
+
+
+def source_texts(source: str) -> list[str]:
+    """The texts of ``pydoc``, ``demo`` or a file (see :func:`read_texts`)."""
+    if source == "pydoc":
+        return pydoc_texts()
+    return read_texts(demo_data_file() if source == "demo" else source)
+
+
 def build_prompts(
     source: str,
     count: int,
     input_len: int,
     tokenizer: Tokenizer,
     seed: int = 0,
+    tag: str = "",
 ) -> list[Prompt]:
     """``count`` prompts of at most ``input_len`` tokens (exactly, for synthetic ones), fixed by ``seed``.
 
     Args:
-        source: ``demo``, ``synthetic``, or a path (JSON Lines or one prompt per line).
+        source: ``synthetic``, ``pydoc``, ``demo``, or a path (JSON Lines or one prompt per line).
         count: How many prompts (texts are reused in shuffled order when the source has fewer).
         input_len: Token length of synthetic prompts and the cut for texts.
         tokenizer: Counts and cuts tokens.
         seed: Fixes choice and order.
+        tag: When given, prompt ``i`` starts with ``{tag}.{i}:`` (inside the ``input_len`` tokens), which
+            keeps prompts of different tags out of each other's prefix cache.
 
     Returns:
         The prompts, in sending order.
@@ -192,16 +221,19 @@ def build_prompts(
     if input_len < 1:
         raise UserError("--input-len must be at least 1")
     rng = random.Random(seed)
+    labels = [f"{tag}.{index}: " if tag else "" for index in range(count)]
     if source == "synthetic":
-        return [_synthetic_prompt(tokenizer, input_len, rng, seed) for _ in range(count)]
-    texts = read_texts(demo_data_file() if source == "demo" else source)
+        words = tokenizer.vocabulary_words(512, seed) or list(ENGLISH_WORDS)
+        return [_synthetic_prompt(tokenizer, input_len, rng, words, label) for label in labels]
+    texts = source_texts(source)
     order: list[str] = []
     while len(order) < count:
         block = list(texts)
         rng.shuffle(block)
         order.extend(block)
     prompts = []
-    for text in order[:count]:
+    for label, text in zip(labels, order[:count]):
+        text = label + text
         tokens = tokenizer.tokenize(text)
         if len(tokens) > input_len:
             tokens = tokens[:input_len]
@@ -210,10 +242,11 @@ def build_prompts(
     return prompts
 
 
-def _synthetic_prompt(tokenizer: Tokenizer, input_len: int, rng: random.Random, seed: int) -> Prompt:
-    words = tokenizer.vocabulary_words(512, seed) or list(ENGLISH_WORDS)
+def _synthetic_prompt(
+    tokenizer: Tokenizer, input_len: int, rng: random.Random, words: Sequence[str], label: str = ""
+) -> Prompt:
     # Twice as many words as tokens needed, then cut at the token level: words may be several tokens.
-    text = " ".join(rng.choice(words) for _ in range(input_len * 2))
+    text = label + " ".join(rng.choice(words) for _ in range(input_len * 2))
     tokens = tokenizer.tokenize(text)[:input_len]
     text = tokenizer.detokenize(tokens)
     return Prompt(text=text, estimated_len=len(tokens))

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from loadtest.compare import AA_KEYS
+from loadtest.intervals import RatioEstimate, format_ratio, from_json, speedup_text
 from loadtest.metrics import percentile_key
 
 
@@ -23,8 +25,10 @@ def _fmt(value, digits: int = 1) -> str:
 def markdown_report(result: dict) -> str:
     """The Markdown summary of a result (per-model metrics, then each variant against the baseline)."""
     lines = [_load_line(result), "", *_metrics_table(result)]
-    if result.get("comparison"):
+    if result.get("comparison") or result.get("aa"):
         lines += ["", *_comparison_table(result)]
+    if result.get("steady"):
+        lines += ["", *_steady_section(result)]
     if result.get("sweep"):
         lines += ["", *_sweep_table(result)]
     return "\n".join(lines) + "\n"
@@ -34,7 +38,7 @@ def _load_line(result: dict) -> str:
     """One sentence saying which load was sent where, with which prompts and tokenizer, on what hardware."""
     settings = result["settings"]
     return (
-        f"Load: {settings['num_prompts']} requests × {settings['rounds']} round(s), "
+        f"Load: {settings['num_prompts']} requests × {result.get('rounds', settings['rounds'])} round(s), "
         f"rate {settings['rate']} req/s, burstiness {settings['burstiness']}, "
         f"max concurrency {settings['max_concurrency'] or 'none'}, {settings['input_len']} input / "
         f"{settings['output_len']} output tokens, prompts `{settings['prompts']}`, "
@@ -88,31 +92,90 @@ def _metrics_table(result: dict) -> list[str]:
     return lines
 
 
-def _comparison_table(result: dict) -> list[str]:
-    """One row per variant: its speedup against the ideal N/(N-M), and its latency ratios to the baseline."""
+def _estimate(entry: dict, key: str) -> RatioEstimate:
+    """A ratio of a ``comparison`` or ``aa`` entry with its interval (``key`` and ``key + "_ci95"``)."""
+    return from_json(entry.get(key), entry.get(f"{key}_ci95"))
+
+
+def speedup_cell(comparison: dict) -> str:
+    """The speed-up of a ``comparison`` entry (:func:`loadtest.intervals.speedup_text`)."""
+    return speedup_text(
+        comparison.get("output_throughput_speedup"),
+        comparison.get("output_throughput_speedup_ci95"),
+        comparison.get("verdict"),
+    )
+
+
+def _ratio_cells(ratios: dict, intervals: dict) -> list[str]:
+    keys = ("mean_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e2el_ms")
+    return [format_ratio(from_json(ratios.get(key), intervals.get(key))) for key in keys]
+
+
+def _comparison_table(result: dict, section: dict | None = None, title: str | None = None) -> list[str]:
+    """One row per variant (and the A/A control): speed-up with its 95 % interval against the ideal
+    N/(N-M), and the latency ratios to the baseline with theirs; notes for verdicts below the table."""
+    section = section or result
     lines = [
-        f"Against `{result['baseline']}` (geometric mean of per-round ratios; latency ratio < 1 is faster):",
+        title
+        or f"Against `{result['baseline']}` (geometric mean of per-round ratios, 95 % t-interval in "
+        "brackets; latency ratio < 1 is faster):",
         "",
         "| variant | ideal N/(N-M) | output-throughput speedup | fraction of ideal speedup | "
         "fraction of ideal gain | mean TTFT ratio | mean TPOT ratio | mean ITL ratio | "
         "mean E2EL ratio |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
-    for model, comparison in result["comparison"].items():
-        ratios = comparison["ratios"]
+    notes = []
+    for model, comparison in section["comparison"].items():
+        problem = (comparison.get("verdict") or "").startswith("measurement problem")
         row = [
             model,
             _fmt(comparison["ideal_speedup"], 3),
-            _fmt(comparison["output_throughput_speedup"], 3),
-            _fmt(comparison["fraction_of_ideal_speedup"], 3),
-            _fmt(comparison["fraction_of_ideal_gain"], 3),
-            _fmt(ratios.get("mean_ttft_ms"), 3),
-            _fmt(ratios.get("mean_tpot_ms"), 3),
-            _fmt(ratios.get("mean_itl_ms"), 3),
-            _fmt(ratios.get("mean_e2el_ms"), 3),
+            speedup_cell(comparison),
+            "measurement problem"
+            if problem
+            else format_ratio(_estimate(comparison, "fraction_of_ideal_speedup")),
+            "–" if problem else _fmt(comparison["fraction_of_ideal_gain"], 3),
+            *_ratio_cells(comparison["ratios"], comparison.get("ratios_ci95") or {}),
         ]
         lines.append("| " + " | ".join(row) + " |")
-    return lines
+        if problem:
+            notes.append(f"- `{model}`: {comparison['verdict']}; the load or the arms differ, not the model.")
+    aa = section.get("aa")
+    if aa:
+        ratios = {key: aa.get(f"{key}_ratio") for key in AA_KEYS}
+        intervals = {key: aa.get(f"{key}_ratio_ci95") for key in AA_KEYS}
+        throughput = format_ratio(from_json(ratios["output_throughput"], intervals["output_throughput"]), "x")
+        lines.append(
+            f"| {result['baseline']} (A/A: noise floor) | 1.000 | {throughput} | – | – | "
+            + " | ".join(_ratio_cells(ratios, intervals))
+            + " |"
+        )
+        if not aa.get("holds_1"):
+            notes.append(
+                "- The A/A interval does not hold 1: identical arms measured differently, so the comparison "
+                "itself is biased (order, caching, warm-up); read the speed-ups with care."
+            )
+    precision = section.get("precision")
+    if precision:
+        reached = precision.get("reached")
+        notes.append(
+            f"- {section.get('rounds', result.get('rounds'))} rounds; headline `{precision['headline']}` "
+            f"precision ±{reached:.1%} (target ±{precision['target']:.1%}): {precision['stop_reason']}."
+            if reached is not None
+            else f"- {section.get('rounds', result.get('rounds'))} round(s): no interval (one round)."
+        )
+    return lines + ([""] + notes if notes else [])
+
+
+def _steady_section(result: dict) -> list[str]:
+    """The comparison at the fixed Poisson rate below saturation (steady-state TTFT and TPOT)."""
+    steady = result["steady"]
+    title = (
+        f"Steady state: Poisson arrivals at {steady['rate']:.3g} req/s (below saturation); TTFT and TPOT "
+        "ratios here are the prefill and decode effects without the burst:"
+    )
+    return _comparison_table(result, steady, title)
 
 
 def _sweep_table(result: dict) -> list[str]:

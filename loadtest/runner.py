@@ -9,8 +9,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 
 import aiohttp
 
@@ -161,49 +161,114 @@ async def warm_up(
     return list(await asyncio.gather(*(one(prompt) for prompt in prompts)))
 
 
+SETTLE_OUTPUT_LEN = 4
+"""Tokens each settling request generates: enough to run a prefill and a few decode steps."""
+
+
+async def settle(
+    client: aiohttp.ClientSession, target: str, model: str, prompts: Sequence[Prompt], config: LoadConfig
+) -> None:
+    """Short unmeasured requests to ``model`` right before its timed run (``config.settle_requests``).
+
+    They keep the start of an arm's idle engine (first batch after the other arms ran) out of its timed run.
+    Measured here (docs/benchmarks.md): a run whose previous run went to another vLLM CPU engine stalled about
+    1 s before its first token in 32 of 59 runs, never after the same engine (0 of 30); two settling
+    requests did not remove that stall (27 of 59 with them), so it is not a cold first batch. Their prompts
+    start with ``settle`` so the measured prompts are not in the prefix cache because of them.
+    """
+    short = replace(config, output_len=SETTLE_OUTPUT_LEN)
+    tagged = [
+        Prompt(text="settle " + prompt.text, estimated_len=prompt.estimated_len + 1) for prompt in prompts
+    ]
+    await warm_up(client, target, model, tagged, short)
+
+
 def round_order(models: Sequence[str], round_index: int) -> list[str]:
     """The models of round ``round_index``, rotated so no model always runs first (or last)."""
     shift = round_index % len(models)
     return list(models[shift:]) + list(models[:shift])
 
 
-async def interleaved_rounds(
+RoundPrompts = Sequence[Prompt] | Mapping[str, Sequence[Prompt]]
+"""A round's prompts: one list for every arm, or ``arm -> its own list`` (distinct prompts per arm)."""
+
+
+async def run_round(
     client: aiohttp.ClientSession,
     targets: dict[str, str],
-    prompts_per_round: Sequence[Sequence[Prompt]],
+    prompts: RoundPrompts,
     config: LoadConfig,
+    round_index: int,
     *,
     rate: float | None = None,
+    model_names: Mapping[str, str] | None = None,
     on_request_done: Callable[[], None] | None = None,
-    on_run_done: Callable[[RunResult], None] | None = None,
 ) -> list[RunResult]:
-    """Run every model once per round under the identical load of that round.
+    """Run every arm once, in the rotated order of ``round_index``, each under the round's load.
 
     Args:
         client: Shared HTTP session (:func:`make_client`).
-        targets: ``model -> base URL``, in the order given by the user.
-        prompts_per_round: The prompts of each round (the same for every model of a round).
+        targets: ``arm -> base URL``, in the order given by the user.
+        prompts: The round's prompts (see :data:`RoundPrompts`).
         config: Load settings.
+        round_index: Which round (rotates the order, seeds the arrival times).
         rate: Request rate overriding ``config.rate``.
+        model_names: ``arm -> model name sent in requests``; an arm not listed sends its own name (the A/A
+            arm sends the baseline's).
         on_request_done: Called after each request.
-        on_run_done: Called with each finished run.
+
+    Returns:
+        The arms' runs, in the order they ran (``RunResult.model`` is the arm).
+    """
+    runs = []
+    for arm in round_order(list(targets), round_index):
+        arm_prompts = prompts[arm] if isinstance(prompts, Mapping) else prompts
+        model = (model_names or {}).get(arm, arm)
+        if config.settle_requests:
+            await settle(client, targets[arm], model, arm_prompts[: config.settle_requests], config)
+        run = await timed_run(
+            client,
+            targets[arm],
+            model,
+            arm_prompts,
+            config,
+            rate=rate,
+            round_index=round_index,
+            on_request_done=on_request_done,
+        )
+        run.model = arm
+        runs.append(run)
+    return runs
+
+
+async def interleaved_rounds(
+    client: aiohttp.ClientSession,
+    targets: dict[str, str],
+    prompts_per_round: Sequence[RoundPrompts],
+    config: LoadConfig,
+    *,
+    rate: float | None = None,
+    model_names: Mapping[str, str] | None = None,
+    on_request_done: Callable[[], None] | None = None,
+    on_run_done: Callable[[RunResult], None] | None = None,
+) -> list[RunResult]:
+    """Run every arm once per round under the identical load of that round (:func:`run_round`).
 
     Returns:
         All runs, in the order they ran.
     """
     runs: list[RunResult] = []
     for round_index, prompts in enumerate(prompts_per_round):
-        for model in round_order(list(targets), round_index):
-            run = await timed_run(
-                client,
-                targets[model],
-                model,
-                prompts,
-                config,
-                rate=rate,
-                round_index=round_index,
-                on_request_done=on_request_done,
-            )
+        for run in await run_round(
+            client,
+            targets,
+            prompts,
+            config,
+            round_index,
+            rate=rate,
+            model_names=model_names,
+            on_request_done=on_request_done,
+        ):
             runs.append(run)
             if on_run_done:
                 on_run_done(run)

@@ -3,6 +3,12 @@
 :func:`run_loadtest` checks that every target serves its model, counts each model's blocks, picks the
 tokenizer that sizes the prompts, warms every model up, measures them (interleaved rounds at one rate, or a
 rate sweep), then stores the result in the registry and writes ``--save-result`` and ``--report-dir``.
+
+The measurement (:func:`measure`): interleaved rounds at saturation (with ``--aa`` the baseline also runs
+as its own second arm), added one by one until the headline intervals are ``--target-precision`` precise
+(:mod:`loadtest.precision`); then, unless ``--steady-fraction 0``, the same at a fixed Poisson rate below
+saturation, where TTFT and TPOT are steady-state. Every arm gets prompts of its own in every round
+(tagged, :func:`loadtest.prompts.build_prompts`), so no arm is served from another's prefix cache.
 The command line (``loadtest.cli``) only parses options into the plan and prints the result::
 
     from loadtest.config import LoadConfig
@@ -19,19 +25,32 @@ The command line (``loadtest.cli``) only parses options into the plan and prints
 from __future__ import annotations
 
 import json
+import math
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from depthprune.core.errors import UserError
-from loadtest.benchmark import Benchmark, Measurement, SweepConfig, build_result, run
+from loadtest.benchmark import AA_ARM_SUFFIX, Benchmark, SweepConfig, build_result, run
 from loadtest.blocks import block_counts
 from loadtest.client import RequestResult, served_models
 from loadtest.compare import BlockCounts
 from loadtest.config import LoadConfig
-from loadtest.prompts import HFTokenizer, Prompt, ServerTokenizer, WordTokenizer, build_prompts
+from loadtest.precision import StopRule
+from loadtest.prompts import (
+    PROMPT_SOURCES,
+    HFTokenizer,
+    Prompt,
+    ServerTokenizer,
+    WordTokenizer,
+    build_prompts,
+)
 from loadtest.report import write_report
 
 __all__ = ["LoadTestPlan", "run_loadtest"]
+
+STEADY_BUDGET_SPLIT = 0.6
+"""Share of ``--time-budget`` the saturation phase may use when a steady-state phase follows."""
 
 
 @dataclass
@@ -63,8 +82,10 @@ class LoadTestPlan:
 
     def __post_init__(self):
         prompts = self.config.prompts
-        if prompts not in ("demo", "synthetic") and not Path(prompts).is_file():
-            raise UserError(f"--prompts {prompts!r} is neither 'demo', 'synthetic' nor an existing file")
+        if prompts not in PROMPT_SOURCES and not Path(prompts).is_file():
+            raise UserError(
+                f"--prompts {prompts!r} is neither {', '.join(PROMPT_SOURCES)} nor an existing file"
+            )
         for path, option in ((self.save_result, "--save-result"), (self.report_dir, "--report-dir")):
             wants_directory = option == "--report-dir"
             if path is not None and path.exists() and (path.is_dir() != wants_directory):
@@ -76,6 +97,18 @@ class LoadTestPlan:
     def baseline(self) -> str:
         """The model every other is compared with (the first one)."""
         return next(iter(self.targets))
+
+    @property
+    def aa_arm(self) -> str | None:
+        """The A/A arm's name (``dense (A/A)``) with ``config.aa``, else None."""
+        return self.baseline + AA_ARM_SUFFIX if self.config.aa else None
+
+    @property
+    def arms(self) -> dict[str, str]:
+        """``arm -> base URL``: the targets, then the A/A arm (the baseline's URL) with ``config.aa``."""
+        if self.aa_arm is None:
+            return dict(self.targets)
+        return {**self.targets, self.aa_arm: self.targets[self.baseline]}
 
 
 def run_loadtest(plan: LoadTestPlan) -> dict:
@@ -99,37 +132,47 @@ def run_loadtest(plan: LoadTestPlan) -> dict:
         list(plan.targets), cards, plan.blocks_overrides, registry if plan.registry_url else None
     )
     tokenizer = choose_tokenizer(plan.tokenizer_dir, plan.targets, cards, registry, plan.api_key)
-    warmup_prompts, per_round = split_prompts(config, tokenizer)
+    if plan.aa_arm:
+        counts[plan.aa_arm] = counts.get(plan.baseline)
 
     from tqdm import tqdm
 
     benchmark = Benchmark(
-        plan.targets,
+        plan.arms,
         config,
         api_key=plan.api_key,
-        progress=lambda description, total: tqdm(total=total, desc=description, unit="req", leave=False),
+        progress=lambda description, total: tqdm(total=total, desc=description, unit="", leave=False),
+        model_names={plan.aa_arm: plan.baseline} if plan.aa_arm else None,
     )
-    warm = warm_up(benchmark, warmup_prompts)
-    steps, stop_reason = [], None
-    if plan.sweep is not None:
-        first_rate = plan.sweep.start_rate or _single_stream_rate(warm.get(plan.baseline, []), config)
-        steps, stop_reason = run(benchmark.sweep(per_round, plan.sweep, plan.baseline, first_rate))
-        clean = [step for step in steps if not step.failed()]
-        measurement: Measurement = clean[-1] if clean else steps[-1]
-    else:
-        measurement = run(benchmark.measure(per_round))
-
-    result = build_result(
+    warm = warm_up(
+        benchmark,
+        build_prompts(config.prompts, config.warmup, config.input_len, tokenizer, config.seed, "w")
+        if config.warmup
+        else [],
+    )
+    prompts = RoundPromptPlan(config, tokenizer, list(plan.arms))
+    common = dict(
         target=plan.target,
-        targets=plan.targets,
+        targets=plan.arms,
         config=config,
         baseline=plan.baseline,
         counts=counts,
-        measurement=measurement,
         tokenizer=tokenizer.description,
-        sweep_steps=steps,
-        sweep_stop_reason=stop_reason,
+        aa_arm=plan.aa_arm,
     )
+    if plan.sweep is not None:
+        first_rate = plan.sweep.start_rate or _single_stream_rate(warm.get(plan.baseline, []), config)
+        per_round = [prompts.of_round("s", r) for r in range(config.rounds)]
+        steps, stop_reason = run(benchmark.sweep(per_round, plan.sweep, plan.baseline, first_rate))
+        clean = [step for step in steps if not step.failed()]
+        result = build_result(
+            **common,
+            measurement=clean[-1] if clean else steps[-1],
+            sweep_steps=steps,
+            sweep_stop_reason=stop_reason,
+        )
+    else:
+        result = build_result(**common, **measure(benchmark, plan, prompts))
     if registry is not None and plan.save_registry:
         result["registry"] = store_in_registry(registry, result)
     write_outputs(result, plan.save_result, plan.report_dir)
@@ -192,20 +235,65 @@ def open_registry_or_none(url: str | None, enabled: bool):
     return open_registry(url)
 
 
-def split_prompts(config: LoadConfig, tokenizer) -> tuple[list[Prompt], list[list[Prompt]]]:
-    """The warm-up prompts and each round's measured prompts, all drawn at once under the seed."""
-    all_prompts = build_prompts(
-        config.prompts,
-        config.warmup + config.rounds * config.num_prompts,
-        config.input_len,
-        tokenizer,
-        seed=config.seed,
-    )
-    per_round = [
-        all_prompts[config.warmup + r * config.num_prompts : config.warmup + (r + 1) * config.num_prompts]
-        for r in range(config.rounds)
-    ]
-    return all_prompts[: config.warmup], per_round
+@dataclass
+class RoundPromptPlan:
+    """The prompts of every arm in every round, drawn when the round starts (rounds are open-ended).
+
+    In one round every arm gets the same texts (the same draw) but its own tag, so the arms do equal work
+    and none is served from the prefix cache another filled; every round draws new texts.
+    """
+
+    config: LoadConfig
+    """Prompt source, lengths, count and seed."""
+    tokenizer: object
+    """Sizes the prompts (see :mod:`loadtest.prompts`)."""
+    arms: list[str]
+    """The arms, in the user's order (their index is in the tag)."""
+
+    def of_round(self, phase: str, round_index: int) -> dict[str, list[Prompt]]:
+        """``arm -> prompts`` of round ``round_index`` of ``phase`` (``s`` saturation, ``p`` Poisson)."""
+        config = self.config
+        seed = config.seed * 100_003 + round_index * 2 + (phase == "p")
+        return {
+            arm: build_prompts(
+                config.prompts,
+                config.num_prompts,
+                config.input_len,
+                self.tokenizer,
+                seed,
+                tag=f"{phase}{round_index}.{index}",
+            )
+            for index, arm in enumerate(self.arms)
+        }
+
+
+def measure(benchmark: Benchmark, plan: LoadTestPlan, prompts: RoundPromptPlan) -> dict:
+    """Saturation rounds until precise, then steady-state rounds; the matching :func:`build_result` arguments.
+
+    Returns:
+        ``measurement`` and ``precision`` (saturation at ``config.rate``), and ``steady`` and
+        ``steady_precision`` when a steady-state phase ran (``config.rate`` inf and ``steady_fraction`` > 0).
+    """
+    config = plan.config
+    steady = math.isinf(config.rate) and config.steady_fraction > 0
+    started = time.monotonic()
+    # With a steady-state phase, saturation may add rounds for 60 % of the budget and the steady phase
+    # until the end of it (each phase gets its ``rounds`` in any case).
+    share = STEADY_BUDGET_SPLIT if steady else 1.0
+    rule = StopRule(config, plan.baseline, "output_throughput", started + share * config.time_budget_s)
+    measurement = run(benchmark.measure_until(lambda r: prompts.of_round("s", r), rule))
+    outcome = {"measurement": measurement, "precision": rule.record()}
+    if steady:
+        saturated = measurement.pooled_metrics(config)[plan.baseline]["request_throughput"]
+        deadline = started + config.time_budget_s
+        steady_rule = StopRule(config, plan.baseline, "mean_tpot_ms", deadline)
+        outcome["steady"] = run(
+            benchmark.measure_until(
+                lambda r: prompts.of_round("p", r), steady_rule, rate=config.steady_fraction * saturated
+            )
+        )
+        outcome["steady_precision"] = steady_rule.record()
+    return outcome
 
 
 def warm_up(benchmark: Benchmark, prompts: list[Prompt]) -> dict[str, list[RequestResult]]:
@@ -231,6 +319,9 @@ def store_in_registry(registry, result: dict) -> dict[str, str]:
         "models": list(result["models"]),
     }
     for model, metrics in result["models"].items():
+        if model.endswith(AA_ARM_SUFFIX):
+            outcome[model] = "the A/A control (not stored)"
+            continue
         try:
             registry.resolve(model)
         except UserError:

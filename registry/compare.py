@@ -69,6 +69,36 @@ def measured_speedup(
     return None
 
 
+def interleaved_speedup(
+    latest: ServingBenchmarkInfo | None,
+) -> tuple[float, list[float] | None, str | None] | None:
+    """``(speed-up, 95 % interval, verdict)`` that ``depthprune loadtest`` measured against dense in
+    interleaved rounds (stored with the benchmark), or None for a run without that comparison."""
+    if latest is None or latest.metrics.get("output_throughput_speedup") is None:
+        return None
+    metrics = latest.metrics
+    return (
+        metrics["output_throughput_speedup"],
+        metrics.get("output_throughput_speedup_ci95"),
+        metrics.get("verdict"),
+    )
+
+
+def speedup_cell(entry: dict[str, Any]) -> str:
+    """``1.27× [1.21, 1.33]`` (interleaved rounds, 95 % interval), ``no measurable change (...)``,
+    ``measurement problem``, or ``1.5× (separate runs, no interval)``."""
+    if entry["measured_speedup"] is None:
+        return "—"
+    interval = entry.get("measured_speedup_ci95")
+    if interval is None:
+        return f"{entry['measured_speedup']:.3g}× (separate runs, no interval)"
+    text = f"{entry['measured_speedup']:.2f}× [{interval[0]:.2f}, {interval[1]:.2f}]"
+    verdict = entry.get("speedup_verdict") or ""
+    if verdict.startswith("measurement problem"):
+        return "measurement problem"
+    return f"no measurable change ({text})" if verdict == "no measurable change" else text
+
+
 def compare_variants(registry: Registry, references: list[VariantReference]) -> list[dict[str, Any]]:
     """One entry per variant: its record, evaluations by key, and its latest serving benchmark.
 
@@ -79,7 +109,10 @@ def compare_variants(registry: Registry, references: list[VariantReference]) -> 
     Returns:
         ``[{"variant": {...}, "mask": "■□■", "evaluations": {key: value}, "latency": {metric: value},
         "benchmark": {...} | None, "load": str | None, "ideal_speedup": N/(N-M),
-        "measured_speedup": float | None}, ...]`` in the order given.
+        "measured_speedup": float | None, "measured_speedup_ci95": [lo, hi] | None,
+        "speedup_verdict": str | None}, ...]`` in the order given: the speed-up ``depthprune loadtest``
+        measured against dense in interleaved rounds when the latest benchmark has it, else the ratio to
+        the newest dense run under the same load (separate runs, no interval).
     """
     entries = []
     for reference in references:
@@ -91,6 +124,7 @@ def compare_variants(registry: Registry, references: list[VariantReference]) -> 
         benchmarks = registry.serving_benchmarks(variant)
         latest = benchmarks[0] if benchmarks else None
         latency = {key: latest.metrics.get(key) for key, _ in LATENCY_METRICS} if latest else {}
+        interleaved = None if variant.is_dense else interleaved_speedup(latest)
         entries.append(
             {
                 "variant": variant.to_dict(),
@@ -100,7 +134,11 @@ def compare_variants(registry: Registry, references: list[VariantReference]) -> 
                 "benchmark": None if latest is None else latest.to_dict(),
                 "load": load_summary(latest),
                 "ideal_speedup": variant.num_blocks / (variant.num_blocks - variant.num_removed),
-                "measured_speedup": measured_speedup(registry, variant, latest),
+                "measured_speedup": interleaved[0]
+                if interleaved
+                else measured_speedup(registry, variant, latest),
+                "measured_speedup_ci95": interleaved[1] if interleaved else None,
+                "speedup_verdict": interleaved[2] if interleaved else None,
             }
         )
     return entries
@@ -198,9 +236,7 @@ def comparison_rows(entries: list[dict[str, Any]]) -> list[tuple[str, list[str]]
         rows.append(
             row(
                 "speed-up vs dense (output tok/s)",
-                lambda entry: (
-                    "—" if entry["measured_speedup"] is None else f"{entry['measured_speedup']:.3g}×"
-                ),
+                speedup_cell,
             )
         )
         for key, label in LATENCY_METRICS:

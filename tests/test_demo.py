@@ -54,13 +54,17 @@ def test_demo_runs_end_to_end(tmp_path):
     rows = json.loads(completed.stdout.strip().splitlines()[-1])
     by_variant = {row["variant"]: row for row in rows}
     assert {"dense", "ppl-best", "margin-best"} <= set(by_variant)
-    assert len(rows) == 5  # dense + (fast, thorough) x (perplexity, task margin)
+    assert len(rows) == 6  # dense, its A/A control, (fast, thorough) x (perplexity, task margin)
     for row in rows:
         assert row["perplexity"] > 1 and 0 <= row["qa_accuracy"] <= 1
     for alias in ("ppl-best", "margin-best"):
         row = by_variant[alias]
         assert len(row["removed_blocks"]) == 2  # 25% of the tiny model's 8 blocks
         assert row["output_throughput_ratio"] > 0 and row["ideal_speedup"] == pytest.approx(8 / 6)
+        low, high = row["output_throughput_ratio_ci95"]  # two rounds give an interval
+        assert low <= row["output_throughput_ratio"] <= high
+    noise_floor = by_variant["dense (A/A)"]
+    assert noise_floor["objective"] == "noise floor" and noise_floor["output_throughput_ratio_ci95"]
     assert (tmp_path / "home" / "demo" / "summary.json").is_file()
     assert "depthprune demo: every variant against dense" in completed.stderr
     assert re.search(r"^== \[\d+:\d\d\] load test", completed.stderr, re.M), "step headings show the minutes"
@@ -133,7 +137,8 @@ def test_the_real_model_plan_is_what_the_demo_prints(tmp_path, monkeypatch, caps
     sizes = plan.sizes
     assert (sizes.text_samples, sizes.choice_samples, sizes.seq_len) == (16, 24, 256)
     assert (sizes.eval_seq_len, sizes.eval_limit) == (256, 24)
-    assert (sizes.rounds, sizes.num_prompts, sizes.input_len, sizes.output_len) == (2, 16, 128, 32)
+    assert (sizes.rounds, sizes.num_prompts, sizes.input_len, sizes.output_len) == (3, 16, 64, 32)
+    assert (sizes.max_rounds, sizes.load_budget_s) == (12, 360)
     assert plan.suite == "offline" and plan.tasks == ("pydoc", "pydoc_cloze")
     assert plan.serve_args == ("--max-model-len", "512", "--vllm-arg=--enforce-eager")
     assert plan.ideal_speedup == pytest.approx(30 / 22)
@@ -156,7 +161,8 @@ def test_the_real_model_plan_is_what_the_demo_prints(tmp_path, monkeypatch, caps
         "searches on each objective: one_shot, block_influence",
         "offline suite (pydoc perplexity, 256-token windows; pydoc_cloze accuracy), at most 24 of each",
         "one vLLM engine each (--max-model-len 512 --vllm-arg=--enforce-eager)",
-        "2 interleaved rounds x 16 requests x (128 prompt + 32 generated tokens) per model",
+        "3-12 interleaved rounds (at most 360 s) x 16 requests x (64 prompt + 32 generated tokens) per model "
+        "and an A/A control",
     ):
         assert expected in printed
 
@@ -169,7 +175,12 @@ def test_the_demo_model_keeps_its_plan():
     assert plan.data == {"perplexity": "demo:text", "task_margin": "demo:qa"}
     assert plan.calibration_data("task_margin", "/m") == "demo:qa@/m"
     assert (plan.sizes.text_samples, plan.sizes.seq_len, plan.sizes.eval_limit) == (8, 64, None)
-    assert (plan.sizes.num_prompts, plan.sizes.output_len, plan.sizes.rounds) == (8, 16, 1)
+    assert (plan.sizes.num_prompts, plan.sizes.output_len, plan.sizes.rounds, plan.sizes.max_rounds) == (
+        8,
+        16,
+        2,
+        2,
+    )
     assert plan.suite == "demo" and plan.serve_args == ()
     full = plan_demo(DemoConfig(model="demo"), num_blocks=16)
     assert full.drop == 4 and (full.sizes.text_samples, full.sizes.seq_len) == (32, 128)

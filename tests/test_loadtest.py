@@ -408,6 +408,8 @@ def test_report_files(tmp_path):
             "v": {
                 **speedup_summary(1.25, BlockCounts(16, 4)),
                 "ratios": ratios_to_baseline({"dense": [dense], "v": [variant]}, "dense")["v"],
+                "output_throughput_speedup_ci95": [1.2, 1.3],
+                "fraction_of_ideal_speedup_ci95": [0.9, 0.975],
             }
         },
         "sweep": [
@@ -418,7 +420,7 @@ def test_report_files(tmp_path):
     }
     table = markdown_report(result)
     assert "| v | 12/16 | 2.50 | 7.5 |" in table
-    assert "| v | 1.333 | 1.250 | 0.938 | 0.750 |" in table
+    assert "| v | 1.333 | 1.25x [1.20, 1.30] | 0.94 [0.90, 0.97] | 0.750 |" in table
     paths = write_report(result, tmp_path / "report")
     assert sorted(path.name for path in paths) == [
         "latency_percentiles.png",
@@ -447,7 +449,7 @@ def test_help():
         (["--target", "ftp://x"], "not an http(s)://host:port URL"),
         (["--target", "http://127.0.0.1:{port}", "--rate", "fast"], "--rate must be a number"),
         (["--target", "http://127.0.0.1:{port}", "--goodput", "itl:3"], "goodput SLO"),
-        (["--target", "http://127.0.0.1:{port}", "--prompts", "/nonexistent.txt"], "neither 'demo'"),
+        (["--target", "http://127.0.0.1:{port}", "--prompts", "/nope.txt"], "neither synthetic, pydoc"),
         (["--target", "http://127.0.0.1:{port}", "--models", "a,a"], "twice"),
     ],
 )

@@ -48,6 +48,9 @@ def test_real_comparison_against_vllm(vllm_tiny_server, tmp_path):
         str(OUTPUT_LEN),
         "--rounds",
         "2",
+        "--max-rounds",
+        "2",
+        "--aa",
         "--warmup",
         "1",
         "--max-concurrency",
@@ -62,10 +65,10 @@ def test_real_comparison_against_vllm(vllm_tiny_server, tmp_path):
     )
     assert code == 0, err
     result = json.loads(out)
-    assert json.loads(result_file.read_text())["models"].keys() == {"dense", "copy"}
+    assert json.loads(result_file.read_text())["models"].keys() == {"dense", "copy", "dense (A/A)"}
     # The tiny model's word-level tokenizer is found through the server's root directory.
     assert result["tokenizer"].startswith("transformers AutoTokenizer")
-    for model in ("dense", "copy"):
+    for model in ("dense", "copy", "dense (A/A)"):
         metrics = result["models"][model]
         assert metrics["completed"] == 2 * NUM_PROMPTS and metrics["failed"] == 0, metrics["errors"]
         # ignore_eos: every request generated exactly OUTPUT_LEN tokens; prompts were cut to 16 tokens.
@@ -79,7 +82,14 @@ def test_real_comparison_against_vllm(vllm_tiny_server, tmp_path):
         # Same config.json for both names: N=6, nothing removed, so the ideal speedup is 1.
         assert metrics["blocks"] == {"num_blocks": 6, "removed_blocks": 0, "source": "config.json"}
     comparison = result["comparison"]["copy"]
-    assert comparison["ideal_speedup"] == 1.0
+    assert comparison["ideal_speedup"] == 1.0 and result["rounds"] == 2
+    low, high = comparison["output_throughput_speedup_ci95"]
+    assert low <= comparison["output_throughput_speedup"] <= high
+    assert result["aa"]["output_throughput_ratio_ci95"] and result["aa"]["mean_tpot_ms_ratio_ci95"]
+    # The steady-state phase: a Poisson rate below the saturation one, with TTFT and TPOT ratios of its own.
+    steady = result["steady"]
+    assert 0 < steady["rate"] < result["models"]["dense"]["request_throughput"]
+    assert steady["comparison"]["copy"]["ratios_ci95"]["mean_tpot_ms"] and steady["rounds"] == 2
     assert 0.3 < comparison["output_throughput_speedup"] < 3.0  # the same model; loose for a busy 2-core box
     assert comparison["fraction_of_ideal_speedup"] == pytest.approx(comparison["output_throughput_speedup"])
     for key in (
@@ -116,6 +126,8 @@ def test_real_sweep_stops_by_itself(vllm_tiny_server):
         "--output-len",
         "4",
         "--warmup",
+        "1",
+        "--rounds",
         "1",
         "--sweep",
         "--sweep-steps",
@@ -158,6 +170,10 @@ def test_real_run_through_the_gateway(gateway):
         "--output-len",
         str(OUTPUT_LEN),
         "--warmup",
+        "1",
+        "--rounds",
+        "1",
+        "--max-rounds",
         "1",
         "--rate",
         "20",

@@ -105,6 +105,22 @@ def test_compare_puts_variants_side_by_side(populated):
     assert [entry["measured_speedup"] for entry in entries] == [None, 1.5, None]
 
 
+def test_compare_shows_the_interleaved_speedup_with_its_interval():
+    from registry.compare import speedup_cell
+
+    def cell(speedup, ci95=None, verdict=None):
+        return speedup_cell(
+            {"measured_speedup": speedup, "measured_speedup_ci95": ci95, "speedup_verdict": verdict}
+        )
+
+    assert cell(1.27, [1.21, 1.33]) == "1.27× [1.21, 1.33]"
+    assert cell(1.02, [0.97, 1.07], "no measurable change") == "no measurable change (1.02× [0.97, 1.07])"
+    assert (
+        cell(1.6, [1.5, 1.7], "measurement problem: 1.20 [1.12, 1.28] of the ideal") == "measurement problem"
+    )
+    assert cell(1.5) == "1.5× (separate runs, no interval)" and cell(None) == "—"
+
+
 def test_alias_sets_shows_lists_and_deletes(populated):
     url, second = populated["url"], populated["names"][1]
     code, out, _ = run_cli("variants", "alias", "margin-best", second, "--registry", url)

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# `make demo` three times, one after another, and the three final tables side by side (for docs/benchmarks.md,
+# "Three demo runs"): do repeated runs of the whole product agree within their intervals?
+#
+#   benchmarks/demo_repeats.sh                 # about 3 x 17 minutes; run it on a quiet machine
+#   OUT=/tmp/demo-repeats RUNS=3 benchmarks/demo_repeats.sh
+#
+# Each run is exactly `depthprune demo` (what `make demo` runs) with its own report directory and its own
+# SQLite registry, so no run reads another's variants or evaluations; the model conversion cached in
+# DEPTHPRUNE_HOME is shared (it is not timed). Writes OUT/runN/{demo.log,table.json,loadtest.json,...} and
+# OUT/side_by_side.md, and prints the Markdown.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+DEPTHPRUNE="${DEPTHPRUNE:-.venv/bin/depthprune}"
+PYTHON="${PYTHON:-.venv/bin/python}"
+OUT="${OUT:-demo-repeats}"
+RUNS="${RUNS:-3}"
+mkdir -p "$OUT"
+
+for run in $(seq 1 "$RUNS"); do
+  dir="$OUT/run$run"
+  mkdir -p "$dir"
+  started=$(date +%s)
+  "$DEPTHPRUNE" demo --out "$dir" --registry "sqlite:///$(realpath "$dir")/registry.db" --json \
+    > "$dir/table.json" 2> "$dir/demo.log"
+  echo "$(( $(date +%s) - started ))" > "$dir/wall_seconds"
+  echo "run $run: $(cat "$dir/wall_seconds") s" >&2
+done
+
+"$PYTHON" - "$OUT" "$RUNS" <<'EOF' | tee "$OUT/side_by_side.md"
+"""One row per variant role, one column per run: speed-up and fraction of ideal with their 95 % intervals."""
+import json
+import sys
+from pathlib import Path
+
+from loadtest.intervals import speedup_text
+
+out, runs = Path(sys.argv[1]), int(sys.argv[2])
+tables = [json.loads((out / f"run{i}" / "table.json").read_text().strip().splitlines()[-1]) for i in range(1, runs + 1)]
+walls = [(out / f"run{i}" / "wall_seconds").read_text().strip() for i in range(1, runs + 1)]
+roles = [row["variant"] for row in tables[0] if row["variant"] != "dense" and not row["variant"].startswith("#")]
+
+
+def cell(row, key, suffix=""):
+    if row is None or row.get(key) is None:
+        return "–"
+    verdict = row.get("speedup_verdict") if key != "mean_tpot_ratio" else None
+    return speedup_text(row[key], row.get(f"{key}_ci95"), verdict, suffix)
+
+
+print("| variant | figure | " + " | ".join(f"run {i}" for i in range(1, runs + 1)) + " |")
+print("|---|---|" + "---|" * runs)
+for role in roles:
+    rows = [next((row for row in table if row["variant"] == role), None) for table in tables]
+    removed = " / ".join(",".join(map(str, row["removed_blocks"])) or "-" for row in rows if row)
+    for key, label, suffix in (
+        ("output_throughput_ratio", "out tok/s ×", "x"),
+        ("mean_tpot_ratio", "TPOT ×", ""),
+        ("fraction_of_ideal_speedup", "of ideal", ""),
+    ):
+        print(f"| {role} ({removed}) | {label} | " + " | ".join(cell(row, key, suffix) for row in rows) + " |")
+print("| (wall time) | s | " + " | ".join(walls) + " |")
+EOF

@@ -1,0 +1,67 @@
+"""When to stop adding rounds: the headline intervals are precise enough, or rounds or time ran out.
+
+The headline ratios are each variant's ratio to the baseline of one key (output throughput at saturation,
+mean TPOT at the steady rate) and, with ``--aa``, the A/A arm's ratio of the same key. Rounds are added one at
+a time after ``LoadConfig.rounds`` until every headline interval's relative half-width
+(:attr:`loadtest.intervals.RatioEstimate.precision`) is at most ``target_precision``, ``max_rounds`` ran, or
+the ``time_budget_s`` of the whole measurement is spent.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from loadtest.compare import ratio_estimates
+from loadtest.config import LoadConfig
+from loadtest.intervals import RatioEstimate
+
+
+@dataclass
+class StopRule:
+    """The stopping rule of one measurement phase (saturation or steady state)."""
+
+    config: LoadConfig
+    """Rounds, precision and time budget."""
+    baseline: str
+    """The arm the others are divided by."""
+    key: str
+    """The headline metric of the phase (``output_throughput`` or ``mean_tpot_ms``)."""
+    deadline: float
+    """``time.monotonic()`` after which no round starts (beyond ``config.rounds``)."""
+    reason: str | None = None
+    """Why the phase stopped, once it has."""
+    reached: dict[str, float | None] = field(default_factory=dict)
+    """``arm -> precision reached`` of each headline ratio at the last check."""
+
+    def __call__(self, per_round: dict[str, list[dict]]) -> str | None:
+        """Why to stop after the rounds in ``per_round`` (``arm -> [metrics of each round]``), or None."""
+        rounds = len(per_round[self.baseline])
+        estimates = headline_estimates(per_round, self.baseline, self.key)
+        self.reached = {arm: estimate.precision for arm, estimate in estimates.items()}
+        worst = max((p if p is not None else float("inf") for p in self.reached.values()), default=0.0)
+        if rounds < self.config.rounds:
+            return None
+        if self.config.target_precision > 0 and worst <= self.config.target_precision:
+            self.reason = f"target precision ±{self.config.target_precision:.1%} reached"
+        elif rounds >= self.config.max_rounds:
+            self.reason = f"--max-rounds {self.config.max_rounds} reached"
+        elif time.monotonic() >= self.deadline:
+            self.reason = f"--time-budget {self.config.time_budget_s:g} s spent"
+        return self.reason
+
+    def record(self) -> dict:
+        """What the result JSON records of the phase: key, precision wanted and reached, why it ended."""
+        values = [p for p in self.reached.values() if p is not None]
+        return {
+            "headline": self.key,
+            "target": self.config.target_precision,
+            "reached": max(values) if len(values) == len(self.reached) and values else None,
+            "per_arm": self.reached,
+            "stop_reason": self.reason,
+        }
+
+
+def headline_estimates(per_round: dict[str, list[dict]], baseline: str, key: str) -> dict[str, RatioEstimate]:
+    """``arm -> estimate of its ratio of key to the baseline``, for every arm but the baseline."""
+    return {arm: per_key[key] for arm, per_key in ratio_estimates(per_round, baseline, (key,)).items()}
