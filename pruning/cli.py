@@ -15,7 +15,16 @@ from typing import Annotated
 
 import typer
 
-from depthprune.options import DeviceOption, DtypeOption, JsonOption, RegistryOption, SeedOption
+from depthprune.options import (
+    DeviceOption,
+    DryRunOption,
+    DtypeOption,
+    GpuMemoryOption,
+    GpusOption,
+    JsonOption,
+    RegistryOption,
+    SeedOption,
+)
 
 # Help texts list the searches from their source, so a new search shows up without editing them.
 from pruning.search import SEARCHES, STUDY_SEARCHES
@@ -208,27 +217,36 @@ def evaluate(
     ] = "auto",
     limit: EvalLimitOption = None,
     seq_len: EvalSeqLenOption = 2048,
-    dtype: DtypeOption = "float32",
+    dtype: DtypeOption = "auto",
+    device: DeviceOption = "auto",
     num_fewshot: Annotated[int, typer.Option(help="Few-shot examples for lm-eval tasks (the study: 0).")] = 0,
     no_record: Annotated[
         bool, typer.Option("--no-record", help="Do not store the results in the registry.")
     ] = False,
     as_json: JsonOption = False,
+    dry_run: DryRunOption = False,
+    gpus: GpusOption = None,
+    gpu_memory_gib: GpuMemoryOption = None,
 ) -> None:
     """Measure perplexity and zero-shot accuracy of dense and pruned variants; record them in the registry."""
+    from depthprune.planning.devices import auto_device_dtype
     from pruning.evaluation.suites import EvalSettings, evaluate_variants, results_as_json
+    from pruning.run_planning import PlanRequest
     from registry import open_registry
 
+    device, dtype = auto_device_dtype(device, dtype, gpus, gpu_memory_gib)
     settings = EvalSettings(
         suites=_comma_list(suite),
         engine=engine,
         dtype=dtype,
+        device=device,
         seq_len=seq_len,
         limit=limit,
         num_fewshot=num_fewshot,
         progress=not as_json,
     )
-    outcome = evaluate_variants(variants, settings, open_registry(registry), record=not no_record)
+    plan = PlanRequest(dry_run, gpus, gpu_memory_gib, as_json)
+    outcome = evaluate_variants(variants, settings, open_registry(registry), record=not no_record, plan=plan)
     if as_json:
         print(json.dumps(results_as_json(outcome), indent=2))
     else:
@@ -295,8 +313,8 @@ def prune(
     option: PruneSearchOptions = None,
     out: CheckpointsOption = None,
     registry: RegistryOption = None,
-    dtype: DtypeOption = "float32",
-    device: DeviceOption = "cpu",
+    dtype: DtypeOption = "auto",
+    device: DeviceOption = "auto",
     memory_budget_gb: MemoryBudgetOption = None,
     overwrite: Annotated[
         bool,
@@ -313,16 +331,22 @@ def prune(
             "rankings); --no-shortcuts scores every candidate in full, to check that nothing changes.",
         ),
     ] = True,
+    dry_run: DryRunOption = False,
+    gpus: GpusOption = None,
+    gpu_memory_gib: GpuMemoryOption = None,
 ) -> None:
     """Choose M blocks to remove under a calibration configuration, write and register the pruned model.
 
     Interrupted runs resume: re-run the same command and no subset is scored twice.
     """
+    from depthprune.planning.devices import auto_device_dtype
     from pruning.calibration.objectives import CalibrationConfig
     from pruning.prune import PruneConfig, parse_option_assignments, parse_searches
     from pruning.prune import prune as run_prune
+    from pruning.run_planning import PlanRequest, plan_prune_run
 
     searches = parse_searches(search)
+    device, dtype = auto_device_dtype(device, dtype, gpus, gpu_memory_gib)
     config = PruneConfig(
         model=model,
         calibration=CalibrationConfig(
@@ -344,6 +368,7 @@ def prune(
         protect=_comma_list(protect),
         timing=timing,
     )
+    config = plan_prune_run(config, PlanRequest(dry_run, gpus, gpu_memory_gib, as_json))
     run_prune(config, on_variant=lambda outcome: _print_variant(outcome, as_json))
 
 
@@ -435,18 +460,24 @@ def heal(
     seed: SeedOption = 0,
     out: CheckpointsOption = None,
     registry: RegistryOption = None,
-    dtype: DtypeOption = "float32",
-    device: DeviceOption = "cpu",
+    dtype: DtypeOption = "auto",
+    device: DeviceOption = "auto",
     as_json: JsonOption = False,
+    dry_run: DryRunOption = False,
+    gpus: GpusOption = None,
+    gpu_memory_gib: GpuMemoryOption = None,
 ) -> None:
     """Recover a pruned variant's quality with LoRA or distillation; register the result as its child.
 
     The adapters are merged: the healed model is an ordinary checkpoint of the variant's shape. Ctrl-C is
     safe: run the same command again and training resumes to the same weights.
     """
+    from depthprune.planning.devices import auto_device_dtype
     from pruning.healing.config import DEFAULT_LORA_TARGETS, HealConfig
     from pruning.healing.heal import heal as run_heal
+    from pruning.run_planning import PlanRequest, plan_heal_run
 
+    device, dtype = auto_device_dtype(device, dtype, gpus, gpu_memory_gib)
     config = HealConfig(
         variant=variant,
         data=data,
@@ -470,6 +501,7 @@ def heal(
         registry_url=registry,
         out=out,
     )
+    plan_heal_run(config, PlanRequest(dry_run, gpus, gpu_memory_gib, as_json))
     _print_healed(run_heal(config), as_json)
 
 
@@ -587,8 +619,8 @@ def study(
     ),
     checkpoints: CheckpointsOption = None,
     registry: RegistryOption = None,
-    dtype: DtypeOption = "float32",
-    device: DeviceOption = "cpu",
+    dtype: DtypeOption = "auto",
+    device: DeviceOption = "auto",
     protect: ProtectOption = None,
     timing: TimingOption = "standalone",
     as_json: Annotated[
@@ -596,6 +628,9 @@ def study(
     ] = False,
     worker: StudyWorkerOption = False,
     lease_seconds: LeaseSecondsOption = 120.0,
+    dry_run: DryRunOption = False,
+    gpus: GpusOption = None,
+    gpu_memory_gib: GpuMemoryOption = None,
 ) -> None:
     """Run the depth-pruning study grid (objective x data x budget x search x seed), evaluate every variant,
     and write a report with the study's tables and figures.
@@ -603,10 +638,13 @@ def study(
     Resumable: cells already in the report's cells.json or in the registry are never recomputed. With
     --worker, start the same command on several machines against one PostgreSQL --registry to share the grid.
     """
+    from depthprune.planning.devices import auto_device_dtype
     from pruning.prune import parse_option_assignments
+    from pruning.run_planning import PlanRequest, plan_study_run
     from pruning.study.grid import StudyConfig, run_study, study_searches
 
     names = study_searches(searches)
+    device, dtype = auto_device_dtype(device, dtype, gpus, gpu_memory_gib)
     config = StudyConfig(
         model=model,
         drops=_integers(drop, "--drop"),
@@ -637,6 +675,7 @@ def study(
         worker=worker,
         lease_seconds=lease_seconds,
     )
+    plan_study_run(config, PlanRequest(dry_run, gpus, gpu_memory_gib, as_json))
     report = run_study(config)
     if as_json:
         print((report / "study.json").read_text())
@@ -707,8 +746,8 @@ def bench_evaluator(
     random_sets: Annotated[int, typer.Option(help="Random M-block sets scored after the single ones.")] = 100,
     seed: SeedOption = 0,
     batch_size: Annotated[int, typer.Option(help="Sequences per forward.")] = 16,
-    dtype: DtypeOption = "float32",
-    device: DeviceOption = "cpu",
+    dtype: DtypeOption = "auto",
+    device: DeviceOption = "auto",
     memory_budget_gb: MemoryBudgetOption = None,
     repeats: Annotated[
         int,
@@ -727,9 +766,11 @@ def bench_evaluator(
     the scores agree to 1e-5, and reports wall times, block-forward counts and the speedup. On a shared
     machine use --repeats 3 or more: a single run measures the neighbours as much as the evaluator.
     """
+    from depthprune.planning.devices import auto_device_dtype
     from pruning.calibration.objectives import CalibrationConfig, get_objective
     from pruning.calibration.scorer import compare_with_naive
 
+    device, dtype = auto_device_dtype(device, dtype)
     kind = get_objective(objective).data_kind
     if model is None:
         from depthprune.demo.model import ensure_demo_model

@@ -105,6 +105,8 @@ class PruneConfig:
     """torch device of the evaluator."""
     memory_budget_gb: float | None = None
     """Memory the evaluator's boundary cache may use; None = its default."""
+    calibration_batch: int = 8
+    """Calibration sequences per forward (the memory plan lowers it on a small GPU; values do not change)."""
     overwrite: bool = False
     """Replace an existing checkpoint directory that holds a different removal set."""
     progress: bool = True
@@ -629,6 +631,7 @@ def _start_run(plan: PrunePlan, cold: bool = False):
         memory_budget_gb=config.memory_budget_gb,
         progress=config.progress,
         shortcuts=config.shortcuts,
+        batch_size=config.calibration_batch,
     )
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     (plan.run_dir / "run.json").write_text(

@@ -87,6 +87,8 @@ class EvalSettings:
     """``auto`` (vLLM when installed, else transformers), ``vllm`` or ``hf``."""
     dtype: str = "float32"
     """Weights dtype of the engine."""
+    device: str = "auto"
+    """torch device of the engine (``cuda:N`` picks the card; vLLM sees only that one)."""
     seq_len: int = 2048
     """Perplexity window length in tokens (capped at the engine's context)."""
     limit: int | None = None
@@ -402,7 +404,7 @@ def evaluate_model(
     from pruning.evaluation.engines import open_engine
     from pruning.evaluation.lm_eval_models import EngineLM
 
-    engine = open_engine(model_path, settings.engine, dtype=settings.dtype)
+    engine = open_engine(model_path, settings.engine, dtype=settings.dtype, device=settings.device)
     try:
         results: list[EvalResult] = []
         for suite in suites:
@@ -523,7 +525,7 @@ class EvaluatedVariant:
 
 
 def evaluate_variants(
-    names: Sequence[str], settings: EvalSettings, registry=None, record: bool = True
+    names: Sequence[str], settings: EvalSettings, registry=None, record: bool = True, plan=None
 ) -> list[EvaluatedVariant]:
     """Evaluate variants one after another and record the results.
 
@@ -532,6 +534,8 @@ def evaluate_variants(
         settings: suites and engine.
         registry: an open :class:`registry.Registry` (opened from the default URL when None).
         record: store the results in the registry.
+        plan: a :class:`pruning.run_planning.PlanRequest`: plan memory before loading anything (and exit
+            under ``--dry-run``).
 
     Returns:
         One :class:`EvaluatedVariant` per name, in the order given.
@@ -545,6 +549,10 @@ def evaluate_variants(
 
         registry = open_registry()
     targets = resolve_targets(names, registry)
+    if plan is not None:
+        from pruning.run_planning import plan_eval_run
+
+        plan_eval_run([target.model_path for target in targets], settings, plan)
     demo_dirs = {target.demo_dir for target in targets}
     concrete = {
         target.label: expand_suites(settings.suites, target.demo_dir is not None) for target in targets
