@@ -176,3 +176,15 @@ def test_study_and_heal_dry_runs_print_a_table_and_a_simulated_run_is_refused(tm
         "prune", "--model", model, "--objective", "perplexity", "--data", "c4", "--drop", "2", "--gpus", 1,
     )  # fmt: skip
     assert status == 2 and "not this machine" in err
+
+
+def test_task_margin_sums_without_atomics_match_index_add():
+    import torch
+
+    from pruning.calibration.objectives import one_hot_sum, sum_by_index
+
+    generator = torch.Generator().manual_seed(0)
+    values = torch.randn(500, generator=generator, dtype=torch.float64)
+    index = torch.randint(0, 37, (500,), generator=generator)
+    assert torch.allclose(one_hot_sum(values, index, 37), sum_by_index(values, index, 37), atol=1e-12)
+    assert torch.equal(one_hot_sum(values, index, 37), one_hot_sum(values, index, 37))

@@ -139,6 +139,26 @@ def kl(
     return torch.stack(losses)
 
 
+def sum_by_index(values: torch.Tensor, index: torch.Tensor, size: int) -> torch.Tensor:
+    """``out[i] = sum of values[j] where index[j] == i``, the same bits on every run.
+
+    ``index_add`` adds with atomics on CUDA, in an order that changes between runs, so equal removal sets
+    could score differently by a rounding and a search could take another branch. On CUDA the sum is a
+    product with a one-hot matrix instead (a fixed reduction order); on the CPU ``index_add`` is already
+    sequential and keeps the values earlier runs recorded.
+    """
+    if values.device.type == "cpu":
+        return values.new_zeros(size).index_add(0, index, values)
+    return one_hot_sum(values, index, size)
+
+
+def one_hot_sum(values: torch.Tensor, index: torch.Tensor, size: int) -> torch.Tensor:
+    """:func:`sum_by_index` as a product with a one-hot matrix: no atomics, differentiable."""
+    import torch
+
+    return values @ torch.nn.functional.one_hot(index, size).to(values.dtype)
+
+
 def task_margin(
     batch: CalibrationBatch, hidden: torch.Tensor, head: Head, reference: Reference | None = None
 ) -> torch.Tensor:
@@ -156,13 +176,12 @@ def task_margin(
         token_logprobs.append(logprobs.gather(1, tokens[:, None])[:, 0])
     token_logprobs = torch.cat(token_logprobs)
     sequences = hidden.shape[0]
-    zeros = token_logprobs.new_zeros(sequences)
-    answer_sum = zeros.index_add(0, batch.answer_rows, token_logprobs)
-    answer_len = zeros.index_add(0, batch.answer_rows, torch.ones_like(token_logprobs))
+    answer_sum = sum_by_index(token_logprobs, batch.answer_rows, sequences)
+    answer_len = sum_by_index(torch.ones_like(token_logprobs), batch.answer_rows, sequences)
     mean_logprob = answer_sum / answer_len  # ℓ per (item, choice) sequence
     items = batch.num_samples
-    total = mean_logprob.new_zeros(items).index_add(0, batch.sequence_item, mean_logprob)
-    choices = mean_logprob.new_zeros(items).index_add(0, batch.sequence_item, torch.ones_like(mean_logprob))
+    total = sum_by_index(mean_logprob, batch.sequence_item, items)
+    choices = sum_by_index(torch.ones_like(mean_logprob), batch.sequence_item, items)
     # Σ_{j≠c} (ℓ_c − ℓ_j) = k·ℓ_c − Σ_j ℓ_j
     margin = choices * mean_logprob[batch.correct_sequence] - total
     return -margin
