@@ -188,3 +188,35 @@ def test_task_margin_sums_without_atomics_match_index_add():
     index = torch.randint(0, 37, (500,), generator=generator)
     assert torch.allclose(one_hot_sum(values, index, 37), sum_by_index(values, index, 37), atol=1e-12)
     assert torch.equal(one_hot_sum(values, index, 37), one_hot_sum(values, index, 37))
+
+
+def test_serve_dry_run_sizes_three_llama_engines_on_one_card(tmp_path):
+    from depthprune.testing.variants import fake_checkpoint, register_example_base, register_example_variant
+    from registry import open_registry
+
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    registry = open_registry(url)
+    from depthprune.checksums import weights_sha256
+
+    base = fake_checkpoint(public_config_dir(LLAMA_8B, tmp_path))
+    register_example_base(registry, str(base), num_blocks=32, weights_sha256=weights_sha256(base))
+    for name, removed in (("m7-a", range(20, 27)), ("m7-b", range(22, 29))):
+        checkpoint = fake_checkpoint(tmp_path / name, name.encode())
+        (checkpoint / "config.json").write_text(json.dumps(shape_for(public_config(LLAMA_8B), 25)))
+        register_example_variant(
+            registry, list(removed), base_model=str(base), checkpoint=checkpoint, alias=name
+        )
+    variants = "dense,m7-a,m7-b"
+    args = ("serve", "--variants", variants, "--registry", url, "--dry-run", "--json", "--gpu-memory-gib", 80)
+    status, out, err = run_cli(*args, "--gpus", 1)
+    assert status == 0, err
+    plan = json.loads(out)
+    assert plan["choices"]["max_model_len"] < 131072
+    assert sum(engine["gpu_memory_utilization"] for engine in plan["choices"]["engines"]) < 1
+    status, out, _ = run_cli(*args, "--gpus", 2, "--tensor-parallel", "dense=2")
+    dense = next(engine for engine in json.loads(out)["choices"]["engines"] if engine["variant"] == "dense")
+    assert status == 0 and dense["tensor_parallel_size"] == 2 and dense["gpus"] == [0, 1]
+    status, _, _ = run_cli(
+        "serve", "--variants", variants, "--registry", url, "--dry-run", "--gpu-memory-gib", 24
+    )
+    assert status == 3

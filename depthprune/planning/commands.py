@@ -145,7 +145,7 @@ def _calibration_steps(shape: ModelShape, sizes: CalibrationSizes, dtype: str, d
 def _plan(command: str, model: str, shape: ModelShape, dtype: str, devices: Devices, steps) -> MemoryPlan:
     total = count_parameters(shape).total
     notes = list(shape.notes)
-    if devices.simulated and devices.kind == "cuda":
+    if devices.simulated and devices.kind == "cuda" and command in ("prune", "study"):
         notes.append(f"host memory assumed {DEFAULT_HOST_PER_GPU} x the GPUs' memory")
     return MemoryPlan(command, model, dtype, devices, total, total * DTYPE_BYTES[dtype], steps, notes=notes)
 

@@ -34,6 +34,7 @@ def print_plan(plan: MemoryPlan) -> None:
         verdict = "fits" if step.device_bytes <= plan.devices.usable_bytes else "DOES NOT FIT"
         table.add_row("", f"[bold]peak per device ({verdict})[/bold]", _gib(step.device_bytes), "", "")
     console = Console()
+    console = Console(width=max(console.width, 120))  # a pipe gets 80 columns: too narrow for the table
     console.print(table)
     console.print(
         f"peak {_gib(plan.peak_bytes)} GiB of {_gib(plan.devices.usable_bytes)} GiB usable per device: "
