@@ -89,6 +89,8 @@ class EvalSettings:
     """Weights dtype of the engine."""
     device: str = "auto"
     """torch device of the engine (``cuda:N`` picks the card; vLLM sees only that one)."""
+    own_process: bool | None = None
+    """Run each variant's engine in a process of its own (None: on CUDA, where memory must be given back)."""
     seq_len: int = 2048
     """Perplexity window length in tokens (capped at the engine's context)."""
     limit: int | None = None
@@ -403,7 +405,18 @@ def evaluate_model(
     """
     from pruning.evaluation.engines import open_engine
     from pruning.evaluation.lm_eval_models import EngineLM
+    from pruning.isolation import release_device_memory, run_in_own_process
 
+    if _in_own_process(settings):
+        portable = replace(prepared, task_manager=None)  # rebuilt there: it does not pickle
+        return run_in_own_process(
+            evaluate_model, model_path, tuple(suites), portable, replace(settings, own_process=False)
+        )
+    if prepared.lm_eval_tasks and prepared.task_manager is None:
+        from lm_eval.tasks import TaskManager
+
+        prepared.task_manager = TaskManager(include_defaults="zero-shot" in prepared.lm_eval_tasks)
+    release_device_memory()  # what pruning left in torch's cache would look taken to the engine
     engine = open_engine(model_path, settings.engine, dtype=settings.dtype, device=settings.device)
     try:
         results: list[EvalResult] = []
@@ -417,6 +430,15 @@ def evaluate_model(
         return results
     finally:
         engine.close()
+
+
+def _in_own_process(settings: EvalSettings) -> bool:
+    """Whether the engine runs in a process of its own: as asked, else on CUDA."""
+    if settings.own_process is not None:
+        return settings.own_process
+    from depthprune.planning.devices import resolve_device
+
+    return resolve_device(settings.device).startswith("cuda")
 
 
 # ---------------------------------------------------------------------------------------------- registry
