@@ -595,6 +595,22 @@ StudyHealDataOption = Annotated[
 """``study --heal-data``."""
 
 
+StudyExecutorOption = Annotated[
+    str,
+    typer.Option(
+        help="local (this process, or --worker's shared queue) or ray (one Ray task per cell; needs "
+        "depthprune[ray])."
+    ),
+]
+"""``study --executor``."""
+
+RayAddressOption = Annotated[
+    str | None,
+    typer.Option(help="With --executor ray: the cluster to use (HOST:PORT); default: start a local one."),
+]
+"""``study --ray-address``."""
+
+
 def study(
     model: ModelOption,
     drop: Annotated[str, typer.Option(help="Budgets M (blocks removed), comma-separated, e.g. 4,6.")],
@@ -631,6 +647,8 @@ def study(
     dry_run: DryRunOption = False,
     gpus: GpusOption = None,
     gpu_memory_gib: GpuMemoryOption = None,
+    executor: StudyExecutorOption = "local",
+    ray_address: RayAddressOption = None,
 ) -> None:
     """Run the depth-pruning study grid (objective x data x budget x search x seed), evaluate every variant,
     and write a report with the study's tables and figures.
@@ -675,8 +693,17 @@ def study(
         worker=worker,
         lease_seconds=lease_seconds,
     )
-    plan_study_run(config, PlanRequest(dry_run, gpus, gpu_memory_gib, as_json))
-    report = run_study(config)
+    memory = plan_study_run(config, PlanRequest(dry_run, gpus, gpu_memory_gib, as_json))
+    if executor == "ray":
+        from pruning.study.ray_executor import run_on_ray
+
+        report = run_on_ray(config, ray_address, memory.choices.get("gpus_per_cell", 0))
+    elif executor != "local":
+        from depthprune.errors import UserError
+
+        raise UserError(f"--executor must be local or ray, got {executor!r}")
+    else:
+        report = run_study(config)
     if as_json:
         print((report / "study.json").read_text())
     else:
