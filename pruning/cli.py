@@ -697,7 +697,7 @@ def study(
     if executor == "ray":
         from pruning.study.ray_executor import run_on_ray
 
-        report = run_on_ray(config, ray_address, memory.choices.get("gpus_per_cell", 0))
+        report = run_on_ray(config, ray_address, memory.choices.get("gpus_per_cell", 0) if memory else 0)
     elif executor != "local":
         from depthprune.errors import UserError
 

@@ -54,6 +54,13 @@ def model_config(model: str) -> dict:
         return read_model_config(resolved)
 
 
+def _needed(device: str, request: PlanRequest) -> bool:
+    """Plan for --dry-run, for described GPUs, and before any CUDA run; a CPU run goes ahead unplanned
+    (host memory is shared with everything else, so its plan could only advise)."""
+    planning_gpus = request.gpus is not None or request.gpu_memory_gib is not None
+    return request.dry_run or planning_gpus or device.startswith("cuda")
+
+
 def _finish(plan: MemoryPlan, request: PlanRequest) -> MemoryPlan:
     """Exit with the plan under ``--dry-run``; refuse a GPU run that cannot fit; else the plan."""
     if request.dry_run:
@@ -84,6 +91,8 @@ def _calibration_sizes(config, searches: tuple[str, ...], seq_len: int | None = 
 
 def plan_prune_run(config, request: PlanRequest):
     """``prune``: the plan of ``config`` (a PruneConfig); returns the config with the plan's sizes."""
+    if not _needed(config.device, request):
+        return config
     devices = plan_devices(config.device, request.gpus, request.gpu_memory_gib)
     sizes = _calibration_sizes(config, config.searches)
     plan = _finish(
@@ -98,8 +107,10 @@ def plan_prune_run(config, request: PlanRequest):
     )
 
 
-def plan_study_run(config, request: PlanRequest) -> MemoryPlan:
+def plan_study_run(config, request: PlanRequest) -> MemoryPlan | None:
     """``study``: the plan of its largest cell (every objective; the evaluation; healing)."""
+    if not _needed(config.device, request):
+        return None
     devices = plan_devices(config.device, request.gpus, request.gpu_memory_gib)
     objective = "kl" if "kl" in config.objectives else config.objectives[0]
     sizes = dataclasses.replace(
@@ -120,12 +131,16 @@ def plan_study_run(config, request: PlanRequest) -> MemoryPlan:
     return _finish(plan, request)
 
 
-def plan_heal_run(config, request: PlanRequest) -> MemoryPlan:
+def plan_heal_run(config, request: PlanRequest) -> MemoryPlan | None:
     """``heal``: the variant's own config.json (and the dense teacher's for distill), from the registry."""
     from registry import open_registry
 
+    if not _needed(config.device, request):
+        return None
     registry = open_registry(config.registry_url)
     parent = registry.resolve(config.variant)
+    if parent.is_dense or not parent.checkpoint_path:
+        return None  # heal itself says why it cannot heal this one
     teacher = None
     if config.method == "distill":
         base = registry.get_base_model(parent.base_model)
@@ -143,8 +158,10 @@ def plan_heal_run(config, request: PlanRequest) -> MemoryPlan:
     return _finish(plan, request)
 
 
-def plan_eval_run(paths: list[str], settings, request: PlanRequest) -> MemoryPlan:
+def plan_eval_run(paths: list[str], settings, request: PlanRequest) -> MemoryPlan | None:
     """``eval``: the largest of the variants' engines (they run one after the other)."""
+    if not _needed(settings.device, request):
+        return None
     from pruning.evaluation.engines import resolve_engine
 
     engine = resolve_engine(settings.engine)
