@@ -39,7 +39,6 @@ ProtectedObjective`); SLEB, PuDDing and LoRP keep the first and last block by de
 from __future__ import annotations
 
 import dataclasses
-import gc
 import hashlib
 import json
 import math
@@ -723,12 +722,14 @@ def _prune_shared(plan: PrunePlan, registry, on_variant) -> list[VariantOutcome]
 
 def _prune_standalone(plan: PrunePlan, registry, on_variant) -> list[VariantOutcome]:
     """``prune`` under ``--timing standalone``: a fresh evaluator per search, no memo loaded or saved."""
+    from pruning.isolation import release_device_memory
+
     current: dict[str, Any] = {}
     outcomes: list[VariantOutcome] = []
 
     def cold_evaluator():
         current.clear()  # free the previous evaluator's caches before the next one fills its own
-        gc.collect()
+        release_device_memory()  # and hand them back to the device, so the timing starts cold
         current["evaluator"] = _start_run(plan, cold=True)
         return current["evaluator"]
 
