@@ -51,12 +51,10 @@ def _host_bytes(devices: Devices) -> int:
     """Host memory the boundary cache may spill to."""
     from depthprune.planning.devices import host_memory_bytes
 
-    if devices.simulated or devices.kind == "cpu":
-        return (
-            devices.count * devices.memory_bytes * DEFAULT_HOST_PER_GPU
-            if devices.kind == "cuda"
-            else (devices.memory_bytes)
-        )
+    if devices.kind == "cpu":
+        return devices.memory_bytes
+    if devices.simulated:  # a machine we are not on: assume the usual host memory per GPU
+        return devices.count * devices.memory_bytes * DEFAULT_HOST_PER_GPU
     return host_memory_bytes()
 
 
