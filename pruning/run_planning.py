@@ -158,6 +158,20 @@ def plan_heal_run(config, request: PlanRequest) -> MemoryPlan | None:
     return _finish(plan, request)
 
 
+def eval_model_paths(names, registry) -> list[str]:
+    """What each ``eval`` name loads (directory, variant checkpoint, dense model); writes nothing."""
+    from pathlib import Path
+
+    paths = []
+    for name in names:
+        if Path(name).expanduser().is_dir() or name.endswith(".gguf"):
+            paths.append(name)
+            continue
+        variant = registry.resolve(name)
+        paths.append(variant.checkpoint_path or variant.base_model)
+    return paths
+
+
 def plan_eval_run(paths: list[str], settings, request: PlanRequest) -> MemoryPlan | None:
     """``eval``: the largest of the variants' engines (they run one after the other)."""
     if not _needed(settings.device, request):

@@ -220,3 +220,18 @@ def test_serve_dry_run_sizes_three_llama_engines_on_one_card(tmp_path):
         "serve", "--variants", variants, "--registry", url, "--dry-run", "--gpu-memory-gib", 24
     )
     assert status == 3
+
+
+def test_eval_dry_run_plans_the_engine_without_registering_anything(tmp_path, monkeypatch):
+    monkeypatch.setenv("DEPTHPRUNE_HOME", str(tmp_path / "home"))
+    model = public_config_dir(LLAMA_70B, tmp_path)
+    url = f"sqlite:///{tmp_path / 'registry.db'}"
+    status, out, err = run_cli(
+        "eval", model, "--registry", url, "--dry-run", "--gpus", 1, "--gpu-memory-gib", 80
+    )
+    assert status == 3 and "tensor parallel" in out, err
+    status, _, _ = run_cli("eval", model, "--registry", url, "--dry-run", "--gpus", 4, "--gpu-memory-gib", 80)
+    assert status == 0
+    from registry import open_registry
+
+    assert open_registry(url).base_models() == []

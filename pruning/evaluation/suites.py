@@ -570,11 +570,11 @@ def evaluate_variants(
         from registry import open_registry
 
         registry = open_registry()
-    targets = resolve_targets(names, registry)
-    if plan is not None:
-        from pruning.run_planning import plan_eval_run
+    if plan is not None:  # before resolving: that may register a directory's base model
+        from pruning.run_planning import eval_model_paths, plan_eval_run
 
-        plan_eval_run([target.model_path for target in targets], settings, plan)
+        plan_eval_run(eval_model_paths(names, registry), settings, plan)
+    targets = resolve_targets(names, registry)
     demo_dirs = {target.demo_dir for target in targets}
     concrete = {
         target.label: expand_suites(settings.suites, target.demo_dir is not None) for target in targets
