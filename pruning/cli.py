@@ -1,5 +1,5 @@
-"""Command-line functions of the pruning side: ``checkpoint``, ``prune``, ``heal``, ``bench-evaluator``,
-``eval`` and ``study``.
+"""Command-line functions of the pruning side: ``checkpoint``, ``prune``, ``heal``, ``eval``
+and ``study`` (``bench-evaluator``: :mod:`pruning.calibration.scoring.bench_cli`).
 
 Each function's typed signature is its command line (typer). Options every command shares (registry, dtype,
 device, seed, ``--json``) come from :mod:`depthprune.core.options`; options several commands of this module
@@ -15,8 +15,17 @@ from typing import Annotated
 
 import typer
 
-from depthprune.core.objectives import get_objective, objectives_help
-from depthprune.core.options import DeviceOption, DtypeOption, JsonOption, RegistryOption, SeedOption
+from depthprune.core.objectives import objectives_help
+from depthprune.core.options import (
+    DeviceOption,
+    DryRunOption,
+    DtypeOption,
+    GpuMemoryOption,
+    GpusOption,
+    JsonOption,
+    RegistryOption,
+    SeedOption,
+)
 
 # Help texts list the searches from their source, so a new search shows up without editing them.
 from pruning.search import SEARCHES, STUDY_SEARCHES
@@ -209,27 +218,36 @@ def evaluate(
     ] = "auto",
     limit: EvalLimitOption = None,
     seq_len: EvalSeqLenOption = 2048,
-    dtype: DtypeOption = "float32",
+    dtype: DtypeOption = "auto",
+    device: DeviceOption = "auto",
     num_fewshot: Annotated[int, typer.Option(help="Few-shot examples for lm-eval tasks (the study: 0).")] = 0,
     no_record: Annotated[
         bool, typer.Option("--no-record", help="Do not store the results in the registry.")
     ] = False,
     as_json: JsonOption = False,
+    dry_run: DryRunOption = False,
+    gpus: GpusOption = None,
+    gpu_memory_gib: GpuMemoryOption = None,
 ) -> None:
     """Measure perplexity and zero-shot accuracy of dense and pruned variants; record them in the registry."""
+    from depthprune.planning.devices import auto_device_dtype
     from pruning.evaluation.suites import EvalSettings, evaluate_variants, results_as_json
+    from pruning.run_planning import PlanRequest
     from registry import open_registry
 
+    device, dtype = auto_device_dtype(device, dtype, gpus, gpu_memory_gib)
     settings = EvalSettings(
         suites=_comma_list(suite),
         engine=engine,
         dtype=dtype,
+        device=device,
         seq_len=seq_len,
         limit=limit,
         num_fewshot=num_fewshot,
         progress=not as_json,
     )
-    outcome = evaluate_variants(variants, settings, open_registry(registry), record=not no_record)
+    plan = PlanRequest(dry_run, gpus, gpu_memory_gib, as_json)
+    outcome = evaluate_variants(variants, settings, open_registry(registry), record=not no_record, plan=plan)
     if as_json:
         print(json.dumps(results_as_json(outcome), indent=2))
     else:
@@ -296,8 +314,8 @@ def prune(
     option: PruneSearchOptions = None,
     out: CheckpointsOption = None,
     registry: RegistryOption = None,
-    dtype: DtypeOption = "float32",
-    device: DeviceOption = "cpu",
+    dtype: DtypeOption = "auto",
+    device: DeviceOption = "auto",
     memory_budget_gb: MemoryBudgetOption = None,
     overwrite: Annotated[
         bool,
@@ -314,16 +332,22 @@ def prune(
             "rankings); --no-shortcuts scores every candidate in full, to check that nothing changes.",
         ),
     ] = True,
+    dry_run: DryRunOption = False,
+    gpus: GpusOption = None,
+    gpu_memory_gib: GpuMemoryOption = None,
 ) -> None:
     """Choose M blocks to remove under a calibration configuration, write and register the pruned model.
 
     Interrupted runs resume: re-run the same command and no subset is scored twice.
     """
+    from depthprune.planning.devices import auto_device_dtype
     from pruning.calibration.config import CalibrationConfig
     from pruning.prune import PruneConfig, parse_option_assignments, parse_searches
     from pruning.prune import prune as run_prune
+    from pruning.run_planning import PlanRequest, plan_prune_run
 
     searches = parse_searches(search)
+    device, dtype = auto_device_dtype(device, dtype, gpus, gpu_memory_gib)
     config = PruneConfig(
         model=model,
         calibration=CalibrationConfig(
@@ -345,6 +369,7 @@ def prune(
         protect=_comma_list(protect),
         timing=timing,
     )
+    config = plan_prune_run(config, PlanRequest(dry_run, gpus, gpu_memory_gib, as_json))
     run_prune(config, on_variant=lambda outcome: _print_variant(outcome, as_json))
 
 
@@ -436,18 +461,24 @@ def heal(
     seed: SeedOption = 0,
     out: CheckpointsOption = None,
     registry: RegistryOption = None,
-    dtype: DtypeOption = "float32",
-    device: DeviceOption = "cpu",
+    dtype: DtypeOption = "auto",
+    device: DeviceOption = "auto",
     as_json: JsonOption = False,
+    dry_run: DryRunOption = False,
+    gpus: GpusOption = None,
+    gpu_memory_gib: GpuMemoryOption = None,
 ) -> None:
     """Recover a pruned variant's quality with LoRA or distillation; register the result as its child.
 
     The adapters are merged: the healed model is an ordinary checkpoint of the variant's shape. Ctrl-C is
     safe: run the same command again and training resumes to the same weights.
     """
+    from depthprune.planning.devices import auto_device_dtype
     from pruning.healing.config import DEFAULT_LORA_TARGETS, HealConfig
     from pruning.healing.heal import heal as run_heal
+    from pruning.run_planning import PlanRequest, plan_heal_run
 
+    device, dtype = auto_device_dtype(device, dtype, gpus, gpu_memory_gib)
     config = HealConfig(
         variant=variant,
         data=data,
@@ -471,6 +502,7 @@ def heal(
         registry_url=registry,
         out=out,
     )
+    plan_heal_run(config, PlanRequest(dry_run, gpus, gpu_memory_gib, as_json))
     _print_healed(run_heal(config), as_json)
 
 
@@ -564,6 +596,22 @@ StudyHealDataOption = Annotated[
 """``study --heal-data``."""
 
 
+StudyExecutorOption = Annotated[
+    str,
+    typer.Option(
+        help="local (this process, or --worker's shared queue) or ray (one Ray task per cell; needs "
+        "depthprune[ray])."
+    ),
+]
+"""``study --executor``."""
+
+RayAddressOption = Annotated[
+    str | None,
+    typer.Option(help="With --executor ray: the cluster to use (HOST:PORT); default: start a local one."),
+]
+"""``study --ray-address``."""
+
+
 def study(
     model: ModelOption,
     drop: Annotated[str, typer.Option(help="Budgets M (blocks removed), comma-separated, e.g. 4,6.")],
@@ -604,8 +652,8 @@ def study(
     ),
     checkpoints: CheckpointsOption = None,
     registry: RegistryOption = None,
-    dtype: DtypeOption = "float32",
-    device: DeviceOption = "cpu",
+    dtype: DtypeOption = "auto",
+    device: DeviceOption = "auto",
     protect: ProtectOption = None,
     timing: TimingOption = "standalone",
     as_json: Annotated[
@@ -613,6 +661,11 @@ def study(
     ] = False,
     worker: StudyWorkerOption = False,
     lease_seconds: LeaseSecondsOption = 120.0,
+    dry_run: DryRunOption = False,
+    gpus: GpusOption = None,
+    gpu_memory_gib: GpuMemoryOption = None,
+    executor: StudyExecutorOption = "local",
+    ray_address: RayAddressOption = None,
 ) -> None:
     """Run the depth-pruning study grid (objective x data x budget x search x seed), evaluate every variant,
     and write a report with the study's tables and figures.
@@ -620,11 +673,14 @@ def study(
     Resumable: cells already in the report's cells.json or in the registry are never recomputed. With
     --worker, start the same command on several machines against one PostgreSQL --registry to share the grid.
     """
+    from depthprune.planning.devices import auto_device_dtype
     from pruning.prune import parse_option_assignments
+    from pruning.run_planning import PlanRequest, plan_study_run
     from pruning.study.plan import StudyConfig, study_searches
     from pruning.study.run import run_study
 
     names = study_searches(searches)
+    device, dtype = auto_device_dtype(device, dtype, gpus, gpu_memory_gib)
     config = StudyConfig(
         model=model,
         drops=_integers(drop, "--drop"),
@@ -657,7 +713,17 @@ def study(
         worker=worker,
         lease_seconds=lease_seconds,
     )
-    report = run_study(config)
+    memory = plan_study_run(config, PlanRequest(dry_run, gpus, gpu_memory_gib, as_json))
+    if executor == "ray":
+        from pruning.study.ray_executor import run_on_ray
+
+        report = run_on_ray(config, ray_address, memory.choices.get("gpus_per_cell", 0) if memory else 0)
+    elif executor != "local":
+        from depthprune.core.errors import UserError
+
+        raise UserError(f"--executor must be local or ray, got {executor!r}")
+    else:
+        report = run_study(config)
     if as_json:
         print((report / "study.json").read_text())
     else:
@@ -665,120 +731,3 @@ def study(
 
 
 # ------------------------------------------------------------------------------------------ bench-evaluator
-
-
-def _demo_data_spec(model: str, data_kind: str) -> str:
-    """The demo model's own calibration data of ``data_kind``; a user error when MODEL has none."""
-    from depthprune.demo.paths import data_file
-
-    if not data_file(model, "text_test").parent.is_dir():
-        from depthprune.core.errors import UserError
-
-        raise UserError(f"{model} has no demo data/ directory: pass --data (e.g. text:PATH or mc:PATH)")
-    return f"{'demo:text' if data_kind == 'text' else 'demo:qa'}@{model}"
-
-
-def _print_benchmark(
-    result: dict, *, objective: str, data: str, budget: int, random_sets: int, repeats: int
-) -> None:
-    """The benchmark in words: workload, both sides' cost, the speedup and whether the scores agree."""
-    print(
-        f"{result['sets']} removal sets ({result['num_blocks']} single-block + {random_sets} random "
-        f"M={budget}), objective {objective} on {data}, {result['sequences']} sequences"
-    )
-    print(
-        f"fast : {result['fast_seconds']:8.2f} s  {result['fast_block_forwards']:6d} block-forwards  "
-        f"{result['fast_head_positions']:8d} LM-head positions  (reference pass "
-        f"{result['fast_reference_pass_seconds']:.2f} s, boundaries {result['cached_boundaries']})"
-    )
-    print(
-        f"naive: {result['naive_seconds']:8.2f} s  {result['naive_block_forwards']:6d} block-forwards  "
-        f"{result['naive_head_positions']:8d} LM-head positions"
-    )
-    if repeats > 1:
-        print(
-            f"medians of {repeats} interleaved rounds; fast {result['fast_seconds_each']} s, "
-            f"naive {result['naive_seconds_each']} s"
-        )
-    print(
-        f"speedup {result['speedup']}x, scores agree: {result['agree']} "
-        f"(max |difference| {result['max_abs_difference']:.2e})"
-    )
-
-
-def bench_evaluator(
-    model: Annotated[
-        str | None,
-        typer.Option(
-            help="smollm2-135m, a .gguf file, a model directory or hub id (default: the demo model, built "
-            "on first use)."
-        ),
-    ] = None,
-    objective: ObjectiveOption = "task_margin",
-    data: Annotated[
-        str | None,
-        typer.Option(
-            help="Data spec (default: the demo model's demo:qa or demo:text, as the objective needs)."
-        ),
-    ] = None,
-    samples: CalibrationSamplesOption = 32,
-    seq_len: Annotated[int, typer.Option(help="Tokens per text window / longest question.")] = 128,
-    budget: Annotated[int, typer.Option(help="Blocks removed in each random set (M).")] = 4,
-    random_sets: Annotated[int, typer.Option(help="Random M-block sets scored after the single ones.")] = 100,
-    seed: SeedOption = 0,
-    batch_size: Annotated[int, typer.Option(help="Sequences per forward.")] = 16,
-    dtype: DtypeOption = "float32",
-    device: DeviceOption = "cpu",
-    memory_budget_gb: MemoryBudgetOption = None,
-    repeats: Annotated[
-        int,
-        typer.Option(
-            help="Interleaved rounds of each side (fast, naive, then naive, fast, ...); times are medians."
-        ),
-    ] = 1,
-    pack: Annotated[
-        bool, typer.Option(help="Fast side: run each question's choices as one sequence sharing the prompt.")
-    ] = True,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
-) -> None:
-    """Benchmark the fast subset evaluator against naive full forwards on the same removal sets.
-
-    Scores every single-block removal and RANDOM_SETS random sets of BUDGET blocks both ways, checks that
-    the scores agree to 1e-5, and reports wall times, block-forward counts and the speedup. On a shared
-    machine use --repeats 3 or more: a single run measures the neighbours as much as the evaluator.
-    """
-    from pruning.calibration.config import CalibrationConfig
-    from pruning.calibration.scoring.bench import compare_with_naive
-
-    kind = get_objective(objective).data_kind
-    if model is None:
-        from depthprune.demo.model import ensure_demo_model
-
-        model = str(ensure_demo_model(progress=not as_json))
-    else:
-        from pruning.model_sources import resolve_model
-
-        model = resolve_model(model, progress=not as_json).model  # an embedded name or a GGUF: converted
-    if data is None:
-        data = _demo_data_spec(model, kind)
-    config = CalibrationConfig(objective, data, samples=samples, seq_len=seq_len, seed=seed)
-    result = compare_with_naive(
-        model,
-        config,
-        budget=budget,
-        random_sets=random_sets,
-        seed=seed,
-        batch_size=batch_size,
-        dtype=dtype,
-        device=device,
-        memory_budget_gb=memory_budget_gb,
-        progress=not as_json,
-        repeats=repeats,
-        pack_choices=pack,
-    )
-    if as_json:
-        print(json.dumps(result))
-    else:
-        _print_benchmark(
-            result, objective=objective, data=data, budget=budget, random_sets=random_sets, repeats=repeats
-        )

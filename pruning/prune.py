@@ -39,7 +39,6 @@ ProtectedObjective`); SLEB, PuDDing and LoRP keep the first and last block by de
 from __future__ import annotations
 
 import dataclasses
-import gc
 import hashlib
 import json
 import math
@@ -105,6 +104,8 @@ class PruneConfig:
     """torch device of the evaluator."""
     memory_budget_gb: float | None = None
     """Memory the evaluator's boundary cache may use; None = its default."""
+    calibration_batch: int = 8
+    """Calibration sequences per forward (the memory plan lowers it on a small GPU; values do not change)."""
     overwrite: bool = False
     """Replace an existing checkpoint directory that holds a different removal set."""
     progress: bool = True
@@ -630,6 +631,7 @@ def _start_run(plan: PrunePlan, cold: bool = False):
         memory_budget_gb=config.memory_budget_gb,
         progress=config.progress,
         shortcuts=config.shortcuts,
+        batch_size=config.calibration_batch,
     )
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     (plan.run_dir / "run.json").write_text(
@@ -721,12 +723,14 @@ def _prune_shared(plan: PrunePlan, registry, on_variant) -> list[VariantOutcome]
 
 def _prune_standalone(plan: PrunePlan, registry, on_variant) -> list[VariantOutcome]:
     """``prune`` under ``--timing standalone``: a fresh evaluator per search, no memo loaded or saved."""
+    from pruning.isolation import release_device_memory
+
     current: dict[str, Any] = {}
     outcomes: list[VariantOutcome] = []
 
     def cold_evaluator():
         current.clear()  # free the previous evaluator's caches before the next one fills its own
-        gc.collect()
+        release_device_memory()  # and hand them back to the device, so the timing starts cold
         current["evaluator"] = _start_run(plan, cold=True)
         return current["evaluator"]
 

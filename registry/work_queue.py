@@ -62,6 +62,8 @@ PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
 STATES = (PENDING, RUNNING, DONE, FAILED)
 DEFAULT_LEASE_SECONDS = 120.0
 """How long a claim lasts without a heartbeat: a killed worker's cell waits this long to be reclaimed."""
+PERMANENT_PREFIX = "permanent: "
+"""Start of a failure another attempt would repeat (out of memory on that card): enqueue keeps it failed."""
 DEFAULT_MAX_ATTEMPTS = 3
 """Claims of a cell whose workers all stopped without finishing it, after which it is failed."""
 
@@ -196,7 +198,8 @@ class WorkQueue:
     # ---------------------------------------------------------------- filling
 
     def enqueue(self, cell_keys: Iterable[str]) -> int:
-        """Add the cells not yet in the queue as ``pending``, and put failed cells back to ``pending``.
+        """Add the cells not yet in the queue as ``pending``, and put failed cells back to ``pending``
+        (not those whose error is permanent: :data:`PERMANENT_PREFIX`).
 
         Cells already pending, running or done are left as they are, so every worker may enqueue the whole
         grid when it starts. Failed cells are retried by the next worker that starts (as re-running a study
@@ -219,7 +222,11 @@ class WorkQueue:
             )
             session.execute(
                 update(StudyCellRow)
-                .where(StudyCellRow.study_key == self.key, StudyCellRow.state == FAILED)
+                .where(
+                    StudyCellRow.study_key == self.key,
+                    StudyCellRow.state == FAILED,
+                    StudyCellRow.error.is_(None) | ~StudyCellRow.error.startswith(PERMANENT_PREFIX),
+                )
                 .values(state=PENDING, worker=None, attempts=0, error=None, lease_expires_at=None)
             )
             return len(missing)

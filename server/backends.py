@@ -173,6 +173,8 @@ class Backend:
             command += ["--max-num-seqs", str(opts.max_num_seqs)]
         if self.gpu_memory_utilization is not None:
             command += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
+        if self.spec.tensor_parallel_size > 1:
+            command += ["--tensor-parallel-size", str(self.spec.tensor_parallel_size)]
         return command + list(opts.extra_args)
 
     def environment(self) -> dict[str, str]:
@@ -180,6 +182,8 @@ class Backend:
         env = dict(os.environ)
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.options.kv_cache_gib))
         env.update(self.options.env)
+        if self.spec.gpus is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(card) for card in self.spec.gpus)
         if self.api_key:
             # vLLM reads it as --api-key; in the environment it is not shown by ps to other users.
             env["VLLM_API_KEY"] = self.api_key
@@ -375,7 +379,11 @@ class BackendPool:
             if spec.managed:
                 managed_index += 1
             self.backends[spec.name] = Backend(
-                spec, options, port, fraction if spec.managed else None, settings.api_key
+                spec,
+                options,
+                port,
+                (spec.gpu_memory_utilization or fraction) if spec.managed else None,
+                settings.api_key,
             )
         self.client: httpx.AsyncClient | None = None
         self.session = None  # aiohttp.ClientSession of the request path, made in open()

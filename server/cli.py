@@ -23,9 +23,12 @@ from typing import Annotated, Any
 import typer
 
 from depthprune.core.errors import UserError
-from depthprune.core.options import RegistryOption
+from depthprune.core.options import DryRunOption, GpusOption, RegistryOption
+from depthprune.core.options import GpuMemoryOption as PlanGpuMemoryOption
+from server.backends import is_cpu_build
 from server.launch import gateway_summary, serve_gateway
 from server.settings import BackendSpec, GatewaySettings, VariantMetadata, VllmOptions, load_config_file
+from server.sizing import SizingRequest, size_engines
 
 
 def parse_variant_list(text: str) -> list[tuple[str, str | None]]:
@@ -264,6 +267,10 @@ VllmArgOption = Annotated[
     list[str] | None,
     typer.Option(help="Extra argument for every vLLM process, repeatable: --vllm-arg=--enforce-eager."),
 ]
+TensorParallelOption = Annotated[
+    str | None,
+    typer.Option(help="GPUs per engine (vLLM --tensor-parallel-size): N for every variant or NAME=N,...."),
+]
 ServeJsonOption = Annotated[
     bool,
     typer.Option(
@@ -290,6 +297,10 @@ def serve(
     vllm_arg: VllmArgOption = None,
     log_level: Annotated[str, typer.Option(help="Gateway log level (debug, info, warning).")] = "info",
     as_json: ServeJsonOption = False,
+    tensor_parallel: TensorParallelOption = None,
+    dry_run: DryRunOption = False,
+    gpus: GpusOption = None,
+    gpu_memory_gib: PlanGpuMemoryOption = None,
 ) -> None:
     """Serve variants through vLLM behind one OpenAI-compatible gateway with A/B routing and metrics.
 
@@ -315,6 +326,8 @@ def serve(
         vllm_args=vllm_arg or [],
     )
     settings = build_settings(options, file_config)
+    sizing = SizingRequest(dry_run, gpus, gpu_memory_gib, tensor_parallel, as_json)
+    settings = size_engines(settings, sizing, gpu_build=not is_cpu_build())
     serve_gateway(
         settings,
         log_level=log_level,

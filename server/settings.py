@@ -53,6 +53,12 @@ class BackendSpec:
     """Base URL (``http://host:port``) of an already running vLLM server; None for a managed backend."""
     metadata: VariantMetadata = field(default_factory=VariantMetadata)
     """Registry facts shown by ``/v1/models``."""
+    tensor_parallel_size: int = 1
+    """GPUs one engine of this variant spans (vLLM ``--tensor-parallel-size``)."""
+    gpu_memory_utilization: float | None = None
+    """This engine's share of each of its cards (the memory plan's split); None: the pool's default."""
+    gpus: tuple[int, ...] | None = None
+    """Cards the engine runs on (its ``CUDA_VISIBLE_DEVICES``); None: whatever the process sees."""
 
     def __post_init__(self):
         if not self.name or "/" in self.name or " " in self.name:

@@ -22,7 +22,7 @@ COMMANDS = {
     "checkpoint": "pruning.cli:checkpoint",
     "prune": "pruning.cli:prune",
     "heal": "pruning.cli:heal",
-    "bench-evaluator": "pruning.cli:bench_evaluator",
+    "bench-evaluator": "pruning.calibration.scoring.bench_cli:bench_evaluator",
     "eval": "pruning.cli:evaluate",
     "study": "pruning.cli:study",
     "data": "pruning.data_cli:app",

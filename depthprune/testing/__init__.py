@@ -23,6 +23,9 @@ test that needs only ports does not load torch. The modules:
 * :mod:`~depthprune.testing.postgres` — a throwaway PostgreSQL server, and databases created and dropped on
   any server;
 * :mod:`~depthprune.testing.cli` — ``run_cli``: the console script in-process, output captured;
+* :mod:`~depthprune.testing.public_configs` — the public config.json of Llama-3.1-8B/70B, Qwen3-8B and
+  Gemma-3-12B (no weights), for the memory planner;
+* :mod:`~depthprune.testing.processes` — small jobs for one-process-per-job tests (hold memory, fail, RSS);
 * :mod:`~depthprune.testing.imports` — which heavy modules (torch, vLLM, transformers) an import loads, seen
   from a fresh interpreter.
 """

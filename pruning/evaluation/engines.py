@@ -291,7 +291,9 @@ def resolve_engine(engine: str) -> str:
     return engine
 
 
-def open_engine(model: str, engine: str = "auto", *, dtype: str = "float32", max_length: int | None = None):
+def open_engine(
+    model: str, engine: str = "auto", *, dtype: str = "float32", max_length: int | None = None, device="auto"
+):
     """Open the named engine on a checkpoint directory or hub id.
 
     Args:
@@ -299,6 +301,8 @@ def open_engine(model: str, engine: str = "auto", *, dtype: str = "float32", max
         engine: ``auto``, ``vllm`` or ``torch``.
         dtype: weights dtype.
         max_length: longest sequence scored (the engine's context).
+        device: ``auto`` ($DEPTHPRUNE_DEVICE, else CUDA when present, else CPU), ``cpu``, ``cuda``,
+            ``cuda:N``.
 
     Returns:
         A :class:`VllmEngine` or :class:`TorchEngine`.
@@ -307,7 +311,11 @@ def open_engine(model: str, engine: str = "auto", *, dtype: str = "float32", max
 
     engine = resolve_engine(engine)
     model = resolve_model(model).model  # a GGUF file or an embedded name: its converted checkpoint
+    if device == "auto":
+        device = os.environ.get("DEPTHPRUNE_DEVICE") or ("cuda" if _cuda_available() else "cpu")
     if engine == "vllm":
+        from depthprune.planning.devices import select_visible_device
+
+        select_visible_device(device)  # vLLM places itself on the visible cards: show it only cuda:N
         return VllmEngine(model, dtype=dtype, max_length=max_length)
-    device = os.environ.get("DEPTHPRUNE_DEVICE") or ("cuda" if _cuda_available() else "cpu")
     return TorchEngine(model, dtype=dtype, device=device, max_length=max_length)

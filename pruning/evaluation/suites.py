@@ -87,6 +87,10 @@ class EvalSettings:
     """``auto`` (vLLM when installed, else transformers), ``vllm`` or ``hf``."""
     dtype: str = "float32"
     """Weights dtype of the engine."""
+    device: str = "auto"
+    """torch device of the engine (``cuda:N`` picks the card; vLLM sees only that one)."""
+    own_process: bool | None = None
+    """Run each variant's engine in a process of its own (None: on CUDA, where memory must be given back)."""
     seq_len: int = 2048
     """Perplexity window length in tokens (capped at the engine's context)."""
     limit: int | None = None
@@ -401,8 +405,19 @@ def evaluate_model(
     """
     from pruning.evaluation.engines import open_engine
     from pruning.evaluation.lm_eval_models import EngineLM
+    from pruning.isolation import release_device_memory, run_in_own_process
 
-    engine = open_engine(model_path, settings.engine, dtype=settings.dtype)
+    if _in_own_process(settings):
+        portable = replace(prepared, task_manager=None)  # rebuilt there: it does not pickle
+        return run_in_own_process(
+            evaluate_model, model_path, tuple(suites), portable, replace(settings, own_process=False)
+        )
+    if prepared.lm_eval_tasks and prepared.task_manager is None:
+        from lm_eval.tasks import TaskManager
+
+        prepared.task_manager = TaskManager(include_defaults="zero-shot" in prepared.lm_eval_tasks)
+    release_device_memory()  # what pruning left in torch's cache would look taken to the engine
+    engine = open_engine(model_path, settings.engine, dtype=settings.dtype, device=settings.device)
     try:
         results: list[EvalResult] = []
         for suite in suites:
@@ -415,6 +430,15 @@ def evaluate_model(
         return results
     finally:
         engine.close()
+
+
+def _in_own_process(settings: EvalSettings) -> bool:
+    """Whether the engine runs in a process of its own: as asked, else on CUDA."""
+    if settings.own_process is not None:
+        return settings.own_process
+    from depthprune.planning.devices import resolve_device
+
+    return resolve_device(settings.device).startswith("cuda")
 
 
 # ---------------------------------------------------------------------------------------------- registry
@@ -523,7 +547,7 @@ class EvaluatedVariant:
 
 
 def evaluate_variants(
-    names: Sequence[str], settings: EvalSettings, registry=None, record: bool = True
+    names: Sequence[str], settings: EvalSettings, registry=None, record: bool = True, plan=None
 ) -> list[EvaluatedVariant]:
     """Evaluate variants one after another and record the results.
 
@@ -532,6 +556,8 @@ def evaluate_variants(
         settings: suites and engine.
         registry: an open :class:`registry.Registry` (opened from the default URL when None).
         record: store the results in the registry.
+        plan: a :class:`pruning.run_planning.PlanRequest`: plan memory before loading anything (and exit
+            under ``--dry-run``).
 
     Returns:
         One :class:`EvaluatedVariant` per name, in the order given.
@@ -544,6 +570,10 @@ def evaluate_variants(
         from registry import open_registry
 
         registry = open_registry()
+    if plan is not None:  # before resolving: that may register a directory's base model
+        from pruning.run_planning import eval_model_paths, plan_eval_run
+
+        plan_eval_run(eval_model_paths(names, registry), settings, plan)
     targets = resolve_targets(names, registry)
     demo_dirs = {target.demo_dir for target in targets}
     concrete = {

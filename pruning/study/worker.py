@@ -108,6 +108,13 @@ class GridCellRunner:
         return self.registry.resolve(done[cell.key].variant).id
 
 
+def failure_message(error: Exception) -> str:
+    """What a failed cell records: an out-of-memory error is permanent (not retried) and says what to do."""
+    from pruning.isolation import is_out_of_memory, out_of_memory_message
+
+    return out_of_memory_message(error) if is_out_of_memory(error) else f"{type(error).__name__}: {error}"
+
+
 def work_on(queue, claim, run_cell: CellRunner, say: Callable[[str], None]) -> bool:
     """Run one claimed cell under a heartbeat and record how it ended.
 
@@ -134,7 +141,7 @@ def work_on(queue, claim, run_cell: CellRunner, say: Callable[[str], None]) -> b
             return True
         except Exception as error:
             traceback.print_exc()
-            queue.fail(claim, f"{type(error).__name__}: {error}")
+            queue.fail(claim, failure_message(error))
             say(f"failed {claim.cell_key}: {error}")
             return True
         except BaseException:

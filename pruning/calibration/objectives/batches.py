@@ -77,6 +77,26 @@ def chunked(hidden: torch.Tensor):
 # --------------------------------------------------------------------------------------------- batching
 
 
+def sum_by_index(values: torch.Tensor, index: torch.Tensor, size: int) -> torch.Tensor:
+    """``out[i] = sum of values[j] where index[j] == i``, the same bits on every run.
+
+    ``index_add`` adds with atomics on CUDA, in an order that changes between runs, so equal removal sets
+    could score differently by a rounding and a search could take another branch. On CUDA the sum is a
+    product with a one-hot matrix instead (a fixed reduction order); on the CPU ``index_add`` is already
+    sequential and keeps the values earlier runs recorded.
+    """
+    if values.device.type == "cpu":
+        return values.new_zeros(size).index_add(0, index, values)
+    return one_hot_sum(values, index, size)
+
+
+def one_hot_sum(values: torch.Tensor, index: torch.Tensor, size: int) -> torch.Tensor:
+    """:func:`sum_by_index` as a product with a one-hot matrix: no atomics, differentiable."""
+    import torch
+
+    return values @ torch.nn.functional.one_hot(index, size).to(values.dtype)
+
+
 def _pad_id(tokenizer) -> int:
     for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id):
         if candidate is not None:

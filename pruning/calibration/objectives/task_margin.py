@@ -12,7 +12,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from pruning.calibration.objectives.batches import CalibrationBatch, Head, Reference, as_loss_dtype, chunked
+from pruning.calibration.objectives.batches import (
+    CalibrationBatch,
+    Head,
+    Reference,
+    as_loss_dtype,
+    chunked,
+    sum_by_index,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -35,13 +42,12 @@ def loss(
         token_logprobs.append(logprobs.gather(1, tokens[:, None])[:, 0])
     token_logprobs = torch.cat(token_logprobs)
     sequences = hidden.shape[0]
-    zeros = token_logprobs.new_zeros(sequences)
-    answer_sum = zeros.index_add(0, batch.answer_rows, token_logprobs)
-    answer_len = zeros.index_add(0, batch.answer_rows, torch.ones_like(token_logprobs))
+    answer_sum = sum_by_index(token_logprobs, batch.answer_rows, sequences)
+    answer_len = sum_by_index(torch.ones_like(token_logprobs), batch.answer_rows, sequences)
     mean_logprob = answer_sum / answer_len  # ℓ per (item, choice) sequence
     items = batch.num_samples
-    total = mean_logprob.new_zeros(items).index_add(0, batch.sequence_item, mean_logprob)
-    choices = mean_logprob.new_zeros(items).index_add(0, batch.sequence_item, torch.ones_like(mean_logprob))
+    total = sum_by_index(mean_logprob, batch.sequence_item, items)
+    choices = sum_by_index(torch.ones_like(mean_logprob), batch.sequence_item, items)
     # Σ_{j≠c} (ℓ_c − ℓ_j) = k·ℓ_c − Σ_j ℓ_j
     margin = choices * mean_logprob[batch.correct_sequence] - total
     return -margin

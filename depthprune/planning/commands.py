@@ -1,0 +1,400 @@
+"""One plan builder per heavy command: prune, study, heal, eval and serve.
+
+Each takes the parsed config.json (see :func:`~depthprune.planning.shape.read_model_config`), the run's
+sizes and the devices, and returns a :class:`~depthprune.planning.plan.MemoryPlan` with advice. The sizes
+a run should use are in ``plan.choices`` (``calibration_batch``, ``memory_budget_gb``, ``kl_reference``,
+``max_model_len``, per-engine ``gpu_memory_utilization``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from depthprune.planning import estimates as est
+from depthprune.planning.devices import DTYPE_BYTES, GIB, Devices
+from depthprune.planning.parameters import count_parameters, lora_parameters
+from depthprune.planning.plan import HOST, Item, MemoryPlan, Step, with_advice
+from depthprune.planning.shape import ModelShape, model_shape
+
+DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+LORA_BYTES_PER_PARAMETER = 16
+"""fp32 adapter weight, gradient and two AdamW moments (peft keeps adapters in fp32)."""
+VLLM_EVAL_SHARE = 0.85
+"""``gpu_memory_utilization`` of the evaluation engine (pruning.evaluation.engines)."""
+SERVE_TOTAL_SHARE = 0.9
+"""What all engines on one card may claim together: below 1, room for the CUDA contexts."""
+MIN_MAX_MODEL_LEN = 2048
+"""Shortest context the serve planner offers before declaring that the engines do not fit."""
+DEFAULT_HOST_PER_GPU = 2
+"""Host memory assumed per byte of GPU memory when planning a machine we are not on."""
+
+
+@dataclass(frozen=True)
+class CalibrationSizes:
+    """What the calibration side of prune/study runs over."""
+
+    samples: int = 64
+    """Calibration samples (text windows or choices)."""
+    seq_len: int = 2048
+    """Tokens per window."""
+    objective: str = "perplexity"
+    """perplexity, task_margin or kl (kl keeps a dense reference)."""
+    searches: tuple[str, ...] = ("greedy",)
+    """Searches run (cbo backpropagates through every block)."""
+    batch_size: int = 8
+    """Largest calibration batch the run may use; the plan may pick a smaller one."""
+    memory_budget_gb: float | None = None
+    """The user's budget of the boundary cache, if given."""
+
+
+def _host_bytes(devices: Devices) -> int:
+    """Host memory the boundary cache may spill to."""
+    from depthprune.planning.devices import host_memory_bytes
+
+    if devices.kind == "cpu":
+        return devices.memory_bytes
+    if devices.simulated:  # a machine we are not on: assume the usual host memory per GPU
+        return devices.count * devices.memory_bytes * DEFAULT_HOST_PER_GPU
+    return host_memory_bytes()
+
+
+def _calibration_batch(
+    shape: ModelShape, sizes: CalibrationSizes, dtype_bytes: int, free: int
+) -> tuple[int, int]:
+    """Largest batch <= ``sizes.batch_size`` whose activations take at most half of ``free`` (the rest is
+    the boundary cache's), else the largest that fits at all; with its activation bytes."""
+
+    def activations(batch: int) -> int:
+        forward = est.forward_activation_bytes(shape, batch, sizes.seq_len, dtype_bytes)
+        if "cbo" not in sizes.searches:
+            return forward
+        return max(forward, est.backward_activation_bytes(shape, batch, sizes.seq_len, dtype_bytes))
+
+    for limit in (free // 2, free):
+        for batch in range(min(sizes.batch_size, sizes.samples), 0, -1):
+            if activations(batch) <= limit:
+                return batch, activations(batch)
+    return 1, activations(1)
+
+
+def _calibration_steps(shape: ModelShape, sizes: CalibrationSizes, dtype: str, devices: Devices):
+    """Steps of the evaluator (dense pass, CBO gradients) and the sizes chosen for them."""
+    dtype_bytes = DTYPE_BYTES[dtype]
+    count = count_parameters(shape)
+    weights = est.weights_on_fullest_device(count, dtype_bytes, devices.count)
+    free = max(devices.usable_bytes - weights, 0)
+    batch, activation = _calibration_batch(shape, sizes, dtype_bytes, free)
+    per_boundary = est.boundary_bytes(shape, sizes.samples, sizes.seq_len, dtype_bytes)
+    # The KL reference's final hidden states sit beside the cache when its log-probs do not fit.
+    reference_hidden = per_boundary if sizes.objective == "kl" else 0
+    device_budget = (
+        int(sizes.memory_budget_gb * GIB)
+        if sizes.memory_budget_gb is not None
+        else max(free - activation - reference_hidden, 0)
+    )
+    budget, where = device_budget, "device"
+    slots = min(budget // max(per_boundary, 1), shape.num_layers)
+    if devices.kind == "cuda" and slots < shape.num_layers:
+        # The evaluator keeps the whole cache in host memory when the device cannot hold every boundary.
+        where, budget = HOST, _host_bytes(devices) // 2
+        slots = min(budget // max(per_boundary, 1), shape.num_layers)
+    cache = Item(
+        f"boundary cache ({slots} of {shape.num_layers} boundaries)",
+        slots * per_boundary,
+        where if devices.kind == "cuda" else "device",
+        f"{per_boundary / GIB:.2f} GiB per boundary",
+    )
+    items = [Item("weights", weights, note=f"{devices.count} device(s)"), cache]
+    choices = {
+        "calibration_batch": batch,
+        "memory_budget_gb": round(device_budget / GIB, 3),
+        "boundary_slots": int(slots),
+        "cache_on": cache.where,
+    }
+    advice = []
+    if sizes.objective == "kl":
+        logprobs = est.kl_reference_logprob_bytes(shape, sizes.samples, sizes.seq_len)
+        if slots * per_boundary + logprobs <= budget:
+            items.append(Item("KL reference (dense log-probs)", logprobs, cache.where))
+            choices["kl_reference"] = "logprobs"
+        else:
+            items.append(
+                Item(
+                    "KL reference (final hidden states)",
+                    per_boundary,
+                    cache.where,
+                    "logits recomputed per chunk",
+                )
+            )
+            choices["kl_reference"] = "chunked"
+            advice.append(f"KL reference chunked: full log-probs would need {logprobs / GIB:.1f} GiB")
+    forward = est.forward_activation_bytes(shape, batch, sizes.seq_len, dtype_bytes)
+    steps = [
+        Step("dense reference pass and scoring", items + [Item(f"activations (batch {batch})", forward)])
+    ]
+    if "cbo" in sizes.searches:
+        backward = est.backward_activation_bytes(shape, batch, sizes.seq_len, dtype_bytes)
+        steps.append(Step("CBO gradients", items + [Item(f"backward activations (batch {batch})", backward)]))
+    for step in steps:
+        step.devices = devices.count
+    return steps, choices, advice
+
+
+def _plan(command: str, model: str, shape: ModelShape, dtype: str, devices: Devices, steps) -> MemoryPlan:
+    total = count_parameters(shape).total
+    notes = list(shape.notes)
+    if devices.simulated and devices.kind == "cuda" and command in ("prune", "study"):
+        notes.append(f"host memory assumed {DEFAULT_HOST_PER_GPU} x the GPUs' memory")
+    return MemoryPlan(command, model, dtype, devices, total, total * DTYPE_BYTES[dtype], steps, notes=notes)
+
+
+def plan_prune(config: dict, model: str, dtype: str, devices: Devices, sizes: CalibrationSizes) -> MemoryPlan:
+    """Plan of ``prune``: load the model, the dense pass with its caches, the searches (CBO's backward)."""
+    shape = model_shape(config)
+
+    def build(on: Devices) -> MemoryPlan:
+        steps, choices, advice = _calibration_steps(shape, sizes, dtype, on)
+        plan = _plan("prune", model, shape, dtype, on, steps)
+        plan.choices, plan.advice = choices, advice
+        return plan
+
+    return with_advice(build, devices, "device_map")
+
+
+def engine_need(shape: ModelShape, dtype: str, max_model_len: int, tensor_parallel: int = 1, logprobs_len=0):
+    """Bytes one vLLM engine needs per GPU: weights, profiled activations, KV of one full sequence."""
+    dtype_bytes = DTYPE_BYTES[dtype]
+    weights = count_parameters(shape).total * dtype_bytes
+    return [
+        Item("engine weights", weights // tensor_parallel),
+        Item("engine activations", est.engine_activation_bytes(shape, dtype_bytes, logprobs_len)),
+        Item(
+            f"KV cache ({max_model_len} tokens)",
+            est.kv_cache_bytes(shape, max_model_len, dtype_bytes) // tensor_parallel,
+        ),
+    ]
+
+
+def _eval_step(
+    shape: ModelShape, dtype: str, devices: Devices, engine: str, seq_len: int
+) -> tuple[Step, dict]:
+    """The evaluation engine (its own process): vLLM with its memory share, or a torch forward."""
+    dtype_bytes = DTYPE_BYTES[dtype]
+    if engine == "vllm":
+        tensor_parallel = 1
+        while True:
+            items = engine_need(shape, dtype, seq_len + 1, tensor_parallel, logprobs_len=seq_len)
+            need = sum(item.bytes for item in items)
+            if need <= VLLM_EVAL_SHARE * devices.memory_bytes or tensor_parallel >= devices.count:
+                break
+            tensor_parallel *= 2
+        items.append(
+            Item(
+                "rest of the engine's share (KV pool)",
+                max(int(VLLM_EVAL_SHARE * devices.memory_bytes) - need, 0),
+            )
+        )
+        choices = {
+            "eval_tensor_parallel_size": tensor_parallel,
+            "eval_gpu_memory_utilization": VLLM_EVAL_SHARE,
+        }
+        return Step("evaluation (vLLM engine, own process)", items, tensor_parallel), choices
+    count = count_parameters(shape)
+    items = [
+        Item("weights", est.weights_on_fullest_device(count, dtype_bytes, devices.count)),
+        Item("activations (1 window)", est.forward_activation_bytes(shape, 1, seq_len, dtype_bytes)),
+    ]
+    return Step("evaluation (torch engine)", items, devices.count), {}
+
+
+def plan_eval(
+    config: dict, model: str, dtype: str, devices: Devices, engine: str, seq_len: int
+) -> MemoryPlan:
+    """Plan of ``eval``: one engine per variant, one after the other."""
+    shape = model_shape(config)
+
+    def build(on: Devices) -> MemoryPlan:
+        step, choices = _eval_step(shape, dtype, on, engine, seq_len)
+        plan = _plan("eval", model, shape, dtype, on, [step])
+        plan.choices = choices
+        return plan
+
+    return with_advice(build, devices, "tensor parallel" if engine == "vllm" else "device_map")
+
+
+@dataclass(frozen=True)
+class HealSizes:
+    """What ``heal`` trains."""
+
+    method: str = "lora"
+    """lora or distill (distill loads the dense teacher beside the student)."""
+    full_finetune: bool = False
+    """distill: train every weight of the student, not adapters."""
+    batch_size: int = 8
+    """Windows per step."""
+    seq_len: int = 512
+    """Tokens per window."""
+    lora_rank: int = 8
+    """Adapter rank."""
+    lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
+    """Projections that get adapters."""
+
+
+def _heal_step(
+    student: ModelShape, teacher: ModelShape | None, dtype: str, devices: Devices, sizes: HealSizes
+):
+    dtype_bytes = DTYPE_BYTES[dtype]
+    count = count_parameters(student)
+    items = [Item("student weights", est.weights_on_fullest_device(count, dtype_bytes, devices.count))]
+    if sizes.method == "distill" and teacher is not None:
+        teacher_count = count_parameters(teacher)
+        items.append(
+            Item("teacher weights", est.weights_on_fullest_device(teacher_count, dtype_bytes, devices.count))
+        )
+    if sizes.full_finetune:
+        trainable = count.total // devices.count
+        items.append(Item("gradients and AdamW states (full)", est.optimizer_bytes(trainable, dtype_bytes)))
+    else:
+        adapters = lora_parameters(student, sizes.lora_rank, sizes.lora_targets)
+        items.append(
+            Item(f"LoRA r={sizes.lora_rank} weights, gradients, AdamW", adapters * LORA_BYTES_PER_PARAMETER)
+        )
+    backward = est.backward_activation_bytes(
+        student, sizes.batch_size, sizes.seq_len, dtype_bytes, head_chunk=est.HEAD_CHUNK_POSITIONS
+    )
+    items.append(
+        Item(f"backward activations ({sizes.batch_size} x {sizes.seq_len})", backward // devices.count)
+    )
+    return Step(f"healing ({sizes.method}{', full' if sizes.full_finetune else ''})", items, devices.count)
+
+
+def plan_heal(
+    config: dict, teacher_config: dict | None, model: str, dtype: str, devices: Devices, sizes: HealSizes
+) -> MemoryPlan:
+    """Plan of ``heal``: the variant (and for distill the dense teacher), optimizer states, activations."""
+    student = model_shape(config)
+    teacher = model_shape(teacher_config) if teacher_config else None
+
+    def build(on: Devices) -> MemoryPlan:
+        return _plan("heal", model, student, dtype, on, [_heal_step(student, teacher, dtype, on, sizes)])
+
+    plan = with_advice(build, devices, "device_map")
+    if not plan.fits and sizes.full_finetune:
+        plan.advice.append("or heal with LoRA adapters (drop --full-finetune)")
+    return plan
+
+
+def plan_study(
+    config: dict,
+    model: str,
+    dtype: str,
+    devices: Devices,
+    sizes: CalibrationSizes,
+    engine: str,
+    eval_seq_len: int,
+    heal: HealSizes | None = None,
+) -> MemoryPlan:
+    """Plan of ``study``: a prune cell, then its evaluation (and healing) in processes of their own."""
+    shape = model_shape(config)
+
+    def build(on: Devices) -> MemoryPlan:
+        steps, choices, advice = _calibration_steps(shape, sizes, dtype, on)
+        step, eval_choices = _eval_step(shape, dtype, on, engine, eval_seq_len)
+        steps.append(step)
+        if heal is not None:
+            steps.append(_heal_step(shape, shape if heal.method == "distill" else None, dtype, on, heal))
+        plan = _plan("study", model, shape, dtype, on, steps)
+        plan.choices, plan.advice = {**choices, **eval_choices}, advice
+        plan.choices["gpus_per_cell"] = max(step.devices for step in steps) if on.kind == "cuda" else 0
+        return plan
+
+    return with_advice(build, devices, "device_map")
+
+
+def _largest_fitting_len(engines, dtype: str, devices: Devices, native: int) -> int:
+    """Longest power-of-two context (at most ``native``) at which every engine fits its card."""
+    length = 1 << (max(native, MIN_MAX_MODEL_LEN).bit_length() - 1)
+    while length > MIN_MAX_MODEL_LEN and _place(engines, dtype, devices, length)[1] > 1:
+        length //= 2
+    return max(min(length, native), MIN_MAX_MODEL_LEN)
+
+
+def _place(engines, dtype: str, devices: Devices, max_model_len: int):
+    """Engines (name, shape, tensor_parallel) on GPUs, first fit by need; the fullest card's load share."""
+    loads = [0] * devices.count
+    placed = []
+    needs = [
+        (name, shape, tp, sum(i.bytes for i in engine_need(shape, dtype, max_model_len, tp)))
+        for name, shape, tp in engines
+    ]
+    for name, shape, tp, need in sorted(needs, key=lambda item: -item[3]):
+        cards = sorted(range(devices.count), key=lambda card: loads[card])[: max(tp, 1)]
+        for card in cards:
+            loads[card] += need
+        placed.append((name, shape, tp, need, cards))
+    fullest = max(loads) / (SERVE_TOTAL_SHARE * devices.memory_bytes)
+    return placed, fullest, loads
+
+
+def plan_serve(
+    engines: list[tuple[str, dict, int]], dtype: str, devices: Devices, max_model_len: int | None = None
+) -> MemoryPlan:
+    """Plan of ``serve``: every variant's vLLM engine(s), their cards, context and memory shares.
+
+    Args:
+        engines: (variant name, its config.json, tensor_parallel_size) per engine (replicas: repeated).
+        max_model_len: context of every engine; None lets the planner choose the longest that fits.
+    """
+    shaped = [(name, model_shape(config), tp) for name, config, tp in engines]
+    native = min(shape.max_position_embeddings for _, shape, _ in shaped)
+
+    def build(on: Devices) -> MemoryPlan:
+        length = max_model_len or _largest_fitting_len(shaped, dtype, on, native)
+        placed, _, loads = _place(shaped, dtype, on, length)
+        steps, chosen = [], []
+        for name, shape, tp, need, cards in placed:
+            share = round(SERVE_TOTAL_SHARE * need / max(loads[cards[0]], 1), 3)
+            share = min(share, SERVE_TOTAL_SHARE)
+            chosen.append(
+                {"variant": name, "gpus": cards, "tensor_parallel_size": tp, "gpu_memory_utilization": share}
+            )
+        for card in range(on.count):
+            items = [
+                Item(f"{name} engine (tensor parallel {tp})", need, note=f"context {length} tokens")
+                for name, _, tp, need, cards in placed
+                if card in cards
+            ]
+            if items:
+                steps.append(Step(f"GPU {card}: {len(items)} engine(s)", items, 1))
+        largest = max(shaped, key=lambda item: count_parameters(item[1]).total)[1]
+        plan = _plan("serve", ", ".join(name for name, _, _ in shaped), largest, dtype, on, steps)
+        plan.choices = {"max_model_len": length, "engines": chosen}
+        return plan
+
+    plan = with_advice(build, devices, "more cards for the engines")
+    if not plan.fits:
+        plan.advice.append("or lower --max-model-len, or serve fewer variants per card")
+    return plan
+
+
+def shape_for(config: dict, num_layers: int) -> dict:
+    """A config of the same model with ``num_layers`` blocks (what a pruned variant's config says)."""
+    text = config.get("text_config")
+    if isinstance(text, dict):
+        return {**config, "text_config": shape_for(text, num_layers)}
+    sliced = {**config, "num_hidden_layers": num_layers}
+    if config.get("layer_types"):
+        sliced["layer_types"] = list(config["layer_types"])[:num_layers]
+    return sliced
+
+
+__all__ = [
+    "CalibrationSizes",
+    "HealSizes",
+    "plan_eval",
+    "plan_heal",
+    "plan_prune",
+    "plan_serve",
+    "plan_study",
+    "shape_for",
+]

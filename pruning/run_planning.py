@@ -1,0 +1,187 @@
+"""The memory plan of a pruning-side command, made before it loads a weight: ``--dry-run`` and the sizes.
+
+Each heavy command (prune, study, heal, eval) calls one function here right after it has built its config:
+with ``--dry-run`` the plan is printed and the command exits (0 fits, 3 does not); otherwise a run on a GPU
+that cannot fit is refused with the plan's one-line advice, and the sizes the plan chose (calibration batch,
+boundary-cache budget) are put into the config. The planner itself is :mod:`depthprune.planning`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from depthprune.core.errors import UserError
+from depthprune.planning import (
+    CalibrationSizes,
+    HealSizes,
+    MemoryPlan,
+    dry_run,
+    plan_devices,
+    plan_eval,
+    plan_heal,
+    plan_prune,
+    plan_study,
+    read_model_config,
+    refuse_unless_fits,
+)
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """The planning options of one command line."""
+
+    dry_run: bool = False
+    """Print the plan and exit before loading anything."""
+    gpus: int | None = None
+    """GPUs to plan for (a machine we are not on, or several cards)."""
+    gpu_memory_gib: float | None = None
+    """Memory per GPU to plan for."""
+    as_json: bool = False
+    """Print the plan as one JSON object."""
+
+
+def model_config(model: str) -> dict:
+    """config.json of a hub id or directory; an embedded name or a GGUF file is resolved (converted) first."""
+    try:
+        return read_model_config(model)
+    except UserError:
+        from pruning.model_sources import resolve_model
+
+        resolved = resolve_model(model, progress=False).model
+        if resolved == model:
+            raise
+        return read_model_config(resolved)
+
+
+def _needed(device: str, request: PlanRequest) -> bool:
+    """Plan for --dry-run, for described GPUs, and before any CUDA run; a CPU run goes ahead unplanned
+    (host memory is shared with everything else, so its plan could only advise)."""
+    planning_gpus = request.gpus is not None or request.gpu_memory_gib is not None
+    return request.dry_run or planning_gpus or device.startswith("cuda")
+
+
+def _finish(plan: MemoryPlan, request: PlanRequest) -> MemoryPlan:
+    """Exit with the plan under ``--dry-run``; refuse a GPU run that cannot fit; else the plan."""
+    if request.dry_run:
+        dry_run(plan, request.as_json)
+    if plan.devices.simulated:
+        raise UserError(
+            f"planned for {plan.devices.describe()}, which is not this machine: use --gpus and "
+            "--gpu-memory-gib with --dry-run, or leave them out to run on the devices here"
+        )
+    if request.gpus is not None and request.gpus > 1:
+        raise UserError(
+            "--gpus above 1 plans a device_map placement (use it with --dry-run); runs spread over several "
+            "GPUs are not implemented yet: run on one card or on a larger one"
+        )
+    return refuse_unless_fits(plan)
+
+
+def _calibration_sizes(config, searches: tuple[str, ...], seq_len: int | None = None) -> CalibrationSizes:
+    calibration = config.calibration if hasattr(config, "calibration") else None
+    return CalibrationSizes(
+        samples=calibration.samples if calibration else config.samples,
+        seq_len=(calibration.seq_len if calibration else seq_len) or 2048,
+        objective=calibration.objective if calibration else "perplexity",
+        searches=tuple(searches),
+        memory_budget_gb=getattr(config, "memory_budget_gb", None),
+    )
+
+
+def plan_prune_run(config, request: PlanRequest):
+    """``prune``: the plan of ``config`` (a PruneConfig); returns the config with the plan's sizes."""
+    if not _needed(config.device, request):
+        return config
+    devices = plan_devices(config.device, request.gpus, request.gpu_memory_gib)
+    sizes = _calibration_sizes(config, config.searches)
+    plan = _finish(
+        plan_prune(model_config(config.model), config.model, config.dtype, devices, sizes), request
+    )
+    if devices.kind != "cuda":
+        return config
+    return dataclasses.replace(
+        config,
+        calibration_batch=plan.choices["calibration_batch"],
+        memory_budget_gb=config.memory_budget_gb or plan.choices["memory_budget_gb"],
+    )
+
+
+def plan_study_run(config, request: PlanRequest) -> MemoryPlan | None:
+    """``study``: the plan of its largest cell (every objective; the evaluation; healing)."""
+    if not _needed(config.device, request):
+        return None
+    devices = plan_devices(config.device, request.gpus, request.gpu_memory_gib)
+    objective = "kl" if "kl" in config.objectives else config.objectives[0]
+    sizes = dataclasses.replace(
+        _calibration_sizes(config, config.searches, config.seq_len), objective=objective
+    )
+    heal = HealSizes(method=config.heal.split(":")[0]) if config.heal else None
+    engine = "torch" if config.engine in ("torch", "hf") else "vllm"
+    plan = plan_study(
+        model_config(config.model),
+        config.model,
+        config.dtype,
+        devices,
+        sizes,
+        engine,
+        config.eval_seq_len,
+        heal,
+    )
+    return _finish(plan, request)
+
+
+def plan_heal_run(config, request: PlanRequest) -> MemoryPlan | None:
+    """``heal``: the variant's own config.json (and the dense teacher's for distill), from the registry."""
+    from registry import open_registry
+
+    if not _needed(config.device, request):
+        return None
+    registry = open_registry(config.registry_url)
+    parent = registry.resolve(config.variant)
+    if parent.is_dense or not parent.checkpoint_path:
+        return None  # heal itself says why it cannot heal this one
+    teacher = None
+    if config.method == "distill":
+        base = registry.get_base_model(parent.base_model)
+        teacher = model_config(base.path or base.model)
+    sizes = HealSizes(
+        method=config.method,
+        full_finetune=config.full_finetune,
+        batch_size=config.batch_size,
+        seq_len=config.seq_len,
+        lora_rank=config.lora_rank,
+        lora_targets=tuple(config.lora_targets),
+    )
+    devices = plan_devices(config.device, request.gpus, request.gpu_memory_gib)
+    plan = plan_heal(model_config(parent.checkpoint_path), teacher, parent.name, config.dtype, devices, sizes)
+    return _finish(plan, request)
+
+
+def eval_model_paths(names, registry) -> list[str]:
+    """What each ``eval`` name loads (directory, variant checkpoint, dense model); writes nothing."""
+    from pathlib import Path
+
+    paths = []
+    for name in names:
+        if Path(name).expanduser().is_dir() or name.endswith(".gguf"):
+            paths.append(name)
+            continue
+        variant = registry.resolve(name)
+        paths.append(variant.checkpoint_path or variant.base_model)
+    return paths
+
+
+def plan_eval_run(paths: list[str], settings, request: PlanRequest) -> MemoryPlan | None:
+    """``eval``: the largest of the variants' engines (they run one after the other)."""
+    if not _needed(settings.device, request):
+        return None
+    from pruning.evaluation.engines import resolve_engine
+
+    engine = resolve_engine(settings.engine)
+    devices = plan_devices(settings.device, request.gpus, request.gpu_memory_gib)
+    plans = [
+        plan_eval(model_config(path), path, settings.dtype, devices, engine, settings.seq_len)
+        for path in paths
+    ]
+    return _finish(max(plans, key=lambda plan: plan.peak_bytes), request)

@@ -1,0 +1,87 @@
+"""Sizing the managed vLLM engines of ``serve`` from their config.json before any process starts.
+
+Every engine on a card claims a ``gpu_memory_utilization`` share of the whole card and its KV pool fills that
+share; with the model's full context (131k tokens for Llama-3.1) three variants cannot share one card. The
+memory plan (:func:`depthprune.planning.plan_serve`) places the engines on the GPUs, chooses the longest
+``--max-model-len`` at which they all fit (unless given) and splits each card's memory between its engines
+so that the shares add up below 1. ``serve --dry-run`` prints that plan; a GPU run applies it. The CPU build
+sizes its KV cache in GiB instead (``--kv-cache-gib``) and is left alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from depthprune.core.errors import UserError
+from depthprune.planning import dry_run, plan_devices, plan_serve, read_model_config, refuse_unless_fits
+from server.settings import GatewaySettings
+
+
+@dataclass(frozen=True)
+class SizingRequest:
+    """The sizing options of one ``serve`` command line."""
+
+    dry_run: bool = False
+    """Print the plan and exit."""
+    gpus: int | None = None
+    """GPUs to plan for (a machine we are not on)."""
+    gpu_memory_gib: float | None = None
+    """Memory per GPU to plan for."""
+    tensor_parallel: str | None = None
+    """``N`` for every variant or ``NAME=N,...`` per variant."""
+    as_json: bool = False
+    """Print the plan as JSON."""
+
+
+def parse_tensor_parallel(text: str | None, names: list[str]) -> dict[str, int]:
+    """``"2"`` or ``"dense=2,m7=1"`` -> tensor_parallel_size per variant name (1 when not named)."""
+    sizes = dict.fromkeys(names, 1)
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        name, _, value = item.rpartition("=")
+        if name and name.strip() not in sizes:
+            raise UserError(f"--tensor-parallel names {name.strip()!r}, which is not served")
+        if not value.strip().isdigit() or int(value) < 1:
+            raise UserError(f"--tensor-parallel wants N or NAME=N with N >= 1, got {item.strip()!r}")
+        for key in [name.strip()] if name else names:
+            sizes[key] = int(value)
+    return sizes
+
+
+def size_engines(settings: GatewaySettings, request: SizingRequest, gpu_build: bool) -> GatewaySettings:
+    """``settings`` with each managed engine's share, cards and context chosen by the memory plan.
+
+    Args:
+        settings: the gateway's settings (remote backends are not sized: they run elsewhere).
+        request: the sizing options.
+        gpu_build: the installed vLLM is the GPU build (the CPU build is sized by --kv-cache-gib).
+    """
+    managed = [spec for spec in settings.backends if spec.managed]
+    planning = request.dry_run or request.gpus is not None or request.gpu_memory_gib is not None
+    if not managed or not (gpu_build or planning):
+        return settings
+    tensor_parallel = parse_tensor_parallel(request.tensor_parallel, [spec.name for spec in managed])
+    engines = [(spec.name, read_model_config(spec.model_dir), tensor_parallel[spec.name]) for spec in managed]
+    dtype = settings.vllm.dtype if settings.vllm.dtype in ("float32", "bfloat16", "float16") else "bfloat16"
+    devices = plan_devices("cuda" if planning else "auto", request.gpus, request.gpu_memory_gib)
+    plan = plan_serve(engines, dtype, devices, settings.vllm.max_model_len)
+    if request.dry_run:
+        dry_run(plan, request.as_json)
+    refuse_unless_fits(plan)
+    chosen = {engine["variant"]: engine for engine in plan.choices["engines"]}
+    backends = [
+        dataclasses.replace(
+            spec,
+            tensor_parallel_size=chosen[spec.name]["tensor_parallel_size"],
+            gpu_memory_utilization=settings.vllm.gpu_memory_utilization
+            or chosen[spec.name]["gpu_memory_utilization"],
+            gpus=tuple(chosen[spec.name]["gpus"]),
+        )
+        if spec.name in chosen
+        else spec
+        for spec in settings.backends
+    ]
+    vllm = dataclasses.replace(settings.vllm, max_model_len=plan.choices["max_model_len"])
+    return dataclasses.replace(settings, backends=backends, vllm=vllm)
