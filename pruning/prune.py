@@ -53,6 +53,7 @@ from typing import Any
 
 from depthprune.core import settings as depthprune_settings
 from depthprune.core.errors import UserError
+from depthprune.core.objectives import objective_label
 from pruning.calibration.config import CalibrationConfig
 from pruning.disk_space import full_disk_as_user_error, is_disk_full
 from pruning.search import ALL_SEARCHES, OBJECTIVE_CHECKS, OPTIONS, PRIOR_GUIDED, SEARCHES, TrackedObjective
@@ -262,7 +263,7 @@ def canonical_model(model: str) -> str:
 def run_key(model: str, calibration: CalibrationConfig, dtype: str) -> str:
     """The run directory name: a hash of what the evaluator's scores depend on."""
     payload = json.dumps(
-        {"model": model, "dtype": dtype, "calibration": dataclasses.asdict(calibration)}, sort_keys=True
+        {"model": model, "dtype": dtype, "calibration": calibration.as_record()}, sort_keys=True
     )
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -290,7 +291,7 @@ class PrunePlan:
         identity = json.dumps(
             {
                 "model": self.model,
-                "calibration": dataclasses.asdict(calibration),
+                "calibration": calibration.as_record(),
                 "drop": self.config.drop,
                 "search": search,
                 "seed": self.config.seed,
@@ -302,7 +303,8 @@ class PrunePlan:
             default=str,
         )
         digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
-        name = f"{slug(self.model)}-{calibration.objective}-m{self.config.drop}-{search}-{digest}"
+        label = objective_label(calibration.as_record())
+        name = f"{slug(self.model)}-{label}-m{self.config.drop}-{search}-{digest}"
         return self.out_dir / name
 
 
@@ -512,7 +514,7 @@ def variant_record(plan: PrunePlan, run: SearchRun, dense_loss: float) -> Varian
     return VariantRecord(
         base_model=plan.model,
         removed_blocks=list(run.result.removed_blocks),
-        calibration=dataclasses.asdict(plan.config.calibration),
+        calibration=plan.config.calibration.as_record(),
         search=run.search,
         search_options={
             **run.result.options,
@@ -637,7 +639,7 @@ def _start_run(plan: PrunePlan, cold: bool = False):
             {
                 "model": plan.model,
                 "dtype": config.dtype,
-                "calibration": dataclasses.asdict(config.calibration),
+                "calibration": config.calibration.as_record(),
             },
             indent=1,
         )

@@ -6,6 +6,9 @@ item with correct choice c scores Σ_{j≠c} (ℓ_c − ℓ_j); its loss is the 
 better). The choices are answer *texts* (:mod:`pruning.calibration.data.commonsense` parses them out of
 Commonsense-170k's instructions). Only the answer positions go through the LM head. Facts:
 ``depthprune.core.objectives.OBJECTIVES["task_margin"]``.
+
+``margin_clip`` TAU (``--margin-clip``; default None, PuDDing's margin unchanged) clips each item's margin to
+[-TAU, TAU]: the loss is then bounded, and a search gains nothing by pushing a few items' margins ever higher.
 """
 
 from __future__ import annotations
@@ -18,13 +21,10 @@ if TYPE_CHECKING:
     import torch
 
 
-def loss(
-    batch: CalibrationBatch, hidden: torch.Tensor, head: Head, reference: Reference | None = None
-) -> torch.Tensor:
-    """Negated PuDDing margin per multiple-choice item ``[num_samples]``.
+def answer_logprobs(batch: CalibrationBatch, hidden: torch.Tensor, head: Head) -> torch.Tensor:
+    """ℓ per (item, choice) sequence ``[sequences]``: the mean log-probability of its answer tokens.
 
-    The LM head sees the answer positions only.
-    """
+    The LM head sees the answer positions only."""
     import torch
 
     answer_hidden = hidden[batch.answer_rows, batch.answer_positions]
@@ -34,14 +34,28 @@ def loss(
         tokens = batch.answer_tokens[start : start + chunk.shape[0]]
         token_logprobs.append(logprobs.gather(1, tokens[:, None])[:, 0])
     token_logprobs = torch.cat(token_logprobs)
-    sequences = hidden.shape[0]
-    zeros = token_logprobs.new_zeros(sequences)
+    zeros = token_logprobs.new_zeros(hidden.shape[0])
     answer_sum = zeros.index_add(0, batch.answer_rows, token_logprobs)
     answer_len = zeros.index_add(0, batch.answer_rows, torch.ones_like(token_logprobs))
-    mean_logprob = answer_sum / answer_len  # ℓ per (item, choice) sequence
+    return answer_sum / answer_len
+
+
+def loss(
+    batch: CalibrationBatch,
+    hidden: torch.Tensor,
+    head: Head,
+    reference: Reference | None = None,
+    margin_clip: float | None = None,
+) -> torch.Tensor:
+    """Negated PuDDing margin per multiple-choice item ``[num_samples]`` (clipped to ±``margin_clip``)."""
+    import torch
+
+    mean_logprob = answer_logprobs(batch, hidden, head)  # ℓ per (item, choice) sequence
     items = batch.num_samples
     total = mean_logprob.new_zeros(items).index_add(0, batch.sequence_item, mean_logprob)
     choices = mean_logprob.new_zeros(items).index_add(0, batch.sequence_item, torch.ones_like(mean_logprob))
     # Σ_{j≠c} (ℓ_c − ℓ_j) = k·ℓ_c − Σ_j ℓ_j
     margin = choices * mean_logprob[batch.correct_sequence] - total
+    if margin_clip is not None:
+        margin = margin.clamp(-margin_clip, margin_clip)
     return -margin
