@@ -15,10 +15,17 @@ from typing import Annotated
 
 import typer
 
+# Help texts list the searches from their source, so a new search shows up without editing them.
+from depthprune.core.fitness import DEFAULT_MAX_PPL_RATIO
 from depthprune.core.objectives import get_objective, objectives_help
 from depthprune.core.options import DeviceOption, DtypeOption, JsonOption, RegistryOption, SeedOption
-
-# Help texts list the searches from their source, so a new search shows up without editing them.
+from pruning.cli_options import (
+    KlWeightOption,
+    MarginClipOption,
+    MaxPerplexityRatioOption,
+    TruncateOption,
+    ValidationOption,
+)
 from pruning.search import SEARCHES, STUDY_SEARCHES
 
 ModelOption = Annotated[
@@ -263,7 +270,9 @@ def _print_variant(outcome, as_json: bool) -> None:
             f"{outcome.search}: removed {outcome.removed_blocks}, calibration loss "
             f"{outcome.calibration_loss:.4f} (dense {outcome.dense_loss:.4f}), "
             f"{outcome.search_seconds:.1f} s, {outcome.subset_evaluations} subsets, "
-            f"{outcome.block_forwards} block-forwards -> {outcome.name} ({outcome.checkpoint})",
+            f"{outcome.block_forwards} block-forwards; validation loss {outcome.validation_loss:.4f}, "
+            f"fit {outcome.fit}{', selected' if outcome.selected else ''} -> {outcome.name} "
+            f"({outcome.checkpoint})",
             flush=True,
         )
 
@@ -314,6 +323,11 @@ def prune(
             "rankings); --no-shortcuts scores every candidate in full, to check that nothing changes.",
         ),
     ] = True,
+    margin_clip: MarginClipOption = None,
+    kl_weight: KlWeightOption = 0.0,
+    truncate: TruncateOption = False,
+    validation: ValidationOption = None,
+    max_ppl_ratio: MaxPerplexityRatioOption = DEFAULT_MAX_PPL_RATIO,
 ) -> None:
     """Choose M blocks to remove under a calibration configuration, write and register the pruned model.
 
@@ -327,7 +341,15 @@ def prune(
     config = PruneConfig(
         model=model,
         calibration=CalibrationConfig(
-            objective, data, samples=samples, seq_len=seq_len, seed=data_seed, sampling=sampling
+            objective,
+            data,
+            samples=samples,
+            seq_len=seq_len,
+            seed=data_seed,
+            sampling=sampling,
+            margin_clip=margin_clip,
+            kl_weight=kl_weight,
+            truncate=truncate,
         ),
         drop=drop,
         searches=searches,
@@ -344,6 +366,8 @@ def prune(
         shortcuts=shortcuts,
         protect=_comma_list(protect),
         timing=timing,
+        validation=validation,
+        max_ppl_ratio=max_ppl_ratio,
     )
     run_prune(config, on_variant=lambda outcome: _print_variant(outcome, as_json))
 

@@ -60,12 +60,14 @@ def metadata_from_variant(info, served_name: str) -> VariantMetadata:
     )
 
 
-def resolve_backends(variants: list[tuple[str, str | None]], registry_url: str | None) -> list[BackendSpec]:
+def resolve_backends(
+    variants: list[tuple[str, str | None]], registry_url: str | None, allow_unfit: bool = False
+) -> list[BackendSpec]:
     """Registry lookups (and checkpoint checks) for every variant, before anything is started.
 
     Raises:
         UserError: an unknown name, a checkpoint missing on disk or whose checksum changed, a variant
-            listed twice under two names.
+            listed twice under two names, a variant the quality gate found unfit (without ``allow_unfit``).
     """
     registry = None
     needs_registry = any(url is None for _, url in variants)
@@ -85,6 +87,12 @@ def resolve_backends(variants: list[tuple[str, str | None]], registry_url: str |
             specs.append(BackendSpec(name=name, url=url, metadata=metadata))
             continue
         info = registry.resolve(name)
+        if info.fit is False and not allow_unfit:
+            reasons = "; ".join((info.quality or {}).get("reasons", [])) or "unfit"
+            raise UserError(
+                f"variant {name!r} ({info.name}) is unfit ({reasons}): not served; pass --allow-unfit to "
+                f"serve it anyway"
+            )
         if info.id in seen_ids and not info.is_dense:
             raise UserError(f"{name!r} and {seen_ids[info.id]!r} are the same variant; serve it once")
         seen_ids[info.id] = name
@@ -154,7 +162,9 @@ def build_settings(options: dict[str, Any], file_config: dict[str, Any]) -> Gate
         raise UserError(
             "no variants to serve: pass --variants dense,ppl-best or list `variants:` in --config"
         )
-    backends = resolve_backends(parse_variant_list(variants_value), pick("registry"))
+    backends = resolve_backends(
+        parse_variant_list(variants_value), pick("registry"), bool(pick("allow_unfit", False))
+    )
     vllm_config = dict(file_config.get("vllm") or {})
     for key in (
         "dtype",
@@ -272,6 +282,13 @@ def serve(
     vllm_arg: VllmArgOption = None,
     log_level: Annotated[str, typer.Option(help="Gateway log level (debug, info, warning).")] = "info",
     as_json: ServeJsonOption = False,
+    allow_unfit: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unfit",
+            help="Serve variants (and A/B arms) the quality gate marked fit: false; refused by default.",
+        ),
+    ] = False,
 ) -> None:
     """Serve variants through vLLM behind one OpenAI-compatible gateway with A/B routing and metrics.
 
@@ -295,6 +312,7 @@ def serve(
         start_timeout_s=start_timeout,
         first_port=first_port,
         vllm_args=vllm_arg or [],
+        allow_unfit=allow_unfit or None,
     )
     settings = build_settings(options, file_config)
     serve_gateway(

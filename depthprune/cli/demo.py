@@ -44,8 +44,12 @@ DEMO_MODEL = "demo"
 DEFAULT_MODEL = "smollm2-135m"
 """What ``depthprune demo`` prunes when no ``--model`` (or ``--recipe``) is given: the embedded real model."""
 DEMO_RECIPES = ("default", "tiny")
-BEST_ALIAS = {name: f"{OBJECTIVES[name].short_name}-best" for name in ("perplexity", "task_margin")}
-"""Objective -> the alias of its best variant (lowest calibration loss); the demo serves these."""
+TASK_OBJECTIVE = "task_ce"
+"""The demo's task arm: the bounded answer cross-entropy (PuDDing's unbounded margin collapses the model:
+docs/objectives.md)."""
+BEST_ALIAS = {name: f"{OBJECTIVES[name].short_name}-best" for name in ("perplexity", TASK_OBJECTIVE)}
+"""Objective -> the alias of its best variant (lowest validation loss among the searches that used it,
+``registry.selection``); the demo serves these."""
 EVALUATOR_BATCH_SIZE = 8
 """Sequences per forward of the pruning evaluator (``build_evaluator``'s default, which ``prune`` uses)."""
 
@@ -101,9 +105,9 @@ REAL_SEARCHES = ("one_shot", "block_influence")
 pass over the dense model's hidden states). ``greedy`` needs ~212 evaluations on SmolLM2 (~27 min)."""
 DEMO_SEARCHES = ("one_shot", "greedy")
 """The demo model: a fast and a thorough search (SLEB's iterative elimination)."""
-REAL_DATA = {"perplexity": "pydoc", "task_margin": "pydoc-cloze"}
+REAL_DATA = {"perplexity": "pydoc", TASK_OBJECTIVE: "pydoc-cloze"}
 """A real model's calibration data per objective: Python's documentation, offline."""
-DEMO_DATA = {"perplexity": "demo:text", "task_margin": "demo:qa"}
+DEMO_DATA = {"perplexity": "demo:text", TASK_OBJECTIVE: "demo:qa"}
 """The demo model's calibration data per objective: its own held-out text and questions."""
 REAL_SERVE_ARGS = ("--max-model-len", "512", "--vllm-arg=--enforce-eager")
 """``depthprune serve`` options for a real model: without torch.compile and with a short context (the
@@ -168,7 +172,7 @@ class DemoPlan:
             f"({self.drop / self.num_blocks:.0%}; ideal speed-up N/(N-M) = {self.ideal_speedup:.2f}x)",
             f"  perplexity  on {self.data['perplexity']}: {sizes.text_samples} windows x "
             f"{sizes.seq_len} tokens, batch {EVALUATOR_BATCH_SIZE}",
-            f"  task_margin on {self.data['task_margin']}: {sizes.choice_samples} items of at most "
+            f"  {TASK_OBJECTIVE}     on {self.data[TASK_OBJECTIVE]}: {sizes.choice_samples} items of at most "
             f"{sizes.seq_len} tokens, batch {EVALUATOR_BATCH_SIZE} sequences",
             f"  searches on each objective: {', '.join(self.searches)}",
             f"  evaluation: {self.suite} suite ({self.tasks[0]} perplexity, "
@@ -343,7 +347,8 @@ def read_num_blocks(model_dir: Path | str) -> int:
 def prune_variants(config: DemoConfig, plan: DemoPlan, model_dir: Path | str, registry) -> dict[str, list]:
     """``objective -> [VariantOutcome per search]``; aliases the best of each objective."""
     from pruning.calibration.config import CalibrationConfig
-    from pruning.prune import PruneConfig, prune
+    from pruning.prune import PruneConfig, canonical_model, prune
+    from registry.selection import best_for_objective
 
     outcomes = {}
     for objective, data in plan.data.items():
@@ -371,13 +376,23 @@ def prune_variants(config: DemoConfig, plan: DemoPlan, model_dir: Path | str, re
         for outcome in outcomes[objective]:
             print(
                 f"   {outcome.search}: removed {outcome.removed_blocks}, calibration loss "
-                f"{outcome.calibration_loss:.3f} (dense {outcome.dense_loss:.3f}), "
+                f"{outcome.calibration_loss:.3f} (dense {outcome.dense_loss:.3f}), validation loss "
+                f"{outcome.validation_loss:.3f}, fit {outcome.fit}, "
                 f"{outcome.subset_evaluations} subset evaluations in {outcome.search_seconds:.0f} s",
                 file=sys.stderr,
             )
-        best = min(outcomes[objective], key=lambda outcome: outcome.calibration_loss)
+    chosen = {}
+    for objective in outcomes:
+        best = best_for_objective(registry, objective, canonical_model(str(model_dir)))
         registry.set_alias(BEST_ALIAS[objective], best.name)
+        chosen[objective] = best.removed_blocks
         print(f"   {BEST_ALIAS[objective]} -> {best.name} (removed {best.removed_blocks})", file=sys.stderr)
+    if len({tuple(blocks) for blocks in chosen.values()}) == 1:
+        say(
+            config,
+            f"both objectives chose the same blocks {next(iter(chosen.values()))}: the A/B arms are "
+            "the same model",
+        )
     return outcomes
 
 
@@ -558,6 +573,8 @@ def summary_rows(
             "objective": "-",
             "search": "-",
             "calibration_loss": None,
+            "validation_loss": None,
+            "fit": True,
             **evaluation_metrics(registry, served["dense"], plan),
             **speed_columns(None),
         }
@@ -573,6 +590,8 @@ def summary_rows(
                     "objective": objective,
                     "search": outcome.search,
                     "calibration_loss": outcome.calibration_loss,
+                    "validation_loss": outcome.validation_loss,
+                    "fit": outcome.fit,
                     **evaluation_metrics(registry, measured[outcome.name], plan),
                     **speed_columns(comparison.get(served[role]) if role else None),
                 }
@@ -628,7 +647,8 @@ def print_table(rows: list[dict], out: Path, plan: DemoPlan) -> None:
     perplexity = "ppl" if plan.is_demo_model else "pydoc ppl"
     model = f"{plan.model}, M = {plan.drop} of {plan.num_blocks}"
     table = Table(title=f"depthprune demo: every variant against dense ({model})")
-    columns = ["variant", "removed", "objective", "search", "calib. loss", perplexity, accuracy]
+    columns = ["variant", "removed", "objective", "search", "calib. loss", "val. loss", "fit", perplexity]
+    columns += [accuracy]
     columns += ["out tok/s ×", "p50 E2E ×", "p99 E2E ×", "ideal ×", "of ideal"]
     for column in columns:
         left = column in ("variant", "removed", "objective", "search")
@@ -640,6 +660,8 @@ def print_table(rows: list[dict], out: Path, plan: DemoPlan) -> None:
             row["objective"],
             row["search"],
             fmt(row["calibration_loss"]),
+            fmt(row.get("validation_loss")),
+            fmt(row.get("fit")),
             fmt(row["perplexity"], 2),
             fmt(row["qa_accuracy"]),
             fmt(row["output_throughput_ratio"], 2),

@@ -158,3 +158,14 @@ def objective_label(calibration: dict) -> str:
         if value not in (None, 0, 0.0):
             label += f"-{PARAMETER_LABELS[name]}{value:g}"
     return label
+
+
+OBJECTIVE_FREE_SEARCHES = frozenset({"block_influence", "lorp", "streamline"})
+"""Searches whose choice ignores the calibration objective (structural scores of the dense pass): their
+variants never stand in for an objective's ``<short>-best`` alias (``tests/test_objectives.py`` checks the
+names against ``pruning.search``)."""
+
+
+def best_alias(objective: str) -> str:
+    """The alias of an objective's best variant: ``ppl-best``, ``margin-best``, ``ce-best``."""
+    return f"{get_objective(canonical_objective(objective)).short_name}-best"
