@@ -95,7 +95,7 @@ class HeldOut:
     def _measure(self, removed: frozenset[int]) -> dict:
         measured = {
             "validation_loss": self.validation.score(removed),
-            "perplexity": math.exp(self.text.score(removed)),
+            "perplexity": math.exp(min(self.text.score(removed), 700.0)),
         }
         accuracy = self._accuracy(removed)
         if accuracy is not None:
