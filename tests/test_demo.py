@@ -127,7 +127,7 @@ def test_the_real_model_plan_is_what_the_demo_prints(tmp_path, monkeypatch, caps
     assert config.model == "smollm2-135m" and not config.quick
     plan = plan_demo(config, num_blocks=30)
     assert plan.drop == 8  # round(0.25 x 30): 27 % of SmolLM2-135M's 30 blocks
-    assert plan.data == {"perplexity": "pydoc", "task_ce": "pydoc-cloze"}
+    assert plan.data == {"perplexity": "pydoc", "task_ce": "pydoc-phrase"}
     assert plan.searches == ("one_shot", "block_influence")
     assert set(plan.searches) <= set(SEARCHES)
     sizes = plan.sizes
@@ -152,7 +152,7 @@ def test_the_real_model_plan_is_what_the_demo_prints(tmp_path, monkeypatch, caps
     for expected in (
         "smollm2-135m (30 blocks): remove M = 8 (27%; ideal speed-up N/(N-M) = 1.36x)",
         "perplexity  on pydoc: 16 windows x 256 tokens, batch 8",
-        "task_ce     on pydoc-cloze: 24 items of at most 256 tokens, batch 8",
+        "task_ce     on pydoc-phrase: 24 items of at most 256 tokens, batch 8",
         "searches on each objective: one_shot, block_influence",
         "offline suite (pydoc perplexity, 256-token windows; pydoc_cloze accuracy), at most 24 of each",
         "one vLLM engine each (--max-model-len 512 --vllm-arg=--enforce-eager)",

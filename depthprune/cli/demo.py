@@ -10,9 +10,9 @@ Every process it starts is stopped on the way out, Ctrl-C included.
 Two plans (:func:`plan_demo`), sized so that ``make demo`` finishes in under 20 minutes on 2 cores:
 
 * a real model (``smollm2-135m``, the default, or any ``--model PATH_OR_ID``): Python's documentation as
-  data, offline — ``pydoc`` text for the perplexity objective, ``pydoc-cloze`` items for the task margin,
-  the ``offline`` evaluation suite on their test splits (:mod:`pruning.calibration.data.pydoc`), and
-  one-pass searches, since a thorough search (``greedy``: ~27 min on SmolLM2) does not fit;
+  data, offline — ``pydoc`` text for the perplexity objective, ``pydoc-phrase`` items (multi-word
+  answers) for ``task_ce``, the ``offline`` evaluation suite on their test splits
+  (:mod:`pruning.calibration.data.pydoc`), and one-pass searches, since a thorough search (``greedy``: ~27 min on SmolLM2) does not fit;
 * ``--model demo``: the small Llama trained here on a generated corpus (cached), its own data and suite,
   with ``one_shot`` and ``greedy``.
 
@@ -105,7 +105,7 @@ REAL_SEARCHES = ("one_shot", "block_influence")
 pass over the dense model's hidden states). ``greedy`` needs ~212 evaluations on SmolLM2 (~27 min)."""
 DEMO_SEARCHES = ("one_shot", "greedy")
 """The demo model: a fast and a thorough search (SLEB's iterative elimination)."""
-REAL_DATA = {"perplexity": "pydoc", TASK_OBJECTIVE: "pydoc-cloze"}
+REAL_DATA = {"perplexity": "pydoc", TASK_OBJECTIVE: "pydoc-phrase"}
 """A real model's calibration data per objective: Python's documentation, offline."""
 DEMO_DATA = {"perplexity": "demo:text", TASK_OBJECTIVE: "demo:qa"}
 """The demo model's calibration data per objective: its own held-out text and questions."""
