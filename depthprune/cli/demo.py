@@ -12,7 +12,8 @@ Two plans (:func:`plan_demo`), sized so that ``make demo`` finishes in under 20 
 * a real model (``smollm2-135m``, the default, or any ``--model PATH_OR_ID``): Python's documentation as
   data, offline — ``pydoc`` text for the perplexity objective, ``pydoc-phrase`` items (multi-word
   answers) for ``task_ce``, the ``offline`` evaluation suite on their test splits
-  (:mod:`pruning.calibration.data.pydoc`), and one-pass searches, since a thorough search (``greedy``: ~27 min on SmolLM2) does not fit;
+  (:mod:`pruning.calibration.data.pydoc`), and one-pass searches, since a thorough search (``greedy``:
+  ~27 min on SmolLM2) does not fit;
 * ``--model demo``: the small Llama trained here on a generated corpus (cached), its own data and suite,
   with ``one_shot`` and ``greedy``.
 
