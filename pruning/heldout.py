@@ -41,6 +41,31 @@ FITNESS_WINDOW_TOKENS = 256
 BATCH_SIZE = 8
 
 
+def choice_accuracy(scorer: SubsetEvaluator, removed: frozenset[int]) -> tuple[float, float]:
+    """``(accuracy, chance)`` of the model without ``removed`` on a multiple-choice scorer's items: an item
+    is right when its correct choice has the highest ℓ (mean answer-token log-probability); chance is the
+    mean of 1 / choices."""
+    correct, chance, items = 0, 0.0, 0
+    for batch in scorer.batches:
+        logits = scorer.stack.forward(batch.input_ids, removed)
+        scores = answer_logprobs(batch, logits, lambda hidden: hidden)
+        for item in range(batch.num_samples):
+            rows = (batch.sequence_item == item).nonzero()[:, 0]
+            best = rows[torch.argmax(scores[rows])]
+            correct += int(best == batch.correct_sequence[item])
+            chance += 1 / len(rows)
+        items += batch.num_samples
+    return correct / items, chance / items
+
+
+def naive_scorer(evaluator, config: CalibrationConfig, samples, tokenizer) -> SubsetEvaluator:
+    """A naive evaluator of ``config`` on ``samples`` sharing ``evaluator``'s model (nothing cached)."""
+    batches = make_batches(samples, tokenizer, config.seq_len, BATCH_SIZE, truncate=config.truncate)
+    return SubsetEvaluator(
+        evaluator.stack, config, batches, model_id=evaluator.model_id, naive=True, progress=False
+    )
+
+
 class HeldOut:
     """Scores removal sets on held-out data with a calibration evaluator's model (module docstring)."""
 
@@ -52,9 +77,9 @@ class HeldOut:
         self.config = config
         self.max_ppl_ratio = max_ppl_ratio
         self.what, samples = validation_samples(config, tokenizer, validation)
-        self.validation = self._scorer(evaluator, config, samples, tokenizer)
+        self.validation = naive_scorer(evaluator, config, samples, tokenizer)
         if config.kind == TEXT:
-            self.text = self._scorer(
+            self.text = naive_scorer(
                 evaluator,
                 dataclasses.replace(config, objective="perplexity", kl_weight=0.0),
                 samples,
@@ -66,31 +91,12 @@ class HeldOut:
                 load_documents(FITNESS_TEXT, "test"), tokenizer, FITNESS_WINDOWS, length, 0, FITNESS_TEXT
             )
             text_config = CalibrationConfig("perplexity", FITNESS_TEXT, FITNESS_WINDOWS, length)
-            self.text = self._scorer(evaluator, text_config, windows, tokenizer)
+            self.text = naive_scorer(evaluator, text_config, windows, tokenizer)
         self.dense = self._measure(frozenset())
-
-    @staticmethod
-    def _scorer(evaluator, config, samples, tokenizer) -> SubsetEvaluator:
-        batches = make_batches(samples, tokenizer, config.seq_len, BATCH_SIZE, truncate=config.truncate)
-        return SubsetEvaluator(
-            evaluator.stack, config, batches, model_id=evaluator.model_id, naive=True, progress=False
-        )
 
     def _accuracy(self, removed: frozenset[int]) -> tuple[float, float] | None:
         """``(accuracy, chance)`` on the validation items; None for text."""
-        if self.config.kind == TEXT:
-            return None
-        correct, chance, items = 0, 0.0, 0
-        for batch in self.validation.batches:
-            logits = self.validation.stack.forward(batch.input_ids, removed)
-            scores = answer_logprobs(batch, logits, lambda hidden: hidden)
-            for item in range(batch.num_samples):
-                rows = (batch.sequence_item == item).nonzero()[:, 0]
-                best = rows[torch.argmax(scores[rows])]
-                correct += int(best == batch.correct_sequence[item])
-                chance += 1 / len(rows)
-            items += batch.num_samples
-        return correct / items, chance / items
+        return None if self.config.kind == TEXT else choice_accuracy(self.validation, removed)
 
     def _measure(self, removed: frozenset[int]) -> dict:
         measured = {
