@@ -369,7 +369,9 @@ def prune(
         validation=validation,
         max_ppl_ratio=max_ppl_ratio,
     )
-    run_prune(config, on_variant=lambda outcome: _print_variant(outcome, as_json))
+    # One line per variant once every search has run: each line says whether it is the one selected.
+    for outcome in run_prune(config):
+        _print_variant(outcome, as_json)
 
 
 # ------------------------------------------------------------------------------------------------- heal

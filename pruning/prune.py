@@ -680,8 +680,8 @@ def prune(
 
     Args:
         config: the run.
-        on_variant: called with each variant once all are registered and scored on held-out data, the
-            selected one marked (the CLI prints them).
+        on_variant: called with each variant as soon as it is registered and scored on held-out data
+            (``selected`` is only set on the returned outcomes, once every search has run).
 
     Returns:
         One :class:`VariantOutcome` per search.
@@ -693,15 +693,12 @@ def prune(
     # A full disk is one line (a checkpoint names its own directory; the rest is under the run directory).
     with full_disk_as_user_error(plan.run_dir, what="run's scores and records"):
         run = _prune_standalone if config.timing == "standalone" else _prune_shared
-        outcomes = run(plan, registry, HeldOutCache(config.validation, config.max_ppl_ratio))
+        outcomes = run(plan, registry, HeldOutCache(config.validation, config.max_ppl_ratio), on_variant)
     mark_selected(outcomes)
-    for outcome in outcomes:
-        if on_variant is not None:
-            on_variant(outcome)
     return outcomes
 
 
-def _prune_shared(plan: PrunePlan, registry, held_out) -> list[VariantOutcome]:
+def _prune_shared(plan: PrunePlan, registry, held_out, on_variant) -> list[VariantOutcome]:
     """``prune`` under ``--timing shared``: one evaluator whose memo is loaded, journalled as it grows (so a
     ``kill -9`` loses nothing, :mod:`pruning.calibration.scoring.memo`) and saved after each search."""
     config = plan.config
@@ -715,6 +712,8 @@ def _prune_shared(plan: PrunePlan, registry, held_out) -> list[VariantOutcome]:
             evaluator.save_memo(plan.memo_path)
             journal.compact()  # memo.json holds every score now
             outcomes.append(_register(registry, plan, run, evaluator, held_out))
+            if on_variant is not None:
+                on_variant(outcomes[-1])
 
         run_searches(
             evaluator,
@@ -746,7 +745,7 @@ def _prune_shared(plan: PrunePlan, registry, held_out) -> list[VariantOutcome]:
     return outcomes
 
 
-def _prune_standalone(plan: PrunePlan, registry, held_out) -> list[VariantOutcome]:
+def _prune_standalone(plan: PrunePlan, registry, held_out, on_variant) -> list[VariantOutcome]:
     """``prune`` under ``--timing standalone``: a fresh evaluator per search, no memo loaded or saved."""
     current: dict[str, Any] = {}
     outcomes: list[VariantOutcome] = []
@@ -759,6 +758,8 @@ def _prune_standalone(plan: PrunePlan, registry, held_out) -> list[VariantOutcom
 
     def record(run: SearchRun) -> None:
         outcomes.append(_register(registry, plan, run, current["evaluator"], held_out))
+        if on_variant is not None:
+            on_variant(outcomes[-1])
 
     config = plan.config
     run_standalone(
