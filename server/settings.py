@@ -229,6 +229,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         "health_interval_s",
         "restart",
         "registry",
+        "allow_unfit",
     }
     unknown = sorted(set(data) - known)
     if unknown:
