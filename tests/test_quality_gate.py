@@ -88,3 +88,24 @@ def test_objective_free_searches_are_searches():
     from pruning.search import SEARCHES
 
     assert OBJECTIVE_FREE_SEARCHES <= set(SEARCHES)
+
+
+def test_default_validation_items_are_the_calibration_split_minus_the_draw(tmp_path):
+    import json
+
+    from pruning.calibration.config import CalibrationConfig
+    from pruning.calibration.data.sampling import sample_choices
+    from pruning.calibration.data.validation import validation_samples
+
+    path = tmp_path / "qa.jsonl"
+    rows = [{"context": f"q{i}", "choices": [f"a{i}", f"b{i}"], "label": i % 2} for i in range(10)]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    config = CalibrationConfig("task_ce", f"mc:{path}", samples=4, seed=3)
+    drawn = {item.context for item in sample_choices(config.data, 4, 3).items}
+    what, held_out = validation_samples(config, tokenizer=None)
+    assert "held-out" in what and len(held_out.items) == 4
+    assert not drawn & {item.context for item in held_out.items}
+    with pytest.raises(UserError, match="no items left"):
+        validation_samples(CalibrationConfig("task_ce", f"mc:{path}", samples=10), tokenizer=None)
+    with pytest.raises(UserError, match="--validation 'pydoc' is text data"):
+        validation_samples(config, None, "pydoc")
