@@ -21,8 +21,10 @@ DEPTHPRUNE="${DEPTHPRUNE:-.venv/bin/depthprune}"
 OUT="${OUT:-docs/study-smollm2-135m}"
 DATA_DIR="${DEPTHPRUNE_HOME:-$HOME/.depthprune}/data"
 CLOZE_TEXT="$DATA_DIR/pydoc-cloze-as-text.jsonl"
+# --truncate: the documented study cut pydoc-cloze prompts to 32 tokens (80 % of them); that is now an error
+# unless asked for, so the script asks, to reproduce its numbers (issue #26, docs/objectives.md).
 COMMON=(
-  --model smollm2-135m --drop 8,10 --searches all --samples 4 --seq-len 32 --timing shared
+  --model smollm2-135m --drop 8,10 --searches all --samples 4 --seq-len 32 --truncate --timing shared
   --suite offline --engine torch --eval-limit 40 --eval-seq-len 128
 )
 MAIN=(--data pydoc,pydoc-cloze --seeds 0,1,2 --random-prior-control)

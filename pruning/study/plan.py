@@ -142,6 +142,8 @@ class StudyConfig:
     """Calibration tokens per instance; None = min(2048, the model's context)."""
     sampling: str = "documents"
     """Text calibration instances: ``documents`` (one document each, the study's) or ``stream`` windows."""
+    truncate: bool = False
+    """Cut multiple-choice items longer than ``seq_len`` (``--truncate``) instead of refusing them."""
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per search name, search options (as ``prune --option``)."""
     suites: tuple[str, ...] = ("all",)
@@ -291,6 +293,7 @@ def _calibrations(config: StudyConfig, data: list[str], seq_len: int) -> list:
                     seq_len=seq_len,
                     seed=0,
                     sampling=config.sampling,
+                    truncate=config.truncate,
                 )
             )
     return calibrations
