@@ -37,14 +37,14 @@ from pruning.prune import run_searches
 CONFIGURATIONS = {
     "perplexity": ("perplexity", "pydoc", {"sampling": "stream"}),  # 64 x 256-token windows exist
     "task_margin": ("task_margin", "pydoc-phrase", {}),
-    "margin clip 1": ("task_margin", "pydoc-phrase", {"margin_clip": 1.0}),
+    "margin_clip1": ("task_margin", "pydoc-phrase", {"margin_clip": 1.0}),
     "task_ce": ("task_ce", "pydoc-phrase", {}),
-    "margin + KL 1": ("task_margin", "pydoc-phrase", {"kl_weight": 1.0}),
+    "margin_kl1": ("task_margin", "pydoc-phrase", {"kl_weight": 1.0}),
 }
 """Name -> (objective, calibration data, parameters)."""
 
 
-def test_scorers(evaluator, tokenizer, windows: int, window_tokens: int) -> dict:
+def test_scorers(evaluator, tokenizer, windows: int, window_tokens: int, test_items: int | None) -> dict:
     """Naive scorers on the held-out test data, sharing the evaluator's model."""
     text = sample_stream_windows(
         load_documents("pydoc", "test"), tokenizer, windows, window_tokens, 0, "pydoc"
@@ -56,7 +56,7 @@ def test_scorers(evaluator, tokenizer, windows: int, window_tokens: int) -> dict
     }
     for spec in ("pydoc-cloze", "pydoc-phrase"):
         config = CalibrationConfig("task_ce", spec, samples=1, seq_len=evaluator.config.seq_len)
-        items = ChoiceSamples(load_choice_items(spec, "test"), spec)
+        items = ChoiceSamples(load_choice_items(spec, "test")[:test_items], spec)
         scorers[spec] = naive_scorer(evaluator, config, items, tokenizer)
     return scorers
 
@@ -75,7 +75,9 @@ def run_cell(model: str, name: str, samples: int, searches: tuple[str, ...], arg
     config = CalibrationConfig(objective, data, samples=samples, seq_len=args.seq_len, seed=0, **parameters)
     started = time.perf_counter()
     evaluator = build_evaluator(model, config, progress=False)
-    scorers = test_scorers(evaluator, evaluator.tokenizer, args.windows, min(args.seq_len, 256))
+    scorers = test_scorers(
+        evaluator, evaluator.tokenizer, args.windows, min(args.seq_len, 256), args.test_items
+    )
     runs = run_searches(evaluator, args.drop, searches, seed=0, options={}, progress=False)
     rng = random.Random(0)
     sets = [
@@ -119,16 +121,22 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--windows", type=int, default=16)
     parser.add_argument("--random-sets", type=int, default=6)
+    parser.add_argument("--test-items", type=int, default=None, help="First N test items of each task only.")
     args = parser.parse_args()
     model = resolve_model(args.model).model
     args.out.mkdir(parents=True, exist_ok=True)
     greedy_at = {int(size) for size in args.greedy_samples.split(",") if size}
-    cells = []
+    results = args.out / "results.json"
+    cells = json.loads(results.read_text()) if results.is_file() else []  # resumes, adds cells
+    done = {(cell["configuration"], cell["samples"]) for cell in cells}
     for name in args.configurations.split(","):
         for samples in (int(size) for size in args.samples.split(",")):
+            if (name, samples) in done:
+                continue
             searches = tuple(args.searches.split(",")) + (("greedy",) if samples in greedy_at else ())
             cells.append(run_cell(model, name, samples, searches, args))
             (args.out / "results.json").write_text(json.dumps(cells, indent=1))
+            (args.out / "table.md").write_text(report(cells))
             print(f"{name} x {samples}: {cells[-1]['seconds']:.0f} s", flush=True)
     (args.out / "table.md").write_text(report(cells))
 
