@@ -15,6 +15,7 @@ from typing import Annotated
 
 import typer
 
+from depthprune.core.fitness import DEFAULT_MAX_PPL_RATIO
 from depthprune.core.objectives import objectives_help
 from depthprune.core.options import (
     DeviceOption,
@@ -28,6 +29,13 @@ from depthprune.core.options import (
 )
 
 # Help texts list the searches from their source, so a new search shows up without editing them.
+from pruning.cli_options import (
+    KlWeightOption,
+    MarginClipOption,
+    MaxPerplexityRatioOption,
+    TruncateOption,
+    ValidationOption,
+)
 from pruning.search import SEARCHES, STUDY_SEARCHES
 
 ModelOption = Annotated[
@@ -281,7 +289,9 @@ def _print_variant(outcome, as_json: bool) -> None:
             f"{outcome.search}: removed {outcome.removed_blocks}, calibration loss "
             f"{outcome.calibration_loss:.4f} (dense {outcome.dense_loss:.4f}), "
             f"{outcome.search_seconds:.1f} s, {outcome.subset_evaluations} subsets, "
-            f"{outcome.block_forwards} block-forwards -> {outcome.name} ({outcome.checkpoint})",
+            f"{outcome.block_forwards} block-forwards; validation loss {outcome.validation_loss:.4f}, "
+            f"fit {outcome.fit}{', selected' if outcome.selected else ''} -> {outcome.name} "
+            f"({outcome.checkpoint})",
             flush=True,
         )
 
@@ -335,6 +345,11 @@ def prune(
     dry_run: DryRunOption = False,
     gpus: GpusOption = None,
     gpu_memory_gib: GpuMemoryOption = None,
+    margin_clip: MarginClipOption = None,
+    kl_weight: KlWeightOption = 0.0,
+    truncate: TruncateOption = False,
+    validation: ValidationOption = None,
+    max_ppl_ratio: MaxPerplexityRatioOption = DEFAULT_MAX_PPL_RATIO,
 ) -> None:
     """Choose M blocks to remove under a calibration configuration, write and register the pruned model.
 
@@ -351,7 +366,15 @@ def prune(
     config = PruneConfig(
         model=model,
         calibration=CalibrationConfig(
-            objective, data, samples=samples, seq_len=seq_len, seed=data_seed, sampling=sampling
+            objective,
+            data,
+            samples=samples,
+            seq_len=seq_len,
+            seed=data_seed,
+            sampling=sampling,
+            margin_clip=margin_clip,
+            kl_weight=kl_weight,
+            truncate=truncate,
         ),
         drop=drop,
         searches=searches,
@@ -368,9 +391,13 @@ def prune(
         shortcuts=shortcuts,
         protect=_comma_list(protect),
         timing=timing,
+        validation=validation,
+        max_ppl_ratio=max_ppl_ratio,
     )
     config = plan_prune_run(config, PlanRequest(dry_run, gpus, gpu_memory_gib, as_json))
-    run_prune(config, on_variant=lambda outcome: _print_variant(outcome, as_json))
+    # One line per variant once every search has run: each line says whether it is the one selected.
+    for outcome in run_prune(config):
+        _print_variant(outcome, as_json)
 
 
 # ------------------------------------------------------------------------------------------------- heal
@@ -640,6 +667,7 @@ def study(
         ),
     ] = None,
     sampling: SamplingOption = "documents",
+    truncate: TruncateOption = False,
     option: StudySearchOptions = None,
     suite: EvalSuiteOption = "all",
     engine: Annotated[str, typer.Option(help="Evaluation engine: auto, vllm or torch.")] = "auto",
@@ -695,6 +723,7 @@ def study(
         seq_len=seq_len,
         choice_seq_len=choice_seq_len,
         sampling=sampling,
+        truncate=truncate,
         options={k: v for k, v in parse_option_assignments(option or [], names).items() if v},
         suites=_comma_list(suite),
         engine=engine,

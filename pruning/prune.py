@@ -52,8 +52,11 @@ from typing import Any
 
 from depthprune.core import settings as depthprune_settings
 from depthprune.core.errors import UserError
+from depthprune.core.fitness import DEFAULT_MAX_PPL_RATIO
+from depthprune.core.objectives import objective_label
 from pruning.calibration.config import CalibrationConfig
 from pruning.disk_space import full_disk_as_user_error, is_disk_full
+from pruning.heldout_selection import HeldOutCache, mark_selected
 from pruning.search import ALL_SEARCHES, OBJECTIVE_CHECKS, OPTIONS, PRIOR_GUIDED, SEARCHES, TrackedObjective
 from pruning.search.base import (
     ProtectedObjective,
@@ -118,6 +121,12 @@ class PruneConfig:
     """How search costs are accounted: ``shared`` or ``standalone`` (:data:`TIMINGS`)."""
     protect: tuple[str, ...] = ()
     """Blocks no search may remove: ``first``, ``last`` or block indices; empty = none."""
+    validation: str | None = None
+    """Held-out data every outcome is scored on (``validation_loss``, ``selected``); None = the calibration
+    source's held-out part (:mod:`pruning.calibration.data.validation`)."""
+    max_ppl_ratio: float = DEFAULT_MAX_PPL_RATIO
+    """Quality gate's K: held-out perplexity above K x dense makes a variant unfit (:mod:`pruning.heldout`).
+    """
 
     def __post_init__(self):
         if self.timing not in TIMINGS:
@@ -187,6 +196,10 @@ class VariantOutcome:
     head_positions: int | None = None
     stopped_early: int = 0
     shortcuts: bool = True
+    validation_loss: float | None = None
+    fit: bool | None = None
+    selected: bool = False
+    quality: dict | None = None
 
 
 # --------------------------------------------------------------------------------------- parsing input
@@ -263,7 +276,7 @@ def canonical_model(model: str) -> str:
 def run_key(model: str, calibration: CalibrationConfig, dtype: str) -> str:
     """The run directory name: a hash of what the evaluator's scores depend on."""
     payload = json.dumps(
-        {"model": model, "dtype": dtype, "calibration": dataclasses.asdict(calibration)}, sort_keys=True
+        {"model": model, "dtype": dtype, "calibration": calibration.as_record()}, sort_keys=True
     )
     return hashlib.sha256(payload.encode()).hexdigest()[:16]
 
@@ -291,7 +304,7 @@ class PrunePlan:
         identity = json.dumps(
             {
                 "model": self.model,
-                "calibration": dataclasses.asdict(calibration),
+                "calibration": calibration.as_record(),
                 "drop": self.config.drop,
                 "search": search,
                 "seed": self.config.seed,
@@ -303,7 +316,8 @@ class PrunePlan:
             default=str,
         )
         digest = hashlib.sha256(identity.encode()).hexdigest()[:8]
-        name = f"{slug(self.model)}-{calibration.objective}-m{self.config.drop}-{search}-{digest}"
+        label = objective_label(calibration.as_record())
+        name = f"{slug(self.model)}-{label}-m{self.config.drop}-{search}-{digest}"
         return self.out_dir / name
 
 
@@ -508,12 +522,18 @@ def run_standalone(
 # ------------------------------------------------------------------------------------------- the command
 
 
-def variant_record(plan: PrunePlan, run: SearchRun, dense_loss: float) -> VariantRecord:
+def variant_record(
+    plan: PrunePlan, run: SearchRun, dense_loss: float, quality: dict | None = None, truncated: int = 0
+) -> VariantRecord:
     """The registry record of one search's variant (its checkpoint not yet written)."""
+    calibration = plan.config.calibration.as_record()
+    if plan.config.calibration.truncate:
+        calibration["truncated_items"] = truncated
     return VariantRecord(
         base_model=plan.model,
         removed_blocks=list(run.result.removed_blocks),
-        calibration=dataclasses.asdict(plan.config.calibration),
+        calibration=calibration,
+        quality=quality,
         search=run.search,
         search_options={
             **run.result.options,
@@ -579,9 +599,12 @@ def _with_earlier_seeds(registry, record: VariantRecord) -> dict:
     return options
 
 
-def _register(registry, plan: PrunePlan, run: SearchRun, dense_loss: float) -> VariantOutcome:
-    """Write the checkpoint of one search and register it (base model, then variant)."""
-    record = variant_record(plan, run, dense_loss)
+def _register(registry, plan: PrunePlan, run: SearchRun, evaluator, held_out) -> VariantOutcome:
+    """Score one search's outcome on held-out data, write its checkpoint and register it (base model, then
+    variant)."""
+    dense_loss = evaluator.dense_loss()
+    quality = held_out(evaluator).quality(run.result.removed_blocks)
+    record = variant_record(plan, run, dense_loss, quality, evaluator.truncated_items)
     record = dataclasses.replace(record, search_options=_with_earlier_seeds(registry, record))
     written = _checkpoint_for(plan, run.search, record)
     registry.register_base_model(
@@ -614,6 +637,9 @@ def _register(registry, plan: PrunePlan, run: SearchRun, dense_loss: float) -> V
         head_positions=run.head_positions,
         stopped_early=run.stopped_early,
         shortcuts=plan.config.shortcuts,
+        validation_loss=quality["validation_loss"],
+        fit=quality["fit"],
+        quality=quality,
     )
 
 
@@ -639,7 +665,7 @@ def _start_run(plan: PrunePlan, cold: bool = False):
             {
                 "model": plan.model,
                 "dtype": config.dtype,
-                "calibration": dataclasses.asdict(config.calibration),
+                "calibration": config.calibration.as_record(),
             },
             indent=1,
         )
@@ -656,7 +682,8 @@ def prune(
 
     Args:
         config: the run.
-        on_variant: called with each variant as soon as it is registered (the CLI prints it).
+        on_variant: called with each variant as soon as it is registered and scored on held-out data
+            (``selected`` is only set on the returned outcomes, once every search has run).
 
     Returns:
         One :class:`VariantOutcome` per search.
@@ -667,12 +694,13 @@ def prune(
     registry = open_registry(config.registry_url)  # a bad URL fails before the model loads
     # A full disk is one line (a checkpoint names its own directory; the rest is under the run directory).
     with full_disk_as_user_error(plan.run_dir, what="run's scores and records"):
-        if config.timing == "standalone":
-            return _prune_standalone(plan, registry, on_variant)
-        return _prune_shared(plan, registry, on_variant)
+        run = _prune_standalone if config.timing == "standalone" else _prune_shared
+        outcomes = run(plan, registry, HeldOutCache(config.validation, config.max_ppl_ratio), on_variant)
+    mark_selected(outcomes)
+    return outcomes
 
 
-def _prune_shared(plan: PrunePlan, registry, on_variant) -> list[VariantOutcome]:
+def _prune_shared(plan: PrunePlan, registry, held_out, on_variant) -> list[VariantOutcome]:
     """``prune`` under ``--timing shared``: one evaluator whose memo is loaded, journalled as it grows (so a
     ``kill -9`` loses nothing, :mod:`pruning.calibration.scoring.memo`) and saved after each search."""
     config = plan.config
@@ -681,15 +709,13 @@ def _prune_shared(plan: PrunePlan, registry, on_variant) -> list[VariantOutcome]
     outcomes: list[VariantOutcome] = []
     interrupted = True
     try:
-        dense_loss = evaluator.dense_loss()
 
         def record(run: SearchRun) -> None:
             evaluator.save_memo(plan.memo_path)
             journal.compact()  # memo.json holds every score now
-            outcome = _register(registry, plan, run, dense_loss)
-            outcomes.append(outcome)
+            outcomes.append(_register(registry, plan, run, evaluator, held_out))
             if on_variant is not None:
-                on_variant(outcome)
+                on_variant(outcomes[-1])
 
         run_searches(
             evaluator,
@@ -721,7 +747,7 @@ def _prune_shared(plan: PrunePlan, registry, on_variant) -> list[VariantOutcome]
     return outcomes
 
 
-def _prune_standalone(plan: PrunePlan, registry, on_variant) -> list[VariantOutcome]:
+def _prune_standalone(plan: PrunePlan, registry, held_out, on_variant) -> list[VariantOutcome]:
     """``prune`` under ``--timing standalone``: a fresh evaluator per search, no memo loaded or saved."""
     from pruning.isolation import release_device_memory
 
@@ -735,10 +761,9 @@ def _prune_standalone(plan: PrunePlan, registry, on_variant) -> list[VariantOutc
         return current["evaluator"]
 
     def record(run: SearchRun) -> None:
-        outcome = _register(registry, plan, run, current["evaluator"].dense_loss())
-        outcomes.append(outcome)
+        outcomes.append(_register(registry, plan, run, current["evaluator"], held_out))
         if on_variant is not None:
-            on_variant(outcome)
+            on_variant(outcomes[-1])
 
     config = plan.config
     run_standalone(

@@ -34,6 +34,7 @@ from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
 from depthprune.core.errors import UserError
+from depthprune.core.objectives import objective_label
 from depthprune.core.settings import default_registry_url
 from registry.database import WRITE_OPTION, create_registry_engine, display_url, retrying
 from registry.infos import (
@@ -277,7 +278,9 @@ class Registry:
             elif parent is not None:
                 name = healed_variant_name(parent.name, record.healing["method"], identity)
             else:
-                name = auto_variant_name(base.model, record.objective, record.search, removed, identity)
+                name = auto_variant_name(
+                    base.model, objective_label(record.calibration), record.search, removed, identity
+                )
             row = VariantRow(identity=identity, base_model_id=base.id, created_at=utc_now(), name=name)
             session.add(row)
         elif record.name is not None:
@@ -288,6 +291,7 @@ class Registry:
         row.parent_id = None if parent is None else parent.id
         for what in STORED_AS_GIVEN:
             setattr(row, what, getattr(record, what))
+        row.fit = None if record.quality is None else record.quality.get("fit")
         if record.checkpoint_path is not None or record.checkpoint_sha256 is not None:
             row.checkpoint_path, row.checkpoint_sha256 = record.checkpoint_path, record.checkpoint_sha256
             row.checkpoint_files = files

@@ -100,6 +100,8 @@ def list_command(
         "cal. loss",
         "dense loss",
         "search s",
+        "val. loss",
+        "fit",
         "aliases",
     ):
         table.add_column(column, no_wrap=column in ("name", "mask"), min_width=min(len(column), 8))
@@ -116,6 +118,8 @@ def list_command(
             _number(variant.calibration_loss),
             _number(variant.dense_loss),
             _number(variant.search_seconds, 3),
+            _number((variant.quality or {}).get("validation_loss")),
+            _number(variant.fit),
             ", ".join(variant.aliases),
         )
     _console().print(table)
@@ -142,6 +146,9 @@ def _variant_fields(variant: VariantInfo, healed: list[VariantInfo]) -> Table:
     fields.add_row("search time (s)", _number(variant.search_seconds))
     fields.add_row("block forwards", _number(variant.block_forwards))
     fields.add_row("subset evaluations", _number(variant.subset_evaluations))
+    fields.add_row("fit (quality gate)", _number(variant.fit))
+    if variant.quality is not None:
+        fields.add_row("quality", json.dumps(variant.quality, sort_keys=True))
     if variant.healing is not None:
         from registry.compare import healing_summary
 
@@ -260,13 +267,34 @@ def alias(
         str | None, typer.Argument(help="Variant to point it at (id, name, 'dense'); omit to show it.")
     ] = None,
     delete: Annotated[bool, typer.Option("--delete", help="Remove the alias.")] = False,
+    best: Annotated[
+        str | None,
+        typer.Option(
+            help="Point ALIAS (default <short>-best, e.g. ce-best) at the variant with the lowest validation "
+            "loss among those whose search used this objective (never block_influence, lorp, streamline).",
+            metavar="OBJECTIVE",
+        ),
+    ] = None,
+    base: Annotated[
+        str | None, typer.Option(help="--best: the base model (when several have variants).")
+    ] = None,
     registry_url: RegistryOption = None,
     as_json: JsonOption = False,
 ) -> None:
     """Set, show or delete an alias (per base model); with no ALIAS, list every alias."""
     if delete and (alias_name is None or variant is not None):
         raise UserError("--delete takes the alias only: depthprune variants alias ALIAS --delete")
+    if best is not None and (delete or variant is not None):
+        raise UserError(
+            "--best chooses the variant itself: depthprune variants alias [ALIAS] --best OBJECTIVE"
+        )
     with _open(registry_url) as registry:
+        if best is not None:
+            from depthprune.core.objectives import best_alias
+            from registry.selection import best_for_objective
+
+            alias_name = alias_name or best_alias(best)
+            variant = best_for_objective(registry, best, base).name
         if alias_name is None:
             aliases = registry.aliases()
             if as_json:

@@ -20,7 +20,7 @@ from registry.records import (
 )
 from registry.tables import AliasRow, BaseModelRow, EvaluationRow, ServingBenchmarkRow, VariantRow
 
-STORED_AS_GIVEN = ("calibration", "search", "search_options", *MEASUREMENT_FIELDS, "healing")
+STORED_AS_GIVEN = ("calibration", "search", "search_options", *MEASUREMENT_FIELDS, "healing", "quality")
 """Fields of a :class:`VariantRecord` that its row stores unchanged (the rest are derived or conditional)."""
 
 MEASUREMENT_TABLES = {EvaluationInfo: EvaluationRow, ServingBenchmarkInfo: ServingBenchmarkRow}
@@ -109,6 +109,7 @@ def variant_info(
         parent=None if row.parent_id is None else session.get(VariantRow, row.parent_id).name,
         parent_id=row.parent_id,
         checkpoint_files=None if row.checkpoint_files is None else dict(row.checkpoint_files),
+        fit=row.fit,
     )
 
 
@@ -136,4 +137,6 @@ def dense_info(session: Session, base: BaseModelRow, aliases: list[str] | None =
         base_weights_sha256=base.weights_sha256,
         updated_at=utc(base.updated_at),
         checkpoint_files=None if base.model_files is None else dict(base.model_files),
+        quality=None,
+        fit=True,
     )

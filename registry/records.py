@@ -125,10 +125,17 @@ class VariantRecord:
     the measurements :data:`HEALING_MEASUREMENTS` (wall time, final training and held-out loss, the
     parent's held-out loss). None exactly when ``parent`` is None."""
 
+    quality: dict | None = None
+    """The quality gate's record (``prune``): ``fit`` (the verdict), ``validation_loss`` and
+    ``validation_data``, ``perplexity`` and ``dense_perplexity`` on held-out text, ``max_ppl_ratio`` (K),
+    ``accuracy`` and ``chance`` (multiple-choice objectives), ``reasons`` (why unfit). None: not measured."""
+
     def __post_init__(self) -> None:
         self.base_model = required_text(self.base_model, "base_model")
         self.removed_blocks = block_indices(self.removed_blocks)
         self.calibration = json_dict(self.calibration, "calibration")
+        if self.quality is not None:
+            self.quality = json_dict(self.quality, "quality")
         objective = self.calibration.get("objective")
         if not isinstance(objective, str) or not objective:
             raise UserError(
@@ -261,6 +268,11 @@ class VariantInfo(_Record):
     generation config, chat template; :mod:`registry.integrity`), taken at registration and checked before
     every start of a backend; for ``dense``, the base model's. None when registered without a local
     directory, or before manifests existed."""
+    quality: dict | None = None
+    """What the quality gate measured (see :attr:`VariantRecord.quality`); None when not measured."""
+    fit: bool | None = None
+    """The quality gate's verdict: False = unfit (``serve`` refuses it without ``--allow-unfit``); None = not
+    measured (registered before the gate); the dense model is fit."""
 
     @property
     def objective(self) -> str | None:

@@ -14,6 +14,7 @@ from datetime import datetime, timezone
 
 from sqlalchemy import (
     JSON,
+    Boolean,
     CheckConstraint,
     DateTime,
     Float,
@@ -95,6 +96,9 @@ class VariantRow(Base):
     # see it. Registry.remove_variant unlinks the children first: a healed variant outlives its parent.
     parent_id: Mapped[int | None] = mapped_column(ForeignKey("variants.id"), index=True)
     healing: Mapped[dict | None] = mapped_column(JSON(none_as_null=True))
+    # The quality gate (migration 0006): what prune measured on held-out data, and its verdict.
+    quality: Mapped[dict | None] = mapped_column(JSON(none_as_null=True))
+    fit: Mapped[bool | None] = mapped_column(Boolean)
 
     base: Mapped[BaseModelRow] = relationship(back_populates="variants")
 

@@ -63,12 +63,14 @@ def metadata_from_variant(info, served_name: str) -> VariantMetadata:
     )
 
 
-def resolve_backends(variants: list[tuple[str, str | None]], registry_url: str | None) -> list[BackendSpec]:
+def resolve_backends(
+    variants: list[tuple[str, str | None]], registry_url: str | None, allow_unfit: bool = False
+) -> list[BackendSpec]:
     """Registry lookups (and checkpoint checks) for every variant, before anything is started.
 
     Raises:
         UserError: an unknown name, a checkpoint missing on disk or whose checksum changed, a variant
-            listed twice under two names.
+            listed twice under two names, a variant the quality gate found unfit (without ``allow_unfit``).
     """
     registry = None
     needs_registry = any(url is None for _, url in variants)
@@ -88,6 +90,12 @@ def resolve_backends(variants: list[tuple[str, str | None]], registry_url: str |
             specs.append(BackendSpec(name=name, url=url, metadata=metadata))
             continue
         info = registry.resolve(name)
+        if info.fit is False and not allow_unfit:
+            reasons = "; ".join((info.quality or {}).get("reasons", [])) or "unfit"
+            raise UserError(
+                f"variant {name!r} ({info.name}) is unfit ({reasons}): not served; pass --allow-unfit to "
+                f"serve it anyway"
+            )
         if info.id in seen_ids and not info.is_dense:
             raise UserError(f"{name!r} and {seen_ids[info.id]!r} are the same variant; serve it once")
         seen_ids[info.id] = name
@@ -158,7 +166,7 @@ def build_settings(options: dict[str, Any], file_config: dict[str, Any]) -> Gate
             "no variants to serve: pass --variants dense,ppl-best or list `variants:` in --config"
         )
     variant_list = parse_variant_list(variants_value)
-    backends = resolve_backends(variant_list, pick("registry"))
+    backends = resolve_backends(variant_list, pick("registry"), bool(pick("allow_unfit", False)))
     vllm_config = dict(file_config.get("vllm") or {})
     for key in (
         "dtype",
@@ -301,6 +309,13 @@ def serve(
     dry_run: DryRunOption = False,
     gpus: GpusOption = None,
     gpu_memory_gib: PlanGpuMemoryOption = None,
+    allow_unfit: Annotated[
+        bool,
+        typer.Option(
+            "--allow-unfit",
+            help="Serve variants (and A/B arms) the quality gate marked fit: false; refused by default.",
+        ),
+    ] = False,
 ) -> None:
     """Serve variants through vLLM behind one OpenAI-compatible gateway with A/B routing and metrics.
 
@@ -324,6 +339,7 @@ def serve(
         start_timeout_s=start_timeout,
         first_port=first_port,
         vllm_args=vllm_arg or [],
+        allow_unfit=allow_unfit or None,
     )
     settings = build_settings(options, file_config)
     sizing = SizingRequest(dry_run, gpus, gpu_memory_gib, tensor_parallel, as_json)

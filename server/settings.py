@@ -242,6 +242,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         "restart",
         "registry",
         "experiments_poll_s",
+        "allow_unfit",
     }
     unknown = sorted(set(data) - known)
     if unknown:

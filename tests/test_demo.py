@@ -53,11 +53,11 @@ def test_demo_runs_end_to_end(tmp_path):
     assert completed.returncode == 0, completed.stderr[-5000:]
     rows = json.loads(completed.stdout.strip().splitlines()[-1])
     by_variant = {row["variant"]: row for row in rows}
-    assert {"dense", "ppl-best", "margin-best"} <= set(by_variant)
-    assert len(rows) == 6  # dense, its A/A control, (fast, thorough) x (perplexity, task margin)
+    assert {"dense", "ppl-best", "ce-best"} <= set(by_variant)
+    assert len(rows) == 6  # dense, its A/A control, (fast, thorough) x (perplexity, task_ce)
     for row in rows:
         assert row["perplexity"] > 1 and 0 <= row["qa_accuracy"] <= 1
-    for alias in ("ppl-best", "margin-best"):
+    for alias in ("ppl-best", "ce-best"):
         row = by_variant[alias]
         assert len(row["removed_blocks"]) == 2  # 25% of the tiny model's 8 blocks
         assert row["output_throughput_ratio"] > 0 and row["ideal_speedup"] == pytest.approx(8 / 6)
@@ -131,7 +131,7 @@ def test_the_real_model_plan_is_what_the_demo_prints(tmp_path, monkeypatch, caps
     assert config.model == "smollm2-135m" and not config.quick
     plan = plan_demo(config, num_blocks=30)
     assert plan.drop == 8  # round(0.25 x 30): 27 % of SmolLM2-135M's 30 blocks
-    assert plan.data == {"perplexity": "pydoc", "task_margin": "pydoc-cloze"}
+    assert plan.data == {"perplexity": "pydoc", "task_ce": "pydoc-phrase"}
     assert plan.searches == ("one_shot", "block_influence")
     assert set(plan.searches) <= set(SEARCHES)
     sizes = plan.sizes
@@ -157,7 +157,7 @@ def test_the_real_model_plan_is_what_the_demo_prints(tmp_path, monkeypatch, caps
     for expected in (
         "smollm2-135m (30 blocks): remove M = 8 (27%; ideal speed-up N/(N-M) = 1.36x)",
         "perplexity  on pydoc: 16 windows x 256 tokens, batch 8",
-        "task_margin on pydoc-cloze: 24 items of at most 256 tokens, batch 8",
+        "task_ce     on pydoc-phrase: 24 items of at most 256 tokens, batch 8",
         "searches on each objective: one_shot, block_influence",
         "offline suite (pydoc perplexity, 256-token windows; pydoc_cloze accuracy), at most 24 of each",
         "one vLLM engine each (--max-model-len 512 --vllm-arg=--enforce-eager)",
@@ -172,8 +172,8 @@ def test_the_demo_model_keeps_its_plan():
     assert config.model == "demo" and config.recipe == "tiny"
     plan = plan_demo(config, num_blocks=8)
     assert plan.drop == 2 and plan.searches == ("one_shot", "greedy")
-    assert plan.data == {"perplexity": "demo:text", "task_margin": "demo:qa"}
-    assert plan.calibration_data("task_margin", "/m") == "demo:qa@/m"
+    assert plan.data == {"perplexity": "demo:text", "task_ce": "demo:qa"}
+    assert plan.calibration_data("task_ce", "/m") == "demo:qa@/m"
     assert (plan.sizes.text_samples, plan.sizes.seq_len, plan.sizes.eval_limit) == (8, 64, None)
     assert (plan.sizes.num_prompts, plan.sizes.output_len, plan.sizes.rounds, plan.sizes.max_rounds) == (
         8,

@@ -354,7 +354,8 @@ def test_packed_choices_equal_per_choice_and_the_pruned_checkpoint(
     model = str(tiny_model_dirs(architecture))
     removed_sets = [frozenset({1, 4}), frozenset({0}), frozenset({5}), frozenset({2, 3, 5})]
     for data, seq_len in ((files["mc"], SEQ_LEN), (edge_questions, 16)):
-        config = CalibrationConfig("task_margin", data, samples=4, seq_len=seq_len, seed=1)
+        # --truncate: the edge items' prompts are cut on purpose (differently per choice)
+        config = CalibrationConfig("task_margin", data, samples=4, seq_len=seq_len, seed=1, truncate=True)
         packed = build_evaluator(model, config, progress=False, batch_size=7)
         per_choice = build_evaluator(model, config, progress=False, batch_size=7, pack_choices=False)
         assert packed.packed and not per_choice.packed
@@ -376,8 +377,9 @@ def test_packed_choices_equal_per_choice_and_the_pruned_checkpoint(
 
 def test_packing_layout(files, edge_questions):
     """The packed rows: the longest common prefix once, then each choice's remaining tokens."""
-    config = CalibrationConfig("task_margin", edge_questions, samples=4, seq_len=16, seed=1)
+    config = CalibrationConfig("task_margin", edge_questions, samples=4, seq_len=16, seed=1, truncate=True)
     evaluator = build_evaluator(files["model"], config, progress=False, batch_size=16)
+    assert evaluator.truncated_items >= 1  # the long context at least
     (batch,), (run,) = evaluator.batches, evaluator.run_batches
     lengths = batch.token_mask.sum(dim=1).tolist()
     for item in range(4):

@@ -8,10 +8,11 @@ import pytest
 import torch
 
 from depthprune.core.errors import UserError
+from depthprune.core.objectives import objective_label
 from pruning.calibration.config import CalibrationConfig
 from pruning.calibration.data.items import ChoiceItem, ChoiceSamples, TextSamples
-from pruning.calibration.objectives import OBJECTIVES, loss_of
-from pruning.calibration.objectives.batches import make_batches
+from pruning.calibration.objectives import OBJECTIVES, configured_loss, loss_of
+from pruning.calibration.objectives.batches import make_batches, truncated_items
 from pruning.models import BlockStack
 
 
@@ -63,9 +64,13 @@ def test_config_checks():
 def test_objectives_share_one_signature():
     import inspect
 
-    signatures = {str(inspect.signature(loss_of(objective))) for objective in OBJECTIVES.values()}
-    assert len(signatures) == 1
-    assert set(OBJECTIVES) == {"perplexity", "task_margin", "kl"}
+    shared = ["batch", "hidden", "head", "reference"]
+    for objective in OBJECTIVES.values():
+        # the shared four, then the objective's declared keyword parameters (each with a default)
+        parameters = inspect.signature(loss_of(objective)).parameters
+        assert list(parameters) == shared + list(objective.parameters), objective.name
+        assert all(parameters[name].default is None for name in objective.parameters)
+    assert set(OBJECTIVES) == {"perplexity", "task_margin", "task_ce", "kl"}
 
 
 def windows(seed=0, count=5, length=20):
@@ -154,14 +159,87 @@ def test_task_margin_by_hand(model_and_tokenizer, removed):
     torch.testing.assert_close(torch.cat(losses), torch.stack(expected), atol=1e-5, rtol=1e-5)
 
 
-def test_long_prompt_is_cut_from_the_left(model_and_tokenizer):
+def choice_scores(model, tokenizer, removed):
+    pruned = without_blocks(model, removed)
+    return [[answer_logprob(pruned, tokenizer, item.context, c) for c in item.choices] for item in ITEMS]
+
+
+@pytest.mark.parametrize("removed", [(), (2, 4)])
+def test_task_ce_and_clipped_margin_by_hand(model_and_tokenizer, removed):
+    """task_ce is −ℓ of the correct choice; a clipped margin is PuDDing's clamped to ±TAU."""
+    model, tokenizer = model_and_tokenizer
+    scores = choice_scores(model, tokenizer, removed)
+    expected_ce = torch.stack([-s[item.label] for s, item in zip(scores, ITEMS)])
+    margins = torch.stack(
+        [sum(s[item.label] - v for j, v in enumerate(s) if j != item.label) for s, item in zip(scores, ITEMS)]
+    )
+    tau = float(margins.abs().median())  # clips some items and not others
+    (batch,) = make_batches(ChoiceSamples(ITEMS, "hand-made"), tokenizer, 64, batch_size=16)
+    stack, hidden = final_hidden(model, batch.input_ids, removed)
+    ce = configured_loss(CalibrationConfig("task_ce", "demo:qa"))(batch, hidden, stack.head, None)
+    torch.testing.assert_close(ce, expected_ce, atol=1e-5, rtol=1e-5)
+    assert (ce >= 0).all()
+    clipped = configured_loss(CalibrationConfig("task_margin", "demo:qa", margin_clip=tau))
+    torch.testing.assert_close(
+        clipped(batch, hidden, stack.head, None), -margins.clamp(-tau, tau), atol=1e-5, rtol=1e-5
+    )
+
+
+def test_kl_weight_adds_kl_over_prompt_and_answer_positions(model_and_tokenizer):
+    model, tokenizer = model_and_tokenizer
+    removed = (1, 3)
+    (batch,) = make_batches(ChoiceSamples(ITEMS, "hand-made"), tokenizer, 64, batch_size=16)
+    lengths = batch.token_mask.sum(1)
+    with torch.no_grad():
+        dense = torch.log_softmax(model(batch.input_ids).logits, dim=-1)
+        pruned = torch.log_softmax(without_blocks(model, removed)(batch.input_ids).logits, dim=-1)
+    per_position = (dense.exp() * (dense - pruned)).sum(-1)
+    expected_kl = []
+    for item in range(len(ITEMS)):
+        rows = (batch.sequence_item == item).nonzero()[:, 0].tolist()
+        total = sum(per_position[row, : lengths[row]].sum() for row in rows)
+        expected_kl.append(total / sum(int(lengths[row]) for row in rows))
+    stack, hidden = final_hidden(model, batch.input_ids, removed)
+    config = CalibrationConfig("task_ce", "demo:qa", kl_weight=0.5)
+    reference = lambda row: dense[row, : lengths[row]]  # noqa: E731
+    base = configured_loss(config, with_kl=False)(batch, hidden, stack.head, None)
+    combined = configured_loss(config)(batch, hidden, stack.head, reference)
+    torch.testing.assert_close(combined, base + 0.5 * torch.stack(expected_kl), atol=1e-5, rtol=1e-4)
+
+
+def test_objective_parameters_are_checked_and_recorded():
+    with pytest.raises(UserError, match="--margin-clip applies to task_margin"):
+        CalibrationConfig("task_ce", "demo:qa", margin_clip=1.0)
+    with pytest.raises(UserError, match="--margin-clip must be a number > 0"):
+        CalibrationConfig("task_margin", "demo:qa", margin_clip=0)
+    with pytest.raises(UserError, match="--kl-weight must be a number >= 0"):
+        CalibrationConfig("perplexity", "c4", kl_weight=-1)
+    with pytest.raises(UserError, match="'kl' is already one"):
+        CalibrationConfig("kl", "c4", kl_weight=1)
+    plain = CalibrationConfig("task_margin", "demo:qa")
+    assert "margin_clip" not in plain.as_record() and plain.loss_floor is None
+    clipped = CalibrationConfig("task_margin", "demo:qa", margin_clip=2, kl_weight=0.5)
+    assert clipped.as_record()["margin_clip"] == 2.0 and clipped.as_record()["kl_weight"] == 0.5
+    assert clipped.loss_floor == pytest.approx(-2 - 0.5e-3) and clipped.needs_reference
+    assert objective_label(clipped.as_record()) == "task_margin-clip2-kl0.5"
+    assert CalibrationConfig("task_ce", "demo:qa").loss_floor == 0.0
+
+
+def test_a_long_item_is_refused_with_the_length_needed_or_cut_from_the_left_when_asked(model_and_tokenizer):
     _, tokenizer = model_and_tokenizer
     item = ChoiceItem(" ".join(f"w{i}" for i in range(4, 100)), ("w5 w6", "w7"), 0)
-    (batch,) = make_batches(ChoiceSamples([item], "hand-made"), tokenizer, 16, batch_size=4)
+    samples = ChoiceSamples([ITEMS[0], item], "hand-made")
+    needed = len(tokenizer(f"Question: {item.context}\nAnswer:")["input_ids"]) + 2
+    with pytest.raises(
+        UserError, match=f"item 1 of hand-made .* needs {needed} tokens, more than --seq-len 16"
+    ):
+        make_batches(samples, tokenizer, 16, batch_size=4)
+    assert truncated_items(samples, tokenizer, 16) == 1
+    (batch,) = make_batches(ChoiceSamples([item], "hand-made"), tokenizer, 16, batch_size=4, truncate=True)
     assert batch.input_ids.shape[1] == 16
     assert batch.answer_tokens.tolist() == [5, 6, 7]
     with pytest.raises(UserError, match="too long for seq_len"):
-        make_batches(ChoiceSamples([ChoiceItem("w4", ("w5 w6 w7", "w8"), 0)], "x"), tokenizer, 3, 4)
+        make_batches(ChoiceSamples([ChoiceItem("w4", ("w5 w6 w7", "w8"), 0)], "x"), tokenizer, 3, 4, True)
 
 
 def test_every_registered_objective_has_its_loss_module_and_no_module_is_unregistered():

@@ -253,3 +253,36 @@ def test_interrupted_run_saves_scores_and_resumes(files, tmp_path):
     greedy, beam = outcomes
     assert greedy.block_forwards == 0  # every subset greedy needs came from the saved memo
     assert beam.calibration_loss <= greedy.calibration_loss
+
+
+def test_several_searches_are_scored_on_validation_data_and_the_lowest_is_selected(files, tmp_path):
+    """``--validation mc:PATH``: every line carries validation_loss and fit, exactly one is selected (the
+    lowest), the quality record reaches the registry and pruning.json; an item longer than --seq-len is one
+    line naming the length needed."""
+    from pruning.checkpoint import PrunedCheckpoint
+    from registry import open_registry
+
+    rng = random.Random(5)
+    held_out = write_jsonl(
+        tmp_path / "held.jsonl",
+        random_questions(rng, rows=5, choices=(2, 3), context_words=5, choice_words=3),
+    )
+    args = [
+        "--model", files["model"], "--objective", "task_ce", "--data", files["mc"], "--samples", "4",
+        "--seq-len", "64", "--out", str(tmp_path / "v"), "--drop", "2", "--json",
+        "--search", "one_shot,block_influence", "--validation", f"mc:{held_out}",
+    ]  # fmt: skip
+    code, lines, err = cli(*args)
+    assert code == 0, err
+    reports = [json.loads(line) for line in lines]
+    assert [report["search"] for report in reports] == ["one_shot", "block_influence"]
+    losses = [report["validation_loss"] for report in reports]
+    assert [report["selected"] for report in reports] == [loss == min(losses) for loss in losses]
+    assert sum(report["selected"] for report in reports) == 1
+    registry = open_registry()
+    for report in reports:
+        assert isinstance(report["fit"], bool) and report["quality"]["validation_data"] == f"mc:{held_out}"
+        assert registry.resolve(report["id"]).fit == report["fit"]
+        assert PrunedCheckpoint.read(report["checkpoint"]).variant.quality["fit"] == report["fit"]
+    code, _, err = cli(*[arg if arg != "64" else "8" for arg in args])
+    assert code != 0 and "needs" in err and "more than --seq-len 8" in err and "--truncate" in err

@@ -84,6 +84,38 @@ def test_rankings_standalone_select_the_same(demo_tiny_dir, objective, name):
     assert (fast.removed_blocks, fast.loss) == (plain.removed_blocks, plain.loss)
 
 
+BOUNDED = {
+    "task_ce": {},
+    "task_margin-clip": {"margin_clip": 0.5},
+    "task_ce-kl": {"kl_weight": 0.5},
+    "task_margin-kl": {"kl_weight": 2.0},
+    "perplexity-kl": {"kl_weight": 1.0},
+}
+"""The bounded and KL-added configurations (name: parameters), each checked against ``--no-shortcuts``."""
+
+
+@pytest.mark.parametrize("configuration", sorted(BOUNDED))
+def test_bounded_objectives_select_the_same_with_and_without_shortcuts(demo_tiny_dir, configuration):
+    """greedy, then one_shot on the same evaluator (as ``prune --search greedy,one_shot`` runs them)."""
+    objective = configuration.split("-")[0]
+    data = "demo:text" if objective == "perplexity" else "demo:qa"
+    config = CalibrationConfig(
+        objective, f"{data}@{demo_tiny_dir}", samples=8, seq_len=64, seed=1, **BOUNDED[configuration]
+    )
+    found = {}
+    for shortcuts in (False, True):
+        evaluator = build_evaluator(
+            str(demo_tiny_dir), config, progress=False, batch_size=2, shortcuts=shortcuts
+        )
+        results = [run(name, evaluator, 1) for name in ("greedy", "one_shot")]
+        selections = [(result.removed_blocks, result.loss) for result in results]
+        found[shortcuts] = (selections, evaluator.stats.stopped_early)
+    assert found[True][0] == found[False][0]
+    assert found[False][1] == 0
+    if config.loss_floor is not None:
+        assert found[True][1] > 0, "a floor lets the rankings stop hopeless candidates"
+
+
 def greedy_stopped(demo_dir, objective="kl"):
     """A shortcut evaluator after greedy, and the candidates greedy's rankings stopped early."""
     shortcut = evaluator(demo_dir, objective)

@@ -10,9 +10,10 @@ Every process it starts is stopped on the way out, Ctrl-C included.
 Two plans (:func:`plan_demo`), sized so that ``make demo`` finishes in under 20 minutes on 2 cores:
 
 * a real model (``smollm2-135m``, the default, or any ``--model PATH_OR_ID``): Python's documentation as
-  data, offline — ``pydoc`` text for the perplexity objective, ``pydoc-cloze`` items for the task margin,
-  the ``offline`` evaluation suite on their test splits (:mod:`pruning.calibration.data.pydoc`), and
-  one-pass searches, since a thorough search (``greedy``: ~27 min on SmolLM2) does not fit;
+  data, offline — ``pydoc`` text for the perplexity objective, ``pydoc-phrase`` items (multi-word
+  answers) for ``task_ce``, the ``offline`` evaluation suite on their test splits
+  (:mod:`pruning.calibration.data.pydoc`), and one-pass searches, since a thorough search (``greedy``:
+  ~27 min on SmolLM2) does not fit;
 * ``--model demo``: the small Llama trained here on a generated corpus (cached), its own data and suite,
   with ``one_shot`` and ``greedy``.
 
@@ -35,6 +36,7 @@ from typing import Annotated
 
 import typer
 
+from depthprune.cli.demo_table import aa_row, print_table, speed_columns
 from depthprune.core.errors import UserError
 from depthprune.core.objectives import OBJECTIVES, TEXT
 from depthprune.core.settings import default_registry_url, home_dir
@@ -44,8 +46,12 @@ DEMO_MODEL = "demo"
 DEFAULT_MODEL = "smollm2-135m"
 """What ``depthprune demo`` prunes when no ``--model`` (or ``--recipe``) is given: the embedded real model."""
 DEMO_RECIPES = ("default", "tiny")
-BEST_ALIAS = {name: f"{OBJECTIVES[name].short_name}-best" for name in ("perplexity", "task_margin")}
-"""Objective -> the alias of its best variant (lowest calibration loss); the demo serves these."""
+TASK_OBJECTIVE = "task_ce"
+"""The demo's task arm: the bounded answer cross-entropy (PuDDing's unbounded margin collapses the model:
+docs/objectives.md)."""
+BEST_ALIAS = {name: f"{OBJECTIVES[name].short_name}-best" for name in ("perplexity", TASK_OBJECTIVE)}
+"""Objective -> the alias of its best variant (lowest validation loss among the searches that used it,
+``registry.selection``); the demo serves these."""
 EVALUATOR_BATCH_SIZE = 8
 """Sequences per forward of the pruning evaluator (``build_evaluator``'s default, which ``prune`` uses)."""
 
@@ -107,9 +113,9 @@ REAL_SEARCHES = ("one_shot", "block_influence")
 pass over the dense model's hidden states). ``greedy`` needs ~212 evaluations on SmolLM2 (~27 min)."""
 DEMO_SEARCHES = ("one_shot", "greedy")
 """The demo model: a fast and a thorough search (SLEB's iterative elimination)."""
-REAL_DATA = {"perplexity": "pydoc", "task_margin": "pydoc-cloze"}
+REAL_DATA = {"perplexity": "pydoc", TASK_OBJECTIVE: "pydoc-phrase"}
 """A real model's calibration data per objective: Python's documentation, offline."""
-DEMO_DATA = {"perplexity": "demo:text", "task_margin": "demo:qa"}
+DEMO_DATA = {"perplexity": "demo:text", TASK_OBJECTIVE: "demo:qa"}
 """The demo model's calibration data per objective: its own held-out text and questions."""
 REAL_SERVE_ARGS = ("--max-model-len", "512", "--vllm-arg=--enforce-eager")
 """``depthprune serve`` options for a real model: without torch.compile and with a short context (the
@@ -174,7 +180,7 @@ class DemoPlan:
             f"({self.drop / self.num_blocks:.0%}; ideal speed-up N/(N-M) = {self.ideal_speedup:.2f}x)",
             f"  perplexity  on {self.data['perplexity']}: {sizes.text_samples} windows x "
             f"{sizes.seq_len} tokens, batch {EVALUATOR_BATCH_SIZE}",
-            f"  task_margin on {self.data['task_margin']}: {sizes.choice_samples} items of at most "
+            f"  {TASK_OBJECTIVE}     on {self.data[TASK_OBJECTIVE]}: {sizes.choice_samples} items of at most "
             f"{sizes.seq_len} tokens, batch {EVALUATOR_BATCH_SIZE} sequences",
             f"  searches on each objective: {', '.join(self.searches)}",
             f"  evaluation: {self.suite} suite ({self.tasks[0]} perplexity, "
@@ -351,7 +357,8 @@ def read_num_blocks(model_dir: Path | str) -> int:
 def prune_variants(config: DemoConfig, plan: DemoPlan, model_dir: Path | str, registry) -> dict[str, list]:
     """``objective -> [VariantOutcome per search]``; aliases the best of each objective."""
     from pruning.calibration.config import CalibrationConfig
-    from pruning.prune import PruneConfig, prune
+    from pruning.prune import PruneConfig, canonical_model, prune
+    from registry.selection import best_for_objective
 
     outcomes = {}
     for objective, data in plan.data.items():
@@ -379,13 +386,23 @@ def prune_variants(config: DemoConfig, plan: DemoPlan, model_dir: Path | str, re
         for outcome in outcomes[objective]:
             print(
                 f"   {outcome.search}: removed {outcome.removed_blocks}, calibration loss "
-                f"{outcome.calibration_loss:.3f} (dense {outcome.dense_loss:.3f}), "
+                f"{outcome.calibration_loss:.3f} (dense {outcome.dense_loss:.3f}), validation loss "
+                f"{outcome.validation_loss:.3f}, fit {outcome.fit}, "
                 f"{outcome.subset_evaluations} subset evaluations in {outcome.search_seconds:.0f} s",
                 file=sys.stderr,
             )
-        best = min(outcomes[objective], key=lambda outcome: outcome.calibration_loss)
+    chosen = {}
+    for objective in outcomes:
+        best = best_for_objective(registry, objective, canonical_model(str(model_dir)))
         registry.set_alias(BEST_ALIAS[objective], best.name)
+        chosen[objective] = best.removed_blocks
         print(f"   {BEST_ALIAS[objective]} -> {best.name} (removed {best.removed_blocks})", file=sys.stderr)
+    if len({tuple(blocks) for blocks in chosen.values()}) == 1:
+        say(
+            config,
+            f"both objectives chose the same blocks {next(iter(chosen.values()))}: the A/B arms are "
+            "the same model",
+        )
     return outcomes
 
 
@@ -576,6 +593,8 @@ def summary_rows(
             "objective": "-",
             "search": "-",
             "calibration_loss": None,
+            "validation_loss": None,
+            "fit": True,
             **evaluation_metrics(registry, served["dense"], plan),
             **speed_columns(None),
         }
@@ -593,6 +612,8 @@ def summary_rows(
                     "objective": objective,
                     "search": outcome.search,
                     "calibration_loss": outcome.calibration_loss,
+                    "validation_loss": outcome.validation_loss,
+                    "fit": outcome.fit,
                     **evaluation_metrics(registry, measured[outcome.name], plan),
                     **speed_columns(comparison.get(served[role]) if role else None),
                 }
@@ -610,96 +631,6 @@ def evaluation_metrics(registry, name: str, plan: DemoPlan) -> dict:
         "perplexity": latest.get((perplexity_task, "perplexity")),
         "qa_accuracy": latest.get((accuracy_task, "acc")),
     }
-
-
-SPEED_KEYS = ("output_throughput_ratio", "mean_tpot_ratio", "median_e2el_ratio", "p99_e2el_ratio")
-SPEED_KEYS += ("ideal_speedup", "fraction_of_ideal_speedup", "speedup_verdict")
-SPEED_KEYS += tuple(
-    f"{key}_ci95" for key in ("output_throughput_ratio", "mean_tpot_ratio", "fraction_of_ideal_speedup")
-)
-
-
-def speed_columns(comparison: dict | None) -> dict:
-    """Throughput and latency ratios to dense, with 95 % intervals, from the load test's comparison entry."""
-    if comparison is None:
-        return dict.fromkeys(SPEED_KEYS)
-    ratios, intervals = comparison["ratios"], comparison.get("ratios_ci95") or {}
-    return {
-        "output_throughput_ratio": ratios.get("output_throughput"),
-        "output_throughput_ratio_ci95": comparison.get("output_throughput_speedup_ci95"),
-        "speedup_verdict": comparison.get("verdict"),
-        "mean_tpot_ratio": ratios.get("mean_tpot_ms"),
-        "mean_tpot_ratio_ci95": intervals.get("mean_tpot_ms"),
-        "median_e2el_ratio": ratios.get("median_e2el_ms"),
-        "p99_e2el_ratio": ratios.get("p99_e2el_ms"),
-        "ideal_speedup": comparison.get("ideal_speedup"),
-        "fraction_of_ideal_speedup": comparison.get("fraction_of_ideal_speedup"),
-        "fraction_of_ideal_speedup_ci95": comparison.get("fraction_of_ideal_speedup_ci95"),
-    }
-
-
-def aa_row(aa: dict) -> dict:
-    """The A/A control's row: dense measured again as its own arm, the run's noise floor."""
-    row = dict(variant="dense (A/A)", name="dense", removed_blocks=[], objective="noise floor", search="-")
-    row.update(
-        dict.fromkeys(("calibration_loss", "perplexity", "qa_accuracy", *SPEED_KEYS)), ideal_speedup=1.0
-    )
-    for key, source in (
-        ("output_throughput_ratio", "output_throughput_ratio"),
-        ("mean_tpot_ratio", "mean_tpot_ms_ratio"),
-    ):
-        row[key], row[f"{key}_ci95"] = aa.get(source), aa.get(f"{source}_ci95")
-    return row
-
-
-def print_table(rows: list[dict], out: Path, plan: DemoPlan) -> None:
-    """The final table, on stderr, wide enough for every column."""
-    from rich.console import Console
-    from rich.table import Table
-
-    from loadtest.intervals import speedup_text
-
-    def fmt(value, digits=3):
-        if value is None:
-            return "-"
-        return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
-
-    accuracy = "QA acc" if plan.is_demo_model else "cloze acc"
-    perplexity = "ppl" if plan.is_demo_model else "pydoc ppl"
-    model = f"{plan.model}, M = {plan.drop} of {plan.num_blocks}"
-    table = Table(title=f"depthprune demo: every variant against dense ({model})")
-    columns = ["variant", "removed", "objective", "search", "calib. loss", perplexity, accuracy]
-    columns += ["out tok/s × [95 %]", "TPOT × [95 %]", "p50 E2E ×", "ideal ×", "of ideal [95 %]"]
-    for column in columns:
-        left = column in ("variant", "removed", "objective", "search")
-        table.add_column(column, justify="left" if left else "right", no_wrap=True)
-    for row in rows:
-        verdict = row["speedup_verdict"]
-        table.add_row(
-            row["variant"],
-            ",".join(map(str, row["removed_blocks"])) or "-",
-            row["objective"],
-            row["search"],
-            fmt(row["calibration_loss"]),
-            fmt(row["perplexity"], 2),
-            fmt(row["qa_accuracy"]),
-            speedup_text(row["output_throughput_ratio"], row["output_throughput_ratio_ci95"], verdict),
-            speedup_text(row["mean_tpot_ratio"], row["mean_tpot_ratio_ci95"], None, ""),
-            fmt(row["median_e2el_ratio"], 2),
-            fmt(row["ideal_speedup"], 2),
-            speedup_text(
-                row["fraction_of_ideal_speedup"], row["fraction_of_ideal_speedup_ci95"], verdict, ""
-            ),
-        )
-    # Wide enough for every column even when stderr is a pipe (CI logs, `make demo | tee`).
-    console = Console(stderr=True, width=max(Console(stderr=True).width, 200))
-    console.print(table)
-    console.print(f"report and plots: {out / 'loadtest'}; summary: {out / 'summary.json'}")
-    console.print(
-        "#N = registry id (`depthprune variants show N`); "
-        "× = ratio to dense under the same load (throughput: higher is better; latency: lower), 95 % "
-        "interval in brackets; dense (A/A) = dense measured again as its own arm: the noise floor."
-    )
 
 
 def run_demo(config: DemoConfig) -> list[dict]:

@@ -55,6 +55,9 @@ class Objective:
     zero_loss_at_dense: bool = False
     """Whether the loss is exactly 0 at the dense model by definition (KL to itself): the dense reference
     pass then records 0 instead of computing it."""
+    parameters: tuple[str, ...] = ()
+    """Keyword parameters its loss takes, each a field of the calibration configuration of the same name
+    (``margin_clip`` for ``task_margin``); a parameter left at None is not passed (the loss's default)."""
 
     def __post_init__(self):
         if self.data_kind not in DATA_KINDS:
@@ -87,6 +90,17 @@ OBJECTIVES: dict[str, Objective] = {
         "task margin",
         "negated PuDDing likelihood margin of the correct answer",
         synonyms=("margin", "task-margin"),
+        # No floor unclipped (PuDDing's margin is unbounded); ``margin_clip`` TAU bounds it below by -TAU.
+        parameters=("margin_clip",),
+    ),
+    "task_ce": Objective(
+        "task_ce",
+        MULTIPLE_CHOICE,
+        "task cross-entropy",
+        "length-normalised cross-entropy of the correct answer text",
+        synonyms=("ce", "task-ce"),
+        # A mean of -log_softmax over the answer tokens: never negative.
+        loss_floor=0.0,
     ),
     "kl": Objective(
         "kl",
@@ -127,3 +141,35 @@ def objective_names(canonical: str) -> set[str]:
 def objectives_help() -> str:
     """The registered objectives for ``--help``: ``perplexity (mean next-token NLL on text), ...``."""
     return ", ".join(f"{name} ({objective.description})" for name, objective in OBJECTIVES.items())
+
+
+KL_OBJECTIVE = "kl"
+"""The objective whose per-sample loss ``--kl-weight`` adds to any other (its floor bounds the added term)."""
+
+
+OBJECTIVE_PARAMETERS = ("margin_clip", "kl_weight")
+"""Calibration-configuration fields that change what an objective measures (recorded only when set)."""
+PARAMETER_LABELS = {"margin_clip": "clip", "kl_weight": "kl"}
+
+
+def objective_label(calibration: dict) -> str:
+    """A calibration record's objective with its parameters: ``task_margin``, ``task_margin-clip2-kl0.5``.
+
+    Variant names and tables use it, so that two configurations of one objective never read alike."""
+    label = str(calibration.get("objective", "objective"))
+    for name in OBJECTIVE_PARAMETERS:
+        value = calibration.get(name)
+        if value not in (None, 0, 0.0):
+            label += f"-{PARAMETER_LABELS[name]}{value:g}"
+    return label
+
+
+OBJECTIVE_FREE_SEARCHES = frozenset({"block_influence", "lorp", "streamline"})
+"""Searches whose choice ignores the calibration objective (structural scores of the dense pass): their
+variants never stand in for an objective's ``<short>-best`` alias (``tests/test_objectives.py`` checks the
+names against ``pruning.search``)."""
+
+
+def best_alias(objective: str) -> str:
+    """The alias of an objective's best variant: ``ppl-best``, ``margin-best``, ``ce-best``."""
+    return f"{get_objective(canonical_objective(objective)).short_name}-best"

@@ -126,7 +126,7 @@ def _prior_of(options: dict) -> str:
 
 def find_in_registry(registry, model: str, cell: Cell) -> CellResult | None:
     """A registered variant produced by exactly this cell (calibration, M, search, seed, prior), if any."""
-    wanted = dataclasses.asdict(cell.calibration)
+    wanted = cell.calibration.as_record()
     try:
         variants = registry.list_variants(model)
     except UserError:  # base model not registered yet: nothing was pruned

@@ -152,6 +152,8 @@ class StudyConfig:
     item keeps every question whole while text instances stay ``seq_len`` tokens."""
     sampling: str = "documents"
     """Text calibration instances: ``documents`` (one document each, the study's) or ``stream`` windows."""
+    truncate: bool = False
+    """Cut multiple-choice items longer than ``seq_len`` (``--truncate``) instead of refusing them."""
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per search name, search options (as ``prune --option``)."""
     suites: tuple[str, ...] = ("all",)
@@ -315,6 +317,7 @@ def _calibrations(config: StudyConfig, data: list[str], seq_len: int) -> list:
                     seq_len=length,
                     seed=0,  # the draw's seed is set per cell (data_seed_of)
                     sampling=config.sampling,
+                    truncate=config.truncate,
                 )
             )
     return calibrations

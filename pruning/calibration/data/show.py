@@ -45,7 +45,9 @@ def describe_choices(samples: ChoiceSamples, tokenizer, seq_len: int) -> list[di
     for item in samples.items:
         scored = []
         for choice in item.choices:
-            ids, start = encode_choice(tokenizer, item.context, choice, seq_len, item.scoring)
+            ids, start, _ = encode_choice(
+                tokenizer, item.context, choice, seq_len, item.scoring, truncate=True
+            )
             scored.append(
                 {
                     "prompt": tokenizer.decode(ids[:start], skip_special_tokens=False),

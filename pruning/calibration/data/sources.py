@@ -7,7 +7,7 @@ Specs, help text, the ``heal`` split check and the loaders follow from the entry
 
 from __future__ import annotations
 
-from pruning.calibration.data import commonsense, demo, hub, local, pydoc
+from pruning.calibration.data import commonsense, demo, hub, local, pydoc, pydoc_phrases
 from pruning.calibration.data.items import Source
 
 SOURCES: dict[str, Source] = {
@@ -17,6 +17,7 @@ SOURCES: dict[str, Source] = {
     "commonsense170k": commonsense.COMMONSENSE_170K,
     "pydoc": pydoc.PYDOC,
     "pydoc-cloze": pydoc.PYDOC_CLOZE,
+    "pydoc-phrase": pydoc_phrases.PYDOC_PHRASE,
     "demo:text": demo.DEMO_TEXT,
     "demo:qa": demo.DEMO_QA,
     "text": local.TEXT_FILE,

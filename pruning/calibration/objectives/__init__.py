@@ -11,19 +11,24 @@ signature::
 dense model's log-probabilities ``[seq, vocab]`` of one sequence (objectives with ``needs_reference``). The
 calibration loss is the mean of the per-sample losses; lower is better.
 
-* :mod:`.perplexity`, :mod:`.task_margin`, :mod:`.kl` — the losses;
+* :mod:`.perplexity`, :mod:`.task_margin`, :mod:`.task_ce`, :mod:`.kl` — the losses;
+* :func:`configured_loss` — a calibration configuration's loss (parameters, ``--kl-weight``);
 * :mod:`.batches` — :class:`~.batches.CalibrationBatch` and how samples become batches.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from functools import cache
+from functools import cache, partial
 from importlib import import_module
+from typing import TYPE_CHECKING
 
 from depthprune.core.objectives import OBJECTIVES, Objective, get_objective
 
-__all__ = ["OBJECTIVES", "Objective", "get_objective", "loss_of"]
+if TYPE_CHECKING:
+    from pruning.calibration.config import CalibrationConfig
+
+__all__ = ["OBJECTIVES", "Objective", "configured_loss", "get_objective", "loss_of"]
 
 
 @cache
@@ -35,3 +40,24 @@ def loss_of(objective: Objective) -> Callable:
     """
     registered = get_objective(objective.name)
     return import_module(f"{__name__}.{registered.name}").loss
+
+
+def configured_loss(config: CalibrationConfig, with_kl: bool = True) -> Callable:
+    """The per-sample loss a calibration configuration minimises: the objective's loss with its parameters
+    (``margin_clip``), plus ``kl_weight`` x KL(dense || pruned) when set (and ``with_kl``)."""
+    objective = get_objective(config.objective)
+    base = loss_of(objective)
+    parameters = {name: getattr(config, name) for name in objective.parameters}
+    parameters = {name: value for name, value in parameters.items() if value is not None}
+    if parameters:
+        base = partial(base, **parameters)
+    if not (with_kl and config.kl_weight):
+        return base
+    from pruning.calibration.objectives.kl import divergence
+
+    weight = config.kl_weight
+
+    def loss_with_kl(batch, hidden, head, reference=None):
+        return base(batch, hidden, head, reference) + weight * divergence(batch, hidden, head, reference)
+
+    return loss_with_kl

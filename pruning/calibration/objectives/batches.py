@@ -116,43 +116,85 @@ def text_batches(samples: TextSamples, batch_size: int) -> list[CalibrationBatch
 
 
 def encode_choice(
-    tokenizer, context: str, choice: str, seq_len: int, scoring: str = "answer"
-) -> tuple[list[int], int]:
-    """Token ids of ``Question: {context}\\nAnswer: {choice}`` and where the answer starts.
+    tokenizer, context: str, choice: str, seq_len: int, scoring: str = "answer", truncate: bool = False
+) -> tuple[list[int], int, bool]:
+    """Token ids of ``Question: {context}\\nAnswer: {choice}``, where the answer starts, and whether the
+    prompt was cut.
 
     The prompt and the answer are tokenized separately (as lm-eval does with context and continuation) so
-    that the answer tokens are the same whatever precedes them; a prompt too long for ``seq_len`` loses its
-    beginning, never the answer. With ``scoring="sentence"`` the choice fills the blank ``_`` of ``context``
-    and every token of the sentence after the first is scored (PuDDing's WinoGrande): the start is 1.
+    that the answer tokens are the same whatever precedes them. A sequence longer than ``seq_len`` is a
+    :class:`~depthprune.errors.UserError` naming the length needed, unless ``truncate``: then the prompt
+    loses its beginning, never the answer. With ``scoring="sentence"`` the choice fills the blank ``_`` of
+    ``context`` and every token of the sentence after the first is scored (PuDDing's WinoGrande): the start
+    is 1.
     """
     if scoring == SENTENCE_SCORING:
-        ids = tokenizer(context.replace("_", choice))["input_ids"][-seq_len:]
-        if len(ids) < 2:
+        ids = tokenizer(context.replace("_", choice))["input_ids"]
+        if len(ids) > seq_len and not truncate:
+            raise TooLong(len(ids))
+        if len(ids[-seq_len:]) < 2:
             raise UserError(f"sentence {context[:40]!r} with {choice!r} is too short to score")
-        return ids, 1
+        return ids[-seq_len:], 1, len(ids) > seq_len
     prompt = tokenizer(PROMPT_TEMPLATE.format(context=context))["input_ids"]
     answer = tokenizer(ANSWER_TEMPLATE.format(choice=choice), add_special_tokens=False)["input_ids"]
     if not answer:
         raise UserError(f"choice {choice!r} tokenizes to nothing")
     if len(answer) >= seq_len:
         raise UserError(f"choice {choice[:40]!r} is {len(answer)} tokens, too long for seq_len {seq_len}")
+    needed = len(prompt) + len(answer)
+    if needed > seq_len and not truncate:
+        raise TooLong(needed)
     prompt = prompt[-(seq_len - len(answer)) :]
-    return prompt + answer, len(prompt)
+    return prompt + answer, len(prompt), needed > seq_len
+
+
+class TooLong(UserError):
+    """An item longer than ``seq_len`` (its length needed); :func:`encode_items` names the item."""
+
+    def __init__(self, needed: int):
+        super().__init__(f"needs {needed} tokens")
+        self.needed = needed
+
+
+def encode_items(
+    samples: ChoiceSamples, tokenizer, seq_len: int, truncate: bool = False
+) -> tuple[list[list[tuple[list[int], int]]], int]:
+    """Every item's choice sequences ``(ids, answer start)``, and how many items were cut to ``seq_len``.
+
+    Raises:
+        UserError: an item longer than ``seq_len`` (without ``truncate``), named with the length it needs.
+    """
+    encoded, truncated = [], 0
+    for index, item in enumerate(samples.items):
+        sequences, cut = [], False
+        for choice in item.choices:
+            try:
+                ids, start, was_cut = encode_choice(
+                    tokenizer, item.context, choice, seq_len, item.scoring, truncate
+                )
+            except TooLong as error:
+                raise UserError(
+                    f"item {index} of {samples.source} ({item.context[:40]!r}) needs {error.needed} tokens, "
+                    f"more than --seq-len {seq_len}: raise --seq-len to {error.needed} or pass --truncate"
+                ) from None
+            sequences.append((ids, start))
+            cut = cut or was_cut
+        encoded.append(sequences)
+        truncated += cut
+    return encoded, truncated
 
 
 def choice_batches(
-    samples: ChoiceSamples, tokenizer, seq_len: int, batch_size: int
+    samples: ChoiceSamples, tokenizer, seq_len: int, batch_size: int, truncate: bool = False
 ) -> list[CalibrationBatch]:
     """Multiple-choice items as batches of (item, choice) sequences; an item's choices share a batch.
 
-    ``batch_size`` bounds the sequences per batch (an item with more choices gets a batch of its own).
+    ``batch_size`` bounds the sequences per batch (an item with more choices gets a batch of its own). An
+    item longer than ``seq_len`` is refused unless ``truncate`` (:func:`encode_items`).
     """
     import torch
 
-    encoded = [
-        [encode_choice(tokenizer, item.context, choice, seq_len, item.scoring) for choice in item.choices]
-        for item in samples.items
-    ]
+    encoded, _ = encode_items(samples, tokenizer, seq_len, truncate)
     groups, current, current_sequences = [], [], 0
     for index, item in enumerate(samples.items):
         if current and current_sequences + len(item.choices) > batch_size:
@@ -200,9 +242,17 @@ def choice_batches(
 
 
 def make_batches(
-    samples: TextSamples | ChoiceSamples, tokenizer, seq_len: int, batch_size: int
+    samples: TextSamples | ChoiceSamples, tokenizer, seq_len: int, batch_size: int, truncate: bool = False
 ) -> list[CalibrationBatch]:
-    """Calibration samples of either kind in batches of at most ``batch_size`` sequences."""
+    """Calibration samples of either kind in batches of at most ``batch_size`` sequences (``truncate``:
+    multiple-choice items only, :func:`choice_batches`)."""
     if isinstance(samples, TextSamples):
         return text_batches(samples, batch_size)
-    return choice_batches(samples, tokenizer, seq_len, batch_size)
+    return choice_batches(samples, tokenizer, seq_len, batch_size, truncate)
+
+
+def truncated_items(samples: TextSamples | ChoiceSamples, tokenizer, seq_len: int) -> int:
+    """How many multiple-choice items ``--truncate`` cuts to ``seq_len`` (0 for text)."""
+    if isinstance(samples, TextSamples):
+        return 0
+    return encode_items(samples, tokenizer, seq_len, truncate=True)[1]

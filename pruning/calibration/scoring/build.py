@@ -9,7 +9,7 @@ import time
 from depthprune.core.errors import UserError
 from pruning.calibration.config import CalibrationConfig
 from pruning.calibration.data.sampling import load_samples
-from pruning.calibration.objectives.batches import make_batches
+from pruning.calibration.objectives.batches import make_batches, truncated_items
 from pruning.calibration.scoring.evaluator import SubsetEvaluator
 from pruning.models import BlockStack, load_config, load_model
 
@@ -64,7 +64,8 @@ def build_evaluator(
     load_config(model)
     tokenizer = AutoTokenizer.from_pretrained(model)
     samples = load_samples(config.data, tokenizer, config.samples, config.seq_len, config.seed, split)
-    batches = make_batches(samples, tokenizer, config.seq_len, batch_size)
+    batches = make_batches(samples, tokenizer, config.seq_len, batch_size, config.truncate)
+    truncated = truncated_items(samples, tokenizer, config.seq_len) if config.truncate else 0
     causal_lm, _ = load_model(model, dtype=dtype, device=device)
     evaluator = SubsetEvaluator(
         BlockStack(causal_lm),
@@ -80,4 +81,6 @@ def build_evaluator(
         shortcuts=shortcuts,
     )
     evaluator.stats.setup_seconds = time.perf_counter() - started
+    evaluator.truncated_items = truncated
+    evaluator.tokenizer = tokenizer
     return evaluator

@@ -48,8 +48,8 @@ from tqdm.auto import tqdm
 
 from depthprune.core.objectives import MULTIPLE_CHOICE, Objective
 from pruning.calibration.config import CalibrationConfig
-from pruning.calibration.objectives import get_objective, loss_of
-from pruning.calibration.objectives.batches import CalibrationBatch
+from pruning.calibration.objectives import configured_loss, get_objective
+from pruning.calibration.objectives.batches import CalibrationBatch, chunked
 from pruning.calibration.scoring import memo
 from pruning.calibration.scoring.packing import RunBatch, as_run_batch, pack_choice_batches
 from pruning.calibration.scoring.shortcuts import (
@@ -102,9 +102,12 @@ class SubsetEvaluator:
         self.progress = progress
         self.objective = get_objective(config.objective)
         """The calibration objective's facts (:class:`~depthprune.core.objectives.Objective`)."""
-        self.loss = loss_of(self.objective)
-        """Its loss, ``loss(batch, hidden, head, reference) -> per-sample losses``."""
-        self.loss_floor = self.objective.loss_floor
+        self.loss = configured_loss(config)
+        """Its loss with the configuration's parameters, ``loss(batch, hidden, head, reference) -> per-sample
+        losses``."""
+        self.loss_floor = config.loss_floor
+        self.needs_reference = config.needs_reference
+        """Whether scoring compares against the dense model (``kl``, ``--kl-weight``)."""
         self.num_blocks = stack.num_blocks
         self.device = stack.device
         self.batches = [batch.to(self.device) for batch in batches]
@@ -113,6 +116,8 @@ class SubsetEvaluator:
             and not naive
             and self.objective.data_kind == MULTIPLE_CHOICE
             and stack.supports_segment_masks
+            # KL over prompt and answer positions reads every position of every choice sequence
+            and not config.kl_weight
         )
         if self.packed:
             rows = packed_rows or max(batch.input_ids.shape[0] for batch in batches)
@@ -122,6 +127,10 @@ class SubsetEvaluator:
         self.run_batches: list[RunBatch] = [run.to(self.device) for run in runs]
         self.num_samples = sum(batch.num_samples for batch in batches)
         self.stats = EvaluatorStats()
+        self.truncated_items = 0
+        """Multiple-choice items cut to ``seq_len`` (``--truncate``; set by ``build_evaluator``)."""
+        self.tokenizer = None
+        """The model's tokenizer (set by ``build_evaluator``): held-out scoring draws more data with it."""
         self._memo: dict[frozenset[int], float] = {}
         # Scores stopped early by a ranking query: lower bounds, never values (kept apart from the memo).
         self._bounds: dict[frozenset[int], PartialScore] = {}
@@ -139,7 +148,7 @@ class SubsetEvaluator:
         self._prepared: list[list[dict]] = []
         self._reference: list[torch.Tensor | None] = [None] * len(self.batches)
         self._batch_order = list(range(len(self.run_batches)))
-        if not naive or self.objective.needs_reference:
+        if not naive or self.needs_reference:
             # naive mode caches nothing but the KL reference (part of that objective's definition).
             self._dense_pass()
         self._prefix = PrefixStates(self._states, self.boundaries, self.num_blocks, self.prefix_capacity)
@@ -180,7 +189,7 @@ class SubsetEvaluator:
         reference_bytes = positions * vocab * 4
         # Dense log-probs when they fit next to the boundaries; else the dense final hidden states.
         self.cache_reference_logprobs = (
-            self.objective.needs_reference and self.cache_bytes + reference_bytes <= budget_bytes
+            self.needs_reference and self.cache_bytes + reference_bytes <= budget_bytes
         )
 
     def _count_blocks(self, batch: CalibrationBatch | RunBatch, blocks: int) -> None:
@@ -225,26 +234,22 @@ class SubsetEvaluator:
                 del block_inputs
                 self._count_blocks(run, self.num_blocks)
                 influence_tokens += float(weight.sum())
-                reference = None
-                if self.objective.needs_reference:
-                    if self.cache_reference_logprobs:
-                        logprobs = torch.log_softmax(self._head(hidden).float(), dim=-1)
-                        reference = logprobs.to(self.cache_device)
-                    else:
-                        reference = hidden.to(self.cache_device)
-                self._reference.append(reference)
+                self._reference.append(self._dense_reference(batch, hidden) if self.needs_reference else None)
                 if not self.naive:
                     self._prepared.append(prepared.block_kwargs)
                     self._states.append(states)
-                    # An objective 0 at the dense model by definition (KL to itself) needs no head call.
+                    # An objective 0 at the dense model by definition (KL to itself) needs no head call; a
+                    # --kl-weight term is 0 there too, so only the loss it is added to runs.
                     losses.append(
                         torch.zeros(batch.num_samples)
                         if self.objective.zero_loss_at_dense
-                        else self.loss(
+                        else configured_loss(self.config, with_kl=False)(
                             batch,
                             run.objective_hidden(hidden),
                             self._head,
-                            self._reference_for(len(self._reference) - 1),
+                            self._reference_for(len(self._reference) - 1)
+                            if self.objective.needs_reference
+                            else None,
                         )
                         .double()
                         .cpu()
@@ -263,8 +268,23 @@ class SubsetEvaluator:
             self._batch_order = sorted(range(len(losses)), key=lambda index: -dense_sums[index])
         self.stats.reference_seconds += time.perf_counter() - start
 
+    def _dense_reference(self, batch: CalibrationBatch, hidden: torch.Tensor) -> list[torch.Tensor]:
+        """Per sequence, what the KL reference keeps of the dense pass, on its real positions only: the
+        log-probabilities (in LM-head chunks) when they fit the budget, else the final hidden states."""
+        lengths = batch.token_mask.sum(dim=1).tolist()
+        if not self.cache_reference_logprobs:
+            return [hidden[row, :length].to(self.cache_device) for row, length in enumerate(lengths)]
+        return [
+            self._dense_logprobs(hidden[row, :length]).to(self.cache_device)
+            for row, length in enumerate(lengths)
+        ]
+
+    def _dense_logprobs(self, hidden: torch.Tensor) -> torch.Tensor:
+        pieces = [torch.log_softmax(self._head(chunk).float(), dim=-1) for _, chunk in chunked(hidden)]
+        return torch.cat(pieces)
+
     def _reference_for(self, batch_index: int):
-        """``row -> dense log-probs [seq, vocab]`` of one batch (``kl`` only)."""
+        """``row -> dense log-probs [real positions, vocab]`` of one batch (``kl``, ``--kl-weight``)."""
         stored = self._reference[batch_index]
         if stored is None:
             return None
@@ -273,7 +293,7 @@ class SubsetEvaluator:
 
         def recompute(row: int) -> torch.Tensor:
             with torch.no_grad():
-                return torch.log_softmax(self._head(stored[row].to(self.device)).float(), dim=-1)
+                return self._dense_logprobs(stored[row].to(self.device))
 
         return recompute
 

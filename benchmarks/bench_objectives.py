@@ -1,0 +1,186 @@
+"""Issue #26's experiment: which calibration objective gives a usable variant (docs/objectives.md).
+
+SmolLM2-135M, M = 8: perplexity (``pydoc``) against ``task_margin``, ``task_margin --margin-clip``,
+``task_ce`` and ``task_margin --kl-weight`` (``pydoc-phrase``, multi-word answers), at several calibration
+sizes (untruncated: an item longer than ``--seq-len`` stops the run) and searches. Each cell (configuration,
+size) builds one evaluator shared by its searches; every outcome and ``--random-sets`` random removal sets
+are scored on held-out data the calibration never saw: perplexity on ``pydoc``'s ``test`` split and accuracy
+on the ``test`` items of ``pydoc-cloze`` (the 341 items) and ``pydoc-phrase``. Writes ``results.json`` and a
+Markdown table with the criteria C1-C4 to ``--out``.
+
+Run under the heavy-job slot (not a timing measurement)::
+
+    /work/bin/heavy .venv/bin/python benchmarks/bench_objectives.py --out docs/objectives-results \\
+        --samples 4,16,64 --searches one_shot --greedy-samples 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import time
+from pathlib import Path
+
+from scipy.stats import spearmanr
+
+from pruning.calibration.config import CalibrationConfig
+from pruning.calibration.data.items import ChoiceSamples
+from pruning.calibration.data.sampling import sample_stream_windows
+from pruning.calibration.data.specs import load_choice_items, load_documents
+from pruning.calibration.scoring.build import build_evaluator
+from pruning.heldout import choice_accuracy, naive_scorer
+from pruning.model_sources import resolve_model
+from pruning.prune import run_searches
+
+CONFIGURATIONS = {
+    "perplexity": ("perplexity", "pydoc", {"sampling": "stream"}),  # 64 x 256-token windows exist
+    "task_margin": ("task_margin", "pydoc-phrase", {}),
+    "margin_clip1": ("task_margin", "pydoc-phrase", {"margin_clip": 1.0}),
+    "task_ce": ("task_ce", "pydoc-phrase", {}),
+    "margin_kl1": ("task_margin", "pydoc-phrase", {"kl_weight": 1.0}),
+}
+"""Name -> (objective, calibration data, parameters)."""
+
+
+def test_scorers(evaluator, tokenizer, windows: int, window_tokens: int, test_items: int | None) -> dict:
+    """Naive scorers on the held-out test data, sharing the evaluator's model."""
+    text = sample_stream_windows(
+        load_documents("pydoc", "test"), tokenizer, windows, window_tokens, 0, "pydoc"
+    )
+    scorers = {
+        "pydoc": naive_scorer(
+            evaluator, CalibrationConfig("perplexity", "pydoc", windows, window_tokens), text, tokenizer
+        )
+    }
+    for spec in ("pydoc-cloze", "pydoc-phrase"):
+        config = CalibrationConfig("task_ce", spec, samples=1, seq_len=evaluator.config.seq_len)
+        items = ChoiceSamples(load_choice_items(spec, "test")[:test_items], spec)
+        scorers[spec] = naive_scorer(evaluator, config, items, tokenizer)
+    return scorers
+
+
+def held_out(scorers: dict, removed) -> dict:
+    removed = frozenset(removed)
+    return {
+        "perplexity": math.exp(min(scorers["pydoc"].score(removed), 700.0)),
+        "cloze_accuracy": choice_accuracy(scorers["pydoc-cloze"], removed)[0],
+        "phrase_accuracy": choice_accuracy(scorers["pydoc-phrase"], removed)[0],
+    }
+
+
+def run_cell(model: str, name: str, samples: int, searches: tuple[str, ...], args) -> dict:
+    objective, data, parameters = CONFIGURATIONS[name]
+    config = CalibrationConfig(objective, data, samples=samples, seq_len=args.seq_len, seed=0, **parameters)
+    started = time.perf_counter()
+    evaluator = build_evaluator(model, config, progress=False)
+    scorers = test_scorers(
+        evaluator, evaluator.tokenizer, args.windows, min(args.seq_len, 256), args.test_items
+    )
+    runs = run_searches(evaluator, args.drop, searches, seed=0, options={}, progress=False)
+    rng = random.Random(0)
+    sets = [
+        ("random", sorted(rng.sample(range(evaluator.num_blocks), args.drop)))
+        for _ in range(args.random_sets)
+    ]
+    rows = []
+    for label, removed in [(run.search, run.result.removed_blocks) for run in runs] + sets:
+        rows.append(
+            {
+                "set": label,
+                "removed": list(removed),
+                "calibration_loss": evaluator.score(frozenset(removed)),
+                **held_out(scorers, removed),
+            }
+        )
+    losses = [row["calibration_loss"] for row in rows]
+    return {
+        "configuration": name,
+        "samples": samples,
+        "dense_calibration_loss": evaluator.dense_loss(),
+        "dense": held_out(scorers, ()),
+        "rows": rows,
+        "rho_loss_perplexity": spearmanr(losses, [row["perplexity"] for row in rows]).statistic,
+        "rho_negloss_accuracy": spearmanr(
+            [-loss for loss in losses], [row["phrase_accuracy"] for row in rows]
+        ).statistic,
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument("--drop", type=int, default=8)
+    parser.add_argument("--samples", default="4,16,64")
+    parser.add_argument("--searches", default="one_shot")
+    parser.add_argument("--greedy-samples", default="4", help="Sizes at which greedy also runs ('' = none).")
+    parser.add_argument("--configurations", default=",".join(CONFIGURATIONS))
+    parser.add_argument("--seq-len", type=int, default=256)
+    parser.add_argument("--windows", type=int, default=16)
+    parser.add_argument("--random-sets", type=int, default=6)
+    parser.add_argument("--test-items", type=int, default=None, help="First N test items of each task only.")
+    args = parser.parse_args()
+    model = resolve_model(args.model).model
+    args.out.mkdir(parents=True, exist_ok=True)
+    greedy_at = {int(size) for size in args.greedy_samples.split(",") if size}
+    results = args.out / "results.json"
+    cells = json.loads(results.read_text()) if results.is_file() else []  # resumes, adds cells
+    done = {(cell["configuration"], cell["samples"]) for cell in cells}
+    for name in args.configurations.split(","):
+        for samples in (int(size) for size in args.samples.split(",")):
+            if (name, samples) in done:
+                continue
+            searches = tuple(args.searches.split(",")) + (("greedy",) if samples in greedy_at else ())
+            cells.append(run_cell(model, name, samples, searches, args))
+            (args.out / "results.json").write_text(json.dumps(cells, indent=1))
+            (args.out / "table.md").write_text(report(cells))
+            print(f"{name} x {samples}: {cells[-1]['seconds']:.0f} s", flush=True)
+    (args.out / "table.md").write_text(report(cells))
+
+
+def report(cells: list[dict]) -> str:
+    """The Markdown table and criteria C1-C4 (docs/objectives.md states them)."""
+    baseline = {
+        (cell["samples"], row["set"]): row
+        for cell in cells
+        if cell["configuration"] == "perplexity"
+        for row in cell["rows"]
+    }
+    lines = [
+        "| configuration | items | search | removed | cal. loss | ppl | cloze acc | phrase acc "
+        "| C1 | C2 | C4 |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for cell in cells:
+        for row in (row for row in cell["rows"] if row["set"] != "random"):
+            base = baseline.get((cell["samples"], row["set"]))
+            c1 = base is not None and row["phrase_accuracy"] >= base["phrase_accuracy"] - 0.05
+            c2 = base is not None and row["perplexity"] <= 3 * base["perplexity"]
+            c4 = not (
+                row["calibration_loss"] < cell["dense_calibration_loss"]
+                and row["perplexity"] > 10 * cell["dense"]["perplexity"]
+            )
+            lines.append(
+                f"| {cell['configuration']} | {cell['samples']} | {row['set']} | {row['removed']} | "
+                f"{row['calibration_loss']:.4g} | {row['perplexity']:.1f} | {row['cloze_accuracy']:.3f} | "
+                f"{row['phrase_accuracy']:.3f} | {c1} | {c2} | {c4} |"
+            )
+    lines += [
+        "",
+        "| configuration | items | ρ(loss, ppl) | ρ(−loss, phrase acc) | C3 |",
+        "|---|---|---|---|---|",
+    ]
+    for cell in cells:
+        rho_p, rho_a = cell["rho_loss_perplexity"], cell["rho_negloss_accuracy"]
+        lines.append(
+            f"| {cell['configuration']} | {cell['samples']} | {rho_p:.2f} | {rho_a:.2f} "
+            f"| {rho_p >= 0 and rho_a >= 0} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""The ``prune`` options that configure an objective, its data's held-out use and the quality gate.
+
+Kept apart from :mod:`pruning.cli` (the commands) so that the commands module stays one job; each alias is
+a ``typer`` option type the commands share.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from depthprune.core.objectives import OBJECTIVES
+
+_CLIPPED = ", ".join(name for name, objective in OBJECTIVES.items() if "margin_clip" in objective.parameters)
+
+MarginClipOption = Annotated[
+    float | None,
+    typer.Option(
+        help=f"{_CLIPPED}: clip each item's margin to [-TAU, TAU] (a bounded margin; default: PuDDing's "
+        "unbounded one). Recorded in the calibration configuration and the variant's name.",
+        metavar="TAU",
+    ),
+]
+KlWeightOption = Annotated[
+    float,
+    typer.Option(
+        help="Add LAMBDA x KL(dense || pruned) on the same sequences to the objective (multiple choice: over "
+        "the prompt and answer positions). Recorded in the calibration configuration and the variant's name.",
+        metavar="LAMBDA",
+    ),
+]
+TruncateOption = Annotated[
+    bool,
+    typer.Option(
+        "--truncate",
+        help="Cut multiple-choice items longer than --seq-len from the left (recorded as truncated_items) "
+        "instead of refusing them.",
+    ),
+]
+ValidationOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Held-out data of the objective's kind on which every search's outcome is scored to select one "
+        "(mc:PATH, text:PATH, any data spec). Default: the calibration source's calibration split minus "
+        "the calibration draw (docs/objectives.md).",
+        metavar="SPEC",
+    ),
+]
+MaxPerplexityRatioOption = Annotated[
+    float,
+    typer.Option(
+        help="Quality gate: a variant whose held-out perplexity exceeds K x the dense model's is fit: false "
+        "(as is one whose task accuracy falls to chance).",
+        metavar="K",
+    ),
+]

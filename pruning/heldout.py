@@ -1,0 +1,133 @@
+"""Held-out scores of a run's outcomes: validation loss (selection), perplexity and accuracy (quality gate).
+
+After the searches of a ``prune`` run, every outcome is scored on data the searches never saw, with the
+calibration evaluator's model (no second copy):
+
+* **validation loss**: the calibration configuration's own loss (objective, parameters, KL) on the
+  validation data (:mod:`pruning.calibration.data.validation`); ``prune`` marks the outcome with the lowest
+  as ``selected``, and ``<objective>-best`` aliases follow it;
+* **held-out perplexity**: on the validation text for a text objective, else on ``pydoc``'s ``test`` split
+  (:data:`FITNESS_TEXT`, Python's own documentation: on every machine, never a calibration split);
+* **task accuracy** (multiple-choice objectives): on the validation items, against chance (mean 1/choices);
+* **fit**: :func:`depthprune.core.fitness.fitness` of those against the dense model's.
+
+Each scorer is a naive :class:`~pruning.calibration.scoring.evaluator.SubsetEvaluator` (a full forward per
+set, nothing cached): a handful of sets is scored, and the calibration evaluator's caches stay as they are.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import torch
+
+from depthprune.core.fitness import DEFAULT_MAX_PPL_RATIO, fitness
+from pruning.calibration.config import CalibrationConfig
+from pruning.calibration.data.items import TEXT
+from pruning.calibration.data.sampling import sample_stream_windows
+from pruning.calibration.data.specs import load_documents
+from pruning.calibration.data.validation import validation_samples
+from pruning.calibration.objectives.batches import make_batches
+from pruning.calibration.objectives.task_margin import answer_logprobs
+from pruning.calibration.scoring.evaluator import SubsetEvaluator
+
+FITNESS_TEXT = "pydoc"
+"""Held-out text of multiple-choice objectives' quality gate (its ``test`` split)."""
+FITNESS_WINDOWS = 8
+"""Windows of held-out text the quality gate's perplexity reads."""
+FITNESS_WINDOW_TOKENS = 256
+"""Tokens per window (at most; the calibration ``seq_len`` when shorter)."""
+BATCH_SIZE = 8
+
+
+def choice_accuracy(scorer: SubsetEvaluator, removed: frozenset[int]) -> tuple[float, float]:
+    """``(accuracy, chance)`` of the model without ``removed`` on a multiple-choice scorer's items: an item
+    is right when its correct choice has the highest ℓ (mean answer-token log-probability); chance is the
+    mean of 1 / choices."""
+    correct, chance, items = 0, 0.0, 0
+    for batch in scorer.batches:
+        logits = scorer.stack.forward(batch.input_ids, removed)
+        scores = answer_logprobs(batch, logits, lambda hidden: hidden)
+        for item in range(batch.num_samples):
+            rows = (batch.sequence_item == item).nonzero()[:, 0]
+            best = rows[torch.argmax(scores[rows])]
+            correct += int(best == batch.correct_sequence[item])
+            chance += 1 / len(rows)
+        items += batch.num_samples
+    return correct / items, chance / items
+
+
+def naive_scorer(evaluator, config: CalibrationConfig, samples, tokenizer) -> SubsetEvaluator:
+    """A naive evaluator of ``config`` on ``samples`` sharing ``evaluator``'s model (nothing cached)."""
+    batches = make_batches(samples, tokenizer, config.seq_len, BATCH_SIZE, truncate=config.truncate)
+    return SubsetEvaluator(
+        evaluator.stack, config, batches, model_id=evaluator.model_id, naive=True, progress=False
+    )
+
+
+class HeldOut:
+    """Scores removal sets on held-out data with a calibration evaluator's model (module docstring)."""
+
+    def __init__(
+        self, evaluator, validation: str | None = None, max_ppl_ratio: float = DEFAULT_MAX_PPL_RATIO
+    ):
+        config: CalibrationConfig = evaluator.config
+        tokenizer = evaluator.tokenizer
+        self.config = config
+        self.max_ppl_ratio = max_ppl_ratio
+        self.what, samples = validation_samples(config, tokenizer, validation)
+        self.validation = naive_scorer(evaluator, config, samples, tokenizer)
+        if config.kind == TEXT:
+            self.text = naive_scorer(
+                evaluator,
+                dataclasses.replace(config, objective="perplexity", kl_weight=0.0),
+                samples,
+                tokenizer,
+            )
+        else:
+            length = min(config.seq_len, FITNESS_WINDOW_TOKENS)
+            windows = sample_stream_windows(
+                load_documents(FITNESS_TEXT, "test"), tokenizer, FITNESS_WINDOWS, length, 0, FITNESS_TEXT
+            )
+            text_config = CalibrationConfig("perplexity", FITNESS_TEXT, FITNESS_WINDOWS, length)
+            self.text = naive_scorer(evaluator, text_config, windows, tokenizer)
+        self.dense = self._measure(frozenset())
+
+    def _accuracy(self, removed: frozenset[int]) -> tuple[float, float] | None:
+        """``(accuracy, chance)`` on the validation items; None for text."""
+        return None if self.config.kind == TEXT else choice_accuracy(self.validation, removed)
+
+    def _measure(self, removed: frozenset[int]) -> dict:
+        measured = {
+            "validation_loss": self.validation.score(removed),
+            "perplexity": math.exp(min(self.text.score(removed), 700.0)),
+        }
+        accuracy = self._accuracy(removed)
+        if accuracy is not None:
+            measured["accuracy"], measured["chance"] = accuracy
+        return measured
+
+    def quality(self, removed_blocks) -> dict:
+        """The quality record of one removal set (``VariantRecord.quality``): validation loss, held-out
+        perplexity (and accuracy) against the dense model's, K, the verdict ``fit`` and its ``reasons``."""
+        measured = self._measure(frozenset(removed_blocks))
+        fit, reasons = fitness(
+            measured["perplexity"],
+            self.dense["perplexity"],
+            self.max_ppl_ratio,
+            measured.get("accuracy"),
+            self.dense.get("accuracy"),
+            measured.get("chance"),
+        )
+        return {
+            **measured,
+            "validation_data": self.what,
+            "dense_validation_loss": self.dense["validation_loss"],
+            "dense_perplexity": self.dense["perplexity"],
+            **({"dense_accuracy": self.dense["accuracy"]} if "accuracy" in self.dense else {}),
+            "perplexity_data": self.what if self.config.kind == TEXT else f"{FITNESS_TEXT} (test split)",
+            "max_ppl_ratio": self.max_ppl_ratio,
+            "fit": fit,
+            "reasons": reasons,
+        }
