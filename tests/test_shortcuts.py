@@ -29,7 +29,9 @@ OBJECTIVES = ("perplexity", "kl", "task_margin")
 
 def demo_config(demo_dir, objective: str, seed: int = 0, samples: int = 8) -> CalibrationConfig:
     data = "demo:qa" if objective == "task_margin" else "demo:text"
-    return CalibrationConfig(objective, f"{data}@{demo_dir}", samples=samples, seq_len=32, seed=seed)
+    # Questions get room for their longest item (up to 35 tokens under seeds 0-2): no silent truncation.
+    seq_len = 64 if objective == "task_margin" else 32
+    return CalibrationConfig(objective, f"{data}@{demo_dir}", samples=samples, seq_len=seq_len, seed=seed)
 
 
 def evaluator(demo_dir, objective: str, seed: int = 0, **options):
