@@ -56,7 +56,8 @@ def test_demo_runs_end_to_end(tmp_path):
     assert {"dense", "ppl-best", "ce-best"} <= set(by_variant)
     assert len(rows) == 6  # dense, its A/A control, (fast, thorough) x (perplexity, task_ce)
     for row in rows:
-        assert row["perplexity"] > 1 and 0 <= row["qa_accuracy"] <= 1
+        if row["variant"] != "dense (A/A)":  # the A/A row is a measurement of dense, not a model of its own
+            assert row["perplexity"] > 1 and 0 <= row["qa_accuracy"] <= 1
     for alias in ("ppl-best", "ce-best"):
         row = by_variant[alias]
         assert len(row["removed_blocks"]) == 2  # 25% of the tiny model's 8 blocks
