@@ -153,11 +153,11 @@ def test_prompts_are_puddings():
     """The scored strings: ``Question: {q}\\nAnswer: {text}`` (answer tokens only), or the filled sentence."""
     tokenizer = CharacterTokenizer()
     items = {case[0]: parse_commonsense_row(case[1]) for case in CASES}
-    ids, start = encode_choice(tokenizer, items["piqa"].context, items["piqa"].choices[0], 512)
+    ids, start, _ = encode_choice(tokenizer, items["piqa"].context, items["piqa"].choices[0], 512)
     assert tokenizer.decode(ids[:start]) == "Question: Keep bread fresh longer.\nAnswer:"
     assert tokenizer.decode(ids[start:]) == " Store it in a sealed bag in a cool place."
     wino = items["winogrande"]
-    ids, start = encode_choice(tokenizer, wino.context, wino.choices[1], 512, wino.scoring)
+    ids, start, _ = encode_choice(tokenizer, wino.context, wino.choices[1], 512, wino.scoring)
     assert start == 1
     assert (
         tokenizer.decode(ids) == "The trophy did not fit in the suitcase because the suitcase was too small."

@@ -294,4 +294,4 @@ def test_every_source_is_registered_under_its_name_and_every_spec_form_parses():
             parsed = data.parse_spec(form.replace("PATH", "/some/file.jsonl"))
             assert (parsed.source, parsed.kind) == (name, source.kind)
     assert data.known_specs().split(", ")[:2] == ["c4", "wikitext2"]
-    assert set(data.HEAL_SOURCES) == {"pydoc", "pydoc-cloze", "text", "mc"}
+    assert set(data.HEAL_SOURCES) == {"pydoc", "pydoc-cloze", "pydoc-phrase", "text", "mc"}

@@ -89,9 +89,9 @@ def test_a_journal_of_another_configuration_is_refused(tmp_path):
 
 @pytest.fixture(scope="module")
 def text_data(tmp_path_factory) -> str:
-    """A ``text:`` data file in the tiny models' vocabulary."""
+    """A ``text:`` data file in the tiny models' vocabulary: 6 documents to calibrate on, 2 held out."""
     root = tmp_path_factory.mktemp("journal-data")
-    return f"text:{write_jsonl(root / 'text.jsonl', random_texts(random.Random(3), rows=6, words=60))}"
+    return f"text:{write_jsonl(root / 'text.jsonl', random_texts(random.Random(3), rows=8, words=60))}"
 
 
 def test_only_values_are_journalled_never_bounds(demo_tiny_dir, tmp_path):

@@ -326,7 +326,7 @@ def test_prune_runs_on_pydoc_and_pydoc_cloze(pydoc_model, tmp_path, run_cli):
             "--samples",
             "4",
             "--seq-len",
-            "32",
+            "128",  # the longest pydoc-cloze item needs 125 tokens: no silent truncation
             "--drop",
             "1",
             "--search",
