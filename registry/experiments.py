@@ -31,7 +31,7 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import select, text
@@ -40,7 +40,7 @@ from sqlalchemy.orm import Session
 from depthprune.core.errors import UserError
 from registry.database import WRITE_OPTION, retrying
 from registry.naming import check_name
-from registry.tables import ExperimentChangeRow, ExperimentRow, utc_now
+from registry.tables import ExperimentChangeRow, ExperimentRow, utc, utc_now
 
 CHANNEL = "depthprune_experiments"
 """PostgreSQL notification channel of experiment changes; the payload is the experiment's name."""
@@ -104,11 +104,6 @@ class ExperimentChange:
     changed_at: datetime
 
 
-def _utc(moment: datetime) -> datetime:
-    # SQLite hands timestamps back without a zone; they were written in UTC.
-    return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment
-
-
 class ExperimentStore:
     """The experiments of one registry (SQLite or PostgreSQL)."""
 
@@ -166,7 +161,7 @@ class ExperimentStore:
                     actor=row.actor,
                     old_spec=row.old_spec,
                     new_spec=row.new_spec,
-                    changed_at=_utc(row.changed_at),
+                    changed_at=utc(row.changed_at),
                 )
                 for row in session.scalars(query)
             ]
@@ -284,7 +279,7 @@ def _record(row: ExperimentRow) -> ExperimentRecord:
         spec=row.spec,
         version=row.version,
         updated_by=row.updated_by,
-        updated_at=_utc(row.updated_at),
+        updated_at=utc(row.updated_at),
     )
 
 

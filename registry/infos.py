@@ -5,7 +5,7 @@ dense model as one), evaluations and serving benchmarks.
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timezone
+from datetime import datetime
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -18,21 +18,13 @@ from registry.records import (
     ServingBenchmarkInfo,
     VariantInfo,
 )
-from registry.tables import AliasRow, BaseModelRow, EvaluationRow, ServingBenchmarkRow, VariantRow
+from registry.tables import AliasRow, BaseModelRow, EvaluationRow, ServingBenchmarkRow, VariantRow, utc
 
 STORED_AS_GIVEN = ("calibration", "search", "search_options", *MEASUREMENT_FIELDS, "healing", "quality")
 """Fields of a :class:`VariantRecord` that its row stores unchanged (the rest are derived or conditional)."""
 
 MEASUREMENT_TABLES = {EvaluationInfo: EvaluationRow, ServingBenchmarkInfo: ServingBenchmarkRow}
 """The table each kind of measurement of a variant is stored in."""
-
-
-def utc(moment: datetime | None) -> datetime | None:
-    """A stored timestamp with its zone (UTC)."""
-    # SQLite hands timestamps back without a zone; they were written in UTC.
-    if moment is not None and moment.tzinfo is None:
-        return moment.replace(tzinfo=timezone.utc)
-    return moment
 
 
 def copied(value):

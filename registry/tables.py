@@ -32,6 +32,14 @@ def utc_now() -> datetime:
     return datetime.now(timezone.utc)
 
 
+def utc(moment: datetime | None) -> datetime | None:
+    """A stored timestamp with its zone (UTC)."""
+    # SQLite hands timestamps back without a zone; they were written in UTC.
+    if moment is not None and moment.tzinfo is None:
+        return moment.replace(tzinfo=timezone.utc)
+    return moment
+
+
 class Base(DeclarativeBase):
     """Declarative base of every registry table."""
 

@@ -47,7 +47,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import and_, func, or_, select, update
@@ -55,7 +55,7 @@ from sqlalchemy.orm import Session
 
 from depthprune.core.errors import UserError
 from registry.database import WRITE_OPTION, retrying
-from registry.tables import StudyCellRow, utc_now
+from registry.tables import StudyCellRow, utc, utc_now
 
 PENDING, RUNNING, DONE, FAILED = "pending", "running", "done", "failed"
 """The states of a cell: waiting, held by a worker, finished, given up on (until the next enqueue)."""
@@ -84,13 +84,6 @@ def study_key(arguments: dict[str, Any]) -> str:
 def default_worker_id() -> str:
     """``host:pid:random``: unique per worker process, and readable in ``study_cells.worker``."""
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
-
-
-def _utc(moment: datetime | None) -> datetime | None:
-    # SQLite hands timestamps back without a zone; they were written in UTC.
-    if moment is not None and moment.tzinfo is None:
-        return moment.replace(tzinfo=timezone.utc)
-    return moment
 
 
 @dataclass(frozen=True)
@@ -381,11 +374,11 @@ class WorkQueue:
                     state=row.state,
                     worker=row.worker,
                     attempts=row.attempts,
-                    lease_expires_at=_utc(row.lease_expires_at),
+                    lease_expires_at=utc(row.lease_expires_at),
                     variant_id=row.variant_id,
                     error=row.error,
-                    claimed_at=_utc(row.claimed_at),
-                    finished_at=_utc(row.finished_at),
+                    claimed_at=utc(row.claimed_at),
+                    finished_at=utc(row.finished_at),
                 )
                 for row in rows
             ]
