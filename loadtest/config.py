@@ -32,7 +32,8 @@ class LoadConfig:
     seed: int = 0
     """Seed of prompts and arrival times."""
     rounds: int = 3
-    """Fewest interleaved rounds: each round runs every arm once, rotating the order, so drift cancels."""
+    """Fewest interleaved rounds: each round runs every arm once, in a balanced order (loadtest.order), so
+    drift and carry-over cancel; rounded up to whole blocks of that order."""
     max_rounds: int | None = None
     """Most rounds: rounds are added after ``rounds`` until every headline interval is ``target_precision``
     precise, this many rounds ran, or ``time_budget_s`` is spent; None = the larger of ``rounds`` and 30."""

@@ -5,6 +5,11 @@ mean TPOT at the steady rate) and, with ``--aa``, the A/A arm's ratio of the sam
 a time after ``LoadConfig.rounds`` until every headline interval's relative half-width
 (:attr:`loadtest.intervals.RatioEstimate.precision`) is at most ``target_precision``, ``max_rounds`` ran, or
 the ``time_budget_s`` of the whole measurement is spent.
+
+Rounds come in blocks (:mod:`loadtest.order`): a measurement stops only after a whole block, so every arm has
+run in every position and after every other arm equally often. ``rounds`` is rounded up and ``max_rounds``
+down to whole blocks (``max_rounds`` below one block stays as given, and the record says the design is cut);
+the time budget is checked only at the end of a block, so it can be overrun by at most one block less a round.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ from dataclasses import dataclass, field
 from loadtest.compare import ratio_estimates
 from loadtest.config import LoadConfig
 from loadtest.intervals import RatioEstimate
+from loadtest.order import block_rounds
 
 
 @dataclass
@@ -34,18 +40,33 @@ class StopRule:
     reached: dict[str, float | None] = field(default_factory=dict)
     """``arm -> precision reached`` of each headline ratio at the last check."""
 
+    block: int = 1
+    """Rounds in one balanced block of the arm order (set from the arms at the first check)."""
+
+    def limits(self, arms: int) -> tuple[int, int]:
+        """The fewest and most rounds for ``arms`` arms: ``rounds`` up and ``max_rounds`` down to blocks."""
+        self.block = block_rounds(arms)
+        most = self.config.max_rounds
+        if most >= self.block:
+            most -= most % self.block
+        fewest = -(-self.config.rounds // self.block) * self.block
+        return min(fewest, most), most
+
     def __call__(self, per_round: dict[str, list[dict]]) -> str | None:
         """Why to stop after the rounds in ``per_round`` (``arm -> [metrics of each round]``), or None."""
         rounds = len(per_round[self.baseline])
+        fewest, most = self.limits(len(per_round))
         estimates = headline_estimates(per_round, self.baseline, self.key)
         self.reached = {arm: estimate.precision for arm, estimate in estimates.items()}
         worst = max((p if p is not None else float("inf") for p in self.reached.values()), default=0.0)
-        if rounds < self.config.rounds:
+        if rounds < most and (rounds < fewest or rounds % self.block):
             return None
         if self.config.target_precision > 0 and worst <= self.config.target_precision:
             self.reason = f"target precision ±{self.config.target_precision:.1%} reached"
-        elif rounds >= self.config.max_rounds:
-            self.reason = f"--max-rounds {self.config.max_rounds} reached"
+        elif rounds >= most:
+            self.reason = f"--max-rounds {self.config.max_rounds} reached" + (
+                f" ({most} rounds: whole blocks of {self.block})" if most != self.config.max_rounds else ""
+            )
         elif time.monotonic() >= self.deadline:
             self.reason = f"--time-budget {self.config.time_budget_s:g} s spent"
         return self.reason
@@ -59,6 +80,7 @@ class StopRule:
             "reached": max(values) if len(values) == len(self.reached) and values else None,
             "per_arm": self.reached,
             "stop_reason": self.reason,
+            "order": {"design": "williams", "block_rounds": self.block},
         }
 
 

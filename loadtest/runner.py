@@ -18,6 +18,7 @@ from loadtest.arrivals import arrival_offsets
 from loadtest.client import CONNECT_TIMEOUT_S, RequestResult, stream_completion
 from loadtest.config import LoadConfig
 from loadtest.metrics import compute_metrics
+from loadtest.order import round_order
 from loadtest.prompts import Prompt
 
 
@@ -183,12 +184,6 @@ async def settle(
     await warm_up(client, target, model, tagged, short)
 
 
-def round_order(models: Sequence[str], round_index: int) -> list[str]:
-    """The models of round ``round_index``, rotated so no model always runs first (or last)."""
-    shift = round_index % len(models)
-    return list(models[shift:]) + list(models[:shift])
-
-
 RoundPrompts = Sequence[Prompt] | Mapping[str, Sequence[Prompt]]
 """A round's prompts: one list for every arm, or ``arm -> its own list`` (distinct prompts per arm)."""
 
@@ -204,14 +199,14 @@ async def run_round(
     model_names: Mapping[str, str] | None = None,
     on_request_done: Callable[[], None] | None = None,
 ) -> list[RunResult]:
-    """Run every arm once, in the rotated order of ``round_index``, each under the round's load.
+    """Run every arm once, in the balanced order of ``round_index`` (:mod:`loadtest.order`), under its load.
 
     Args:
         client: Shared HTTP session (:func:`make_client`).
         targets: ``arm -> base URL``, in the order given by the user.
         prompts: The round's prompts (see :data:`RoundPrompts`).
         config: Load settings.
-        round_index: Which round (rotates the order, seeds the arrival times).
+        round_index: Which round (picks the order, seeds the arrival times).
         rate: Request rate overriding ``config.rate``.
         model_names: ``arm -> model name sent in requests``; an arm not listed sends its own name (the A/A
             arm sends the baseline's).

@@ -34,7 +34,7 @@ from loadtest import (
 from loadtest.blocks import block_counts, counts_from_card, counts_from_directory
 from loadtest.compare import parse_blocks_overrides
 from loadtest.metrics import max_concurrency_seen
-from loadtest.runner import make_client, round_order
+from loadtest.runner import make_client
 
 # --- metrics on fake streams with known answers ----------------------------------------------------------
 
@@ -361,15 +361,6 @@ def test_block_counts_from_every_source(tmp_path):
             parse_blocks_overrides(bad)
     with pytest.raises(UserError, match="not benchmarked"):
         block_counts(["dense"], cards, overrides)
-
-
-def test_round_order_rotates():
-    assert [round_order(["a", "b", "c"], r) for r in range(4)] == [
-        ["a", "b", "c"],
-        ["b", "c", "a"],
-        ["c", "a", "b"],
-        ["a", "b", "c"],
-    ]
 
 
 def test_config_rejects_bad_load():

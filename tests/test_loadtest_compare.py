@@ -146,13 +146,16 @@ def test_result_carries_intervals_aa_and_verdicts():
 
 
 def test_stop_rule_stops_when_precise_or_out_of_rounds():
+    # Two arms: blocks of 2 rounds, so --rounds 3 means 4 and no stop falls inside a block.
     config = LoadConfig(rounds=3, max_rounds=6, target_precision=0.05)
     precise = StopRule(config, "dense", "output_throughput", deadline=math.inf)
-    steady = {"dense": rounds_of([100] * 2, [10] * 2), "v": rounds_of([130] * 2, [8] * 2)}
-    assert precise(steady) is None  # below the fewest rounds
-    steady = {"dense": rounds_of([100] * 3, [10] * 3), "v": rounds_of([130] * 3, [8] * 3)}
+    for rounds in (2, 3):
+        steady = {"dense": rounds_of([100] * rounds, [10] * rounds), "v": rounds_of([130] * rounds, [8] * rounds)}
+        assert precise(steady) is None  # below the fewest rounds (3 rounded up to a block)
+    steady = {"dense": rounds_of([100] * 4, [10] * 4), "v": rounds_of([130] * 4, [8] * 4)}
     assert precise(steady) == "target precision ±5.0% reached"
     assert precise.record()["reached"] == pytest.approx(0.0)
+    assert precise.record()["order"] == {"design": "williams", "block_rounds": 2}
 
     noisy = StopRule(config, "dense", "output_throughput", deadline=math.inf)
     wild = [100, 150, 80, 130, 70, 160]
@@ -161,8 +164,30 @@ def test_stop_rule_stops_when_precise_or_out_of_rounds():
     per_round = {"dense": rounds_of([100] * 6, [10] * 6), "v": rounds_of(wild, [8] * 6)}
     assert noisy(per_round) == "--max-rounds 6 reached" and noisy.record()["reached"] > 0.05
     late = StopRule(config, "dense", "output_throughput", deadline=0.0)
-    per_round = {"dense": rounds_of([100] * 3, [10] * 3), "v": rounds_of(wild[:3], [8] * 3)}
+    per_round = {"dense": rounds_of([100] * 5, [10] * 5), "v": rounds_of(wild[:5], [8] * 5)}
+    assert late(per_round) is None  # the budget is spent, but the block is not whole
+    per_round = {"dense": rounds_of([100] * 4, [10] * 4), "v": rounds_of(wild[:4], [8] * 4)}
     assert late(per_round).startswith("--time-budget")
+
+
+def test_stop_rule_with_three_arms_stops_only_after_whole_blocks_of_six():
+    config = LoadConfig(rounds=3, max_rounds=20, target_precision=0.05)
+    rule = StopRule(config, "dense", "output_throughput", deadline=0.0)
+
+    def arms(rounds):
+        return {name: rounds_of([100] * rounds, [10] * rounds) for name in ("dense", "dense (A/A)", "v")}
+
+    assert [rule(arms(rounds)) for rounds in range(1, 6)] == [None] * 5  # precise, but mid-block
+    assert rule(arms(6)) == "target precision ±5.0% reached"
+    noisy = StopRule(config, "dense", "output_throughput", deadline=math.inf)
+    wild = [100, 150, 80, 130, 70, 160] * 4
+    per_round = {
+        "dense": rounds_of([100] * 18, [10] * 18),
+        "dense (A/A)": rounds_of(wild[:18], [10] * 18),
+        "v": rounds_of(wild[:18], [8] * 18),
+    }
+    # --max-rounds 20 is cut to 18, the last whole block.
+    assert noisy(per_round) == "--max-rounds 20 reached (18 rounds: whole blocks of 6)"
 
 
 # --- prompts per arm -------------------------------------------------------------------------------------
