@@ -6,9 +6,9 @@ the arms ``dense, dense (A/A), variant`` rotated cyclically, the A/A arm always 
 and dense never does, so the A/A ratio came out biased low (0.90-0.98) although the weights are identical.
 
 A Williams design (Williams 1949, the cross-over trials' standard) fixes that: over one *block* of rounds
-every arm runs in every position equally often and follows every other arm equally often. For an even number
-of arms one block is ``n`` rounds (a Williams Latin square); for an odd number it is ``2n`` (the square and its
-mirror image): 2 rounds for 2 arms, 6 for 3, 4 for 4. The block's rows are then ordered so that the
+every arm runs in every position equally often and follows every other arm equally often. For an even
+number of arms one block is ``n`` rounds (a Williams Latin square); for an odd number it is ``2n`` (the square
+and its mirror image): 2 rounds for 2 arms, 6 for 3, 4 for 4. The block's rows are then ordered so that the
 transitions *between* rounds (the last arm of a round before the first of the next, cyclically) are as
 balanced as they can be too: exactly so for 2 and 3 arms (3 arms: every arm preceded by each other arm three
 times per block, never by itself). For 4 arms no ordering is exact; the one chosen gives the first arm (the

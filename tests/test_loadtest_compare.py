@@ -150,7 +150,8 @@ def test_stop_rule_stops_when_precise_or_out_of_rounds():
     config = LoadConfig(rounds=3, max_rounds=6, target_precision=0.05)
     precise = StopRule(config, "dense", "output_throughput", deadline=math.inf)
     for rounds in (2, 3):
-        steady = {"dense": rounds_of([100] * rounds, [10] * rounds), "v": rounds_of([130] * rounds, [8] * rounds)}
+        dense, variant = rounds_of([100] * rounds, [10] * rounds), rounds_of([130] * rounds, [8] * rounds)
+        steady = {"dense": dense, "v": variant}
         assert precise(steady) is None  # below the fewest rounds (3 rounded up to a block)
     steady = {"dense": rounds_of([100] * 4, [10] * 4), "v": rounds_of([130] * 4, [8] * 4)}
     assert precise(steady) == "target precision ±5.0% reached"

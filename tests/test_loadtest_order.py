@@ -22,9 +22,7 @@ def test_every_block_row_is_a_permutation_and_every_arm_holds_every_position_equ
 
 @pytest.mark.parametrize("arms", range(2, 8))
 def test_within_rounds_every_arm_follows_every_other_equally_often(arms):
-    pairs = Counter(
-        (row[index], row[index + 1]) for row in williams_rows(arms) for index in range(arms - 1)
-    )
+    pairs = Counter((row[index], row[index + 1]) for row in williams_rows(arms) for index in range(arms - 1))
     expected = {(a, b) for a in range(arms) for b in range(arms) if a != b}
     assert set(pairs) == expected and len(set(pairs.values())) == 1
 
