@@ -117,14 +117,17 @@ def test_a_pruned_cell_keeps_the_count_its_calibration_recorded(tiny_demo_like, 
         tiny_demo_like,
         tmp_path,
         objectives=("task_margin",),
-        searches=("one_shot",),
+        searches=("one_shot", "block_influence"),
         seeds=(0,),
         truncate=True,
         choice_seq_len=4,  # shorter than every question of the tiny data: each one is cut
     )
-    (cell,) = cells_of(run_study(config)).values()
-    recorded = open_registry().resolve(cell["variant"]).calibration["truncated_items"]
-    assert cell["truncated_items"] == recorded > 0
+    cells = cells_of(run_study(config))
+    registry = open_registry()
+    assert len(cells) == 2
+    for cell in cells.values():
+        recorded = registry.resolve(cell["variant"]).calibration["truncated_items"]
+        assert cell["truncated_items"] == recorded > 0
 
 
 def test_questions_get_their_own_length_cap(tiny_demo_like, tmp_path):
