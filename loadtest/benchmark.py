@@ -319,47 +319,58 @@ def build_result(
     if aa_arm:
         result["aa"] = aa
     if steady is not None:
-        steady_models, steady_comparison, steady_aa = summarize_measurement(
-            steady, config, baseline, counts, aa_arm
-        )
-        result["steady"] = {
-            "rate": steady.rate,
-            "rounds": len(next(iter(steady_models.values()))["rounds"]),
-            "precision": steady_precision,
-            "models": steady_models,
-            "comparison": steady_comparison,
-            **({"aa": steady_aa} if aa_arm else {}),
-        }
+        result["steady"] = _steady_entry(steady, config, baseline, counts, aa_arm, steady_precision)
     if sweep_steps:
-        result["sweep"] = []
-        for step in sweep_steps:
-            pooled = step.pooled_metrics(config)
-            result["sweep"].append(
-                {
-                    "rate": "inf" if math.isinf(step.rate) else round(step.rate, 4),
-                    "offered_rate": step.rate,
-                    "models": {
-                        model: {
-                            key: metrics[key]
-                            for key in (
-                                "request_throughput",
-                                "output_throughput",
-                                "total_token_throughput",
-                                "mean_ttft_ms",
-                                "mean_tpot_ms",
-                                "mean_e2el_ms",
-                                "p99_e2el_ms",
-                                "completed",
-                                "failed",
-                            )
-                            if key in metrics
-                        }
-                        for model, metrics in pooled.items()
-                    },
-                }
-            )
+        result["sweep"] = [_sweep_entry(step, config) for step in sweep_steps]
         result["sweep_stop_reason"] = sweep_stop_reason
     return result
+
+
+_SWEEP_METRICS = (
+    "request_throughput",
+    "output_throughput",
+    "total_token_throughput",
+    "mean_ttft_ms",
+    "mean_tpot_ms",
+    "mean_e2el_ms",
+    "p99_e2el_ms",
+    "completed",
+    "failed",
+)
+"""The pooled metrics a sweep step keeps per model."""
+
+
+def _steady_entry(
+    steady: Measurement,
+    config: LoadConfig,
+    baseline: str,
+    counts: dict[str, BlockCounts | None],
+    aa_arm: str | None,
+    steady_precision: dict | None,
+) -> dict:
+    """The result's ``steady`` part: the measurement at the fixed steady-state rate, summarised."""
+    models, comparison, aa = summarize_measurement(steady, config, baseline, counts, aa_arm)
+    return {
+        "rate": steady.rate,
+        "rounds": len(next(iter(models.values()))["rounds"]),
+        "precision": steady_precision,
+        "models": models,
+        "comparison": comparison,
+        **({"aa": aa} if aa_arm else {}),
+    }
+
+
+def _sweep_entry(step: Measurement, config: LoadConfig) -> dict:
+    """One entry of the result's ``sweep``: the step's rate and each model's :data:`_SWEEP_METRICS`."""
+    pooled = step.pooled_metrics(config)
+    return {
+        "rate": "inf" if math.isinf(step.rate) else round(step.rate, 4),
+        "offered_rate": step.rate,
+        "models": {
+            model: {key: metrics[key] for key in _SWEEP_METRICS if key in metrics}
+            for model, metrics in pooled.items()
+        },
+    }
 
 
 def run(coroutine):

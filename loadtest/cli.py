@@ -10,6 +10,7 @@ intervals are ±3 %)::
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 from urllib.parse import urlparse
@@ -71,6 +72,34 @@ def parse_models(spec: str, target: str) -> dict[str, str]:
     if not targets:
         raise UserError("--models names no model (e.g. --models dense,ppl-best)")
     return targets
+
+
+@dataclass(frozen=True)
+class TargetOptions:
+    """Which models ``loadtest`` loads and how it reaches and sizes them, as typed on the command line."""
+
+    models: str
+    """``--models``: comma-separated models, baseline first, each optionally ``NAME@URL``."""
+    blocks: list[str] | None
+    """``--blocks``: ``NAME=N:M`` block counts."""
+    tokenizer: Path | None
+    """``--tokenizer``: model directory whose tokenizer sizes prompts."""
+    api_key: str | None
+    """``--api-key``: bearer token of the target."""
+
+
+@dataclass(frozen=True)
+class ResultOptions:
+    """Where ``loadtest`` puts its result (besides standard output)."""
+
+    registry: str | None
+    """``--registry``: the registry the results are stored in."""
+    save_registry: bool
+    """``--save-registry``: store results as serving benchmarks of registry variants."""
+    save_result: Path | None
+    """``--save-result``: write the result JSON here."""
+    report_dir: Path | None
+    """``--report-dir``: write loadtest.md and PNG plots into this directory."""
 
 
 # The options of ``loadtest`` too long to fit on one line of its signature, named here so that the signature
@@ -234,18 +263,27 @@ def loadtest(
         request_timeout_s=request_timeout,
         max_run_s=max_run_time,
     )
-    plan = LoadTestPlan(
-        target=target,
-        config=config,
-        sweep=SweepConfig(start_rate=sweep_start, max_steps=sweep_steps) if sweep else None,
-        targets=parse_models(models, target),
-        blocks_overrides=parse_blocks_overrides(blocks or []),
-        tokenizer_dir=tokenizer,
-        api_key=api_key,
-        registry_url=registry,
-        save_registry=save_registry,
-        save_result=save_result,
-        report_dir=report_dir,
-    )
+    sweep_config = SweepConfig(start_rate=sweep_start, max_steps=sweep_steps) if sweep else None
+    outputs = ResultOptions(registry, save_registry, save_result, report_dir)
+    plan = _plan(target, config, sweep_config, TargetOptions(models, blocks, tokenizer, api_key), outputs)
     result = run_loadtest(plan)
     typer.echo(json.dumps(result, indent=2) if as_json else markdown_report(result))
+
+
+def _plan(
+    target: str, config: LoadConfig, sweep: SweepConfig | None, targets: TargetOptions, outputs: ResultOptions
+) -> LoadTestPlan:
+    """The :class:`~loadtest.session.LoadTestPlan` of one command line (parses ``--models``, ``--blocks``)."""
+    return LoadTestPlan(
+        target=target,
+        config=config,
+        sweep=sweep,
+        targets=parse_models(targets.models, target),
+        blocks_overrides=parse_blocks_overrides(targets.blocks or []),
+        tokenizer_dir=targets.tokenizer,
+        api_key=targets.api_key,
+        registry_url=outputs.registry,
+        save_registry=outputs.save_registry,
+        save_result=outputs.save_result,
+        report_dir=outputs.report_dir,
+    )

@@ -27,6 +27,7 @@ from depthprune.core.options import (
     RegistryOption,
     SeedOption,
 )
+from pruning.cli_groups import comma_list
 
 # Help texts list the searches from their source, so a new search shows up without editing them.
 from pruning.cli_options import (
@@ -130,21 +131,6 @@ EvalSeqLenOption = Annotated[
 """Perplexity window of the evaluation (``eval --seq-len``, ``study --eval-seq-len``)."""
 
 
-def _comma_list(text: str | None) -> tuple[str, ...]:
-    """``"a, b,,c"`` -> ``("a", "b", "c")``."""
-    return tuple(item.strip() for item in (text or "").split(",") if item.strip())
-
-
-def _integers(text: str, what: str) -> tuple[int, ...]:
-    """Comma-separated integers of the option ``what``; a user error otherwise."""
-    try:
-        return tuple(int(item) for item in text.split(",") if item.strip())
-    except ValueError:
-        from depthprune.core.errors import UserError
-
-        raise UserError(f"{what} must be integers separated by commas, got {text!r}") from None
-
-
 # ------------------------------------------------------------------------------------------- checkpoint
 
 
@@ -245,7 +231,7 @@ def evaluate(
 
     device, dtype = auto_device_dtype(device, dtype, gpus, gpu_memory_gib)
     settings = EvalSettings(
-        suites=_comma_list(suite),
+        suites=comma_list(suite),
         engine=engine,
         dtype=dtype,
         device=device,
@@ -357,47 +343,31 @@ def prune(
     """
     from depthprune.planning.devices import auto_device_dtype
     from pruning.calibration.config import CalibrationConfig
-    from pruning.prune import PruneConfig, parse_option_assignments, parse_searches
-    from pruning.prune import prune as run_prune
-    from pruning.run_planning import PlanRequest, plan_prune_run
+    from pruning.cli_groups import Placement, PruneRunOptions, SearchRequest, prune_config
+    from pruning.prune import parse_searches
+    from pruning.run_planning import PlanRequest
 
-    searches = parse_searches(search)
+    searches = SearchRequest(parse_searches(search), option, protect, timing)
     device, dtype = auto_device_dtype(device, dtype, gpus, gpu_memory_gib)
-    config = PruneConfig(
-        model=model,
-        calibration=CalibrationConfig(
-            objective,
-            data,
-            samples=samples,
-            seq_len=seq_len,
-            seed=data_seed,
-            sampling=sampling,
-            margin_clip=margin_clip,
-            kl_weight=kl_weight,
-            truncate=truncate,
-        ),
-        drop=drop,
-        searches=searches,
-        seed=seed,
-        random_prior=random_prior,
-        options=parse_option_assignments(option or [], searches),
-        out=out,
-        registry_url=registry,
-        dtype=dtype,
-        device=device,
-        memory_budget_gb=memory_budget_gb,
-        overwrite=overwrite,
-        progress=True,
-        shortcuts=shortcuts,
-        protect=_comma_list(protect),
-        timing=timing,
-        validation=validation,
-        max_ppl_ratio=max_ppl_ratio,
+    calibration = CalibrationConfig(
+        objective, data, samples, seq_len, data_seed, sampling, margin_clip, kl_weight, truncate
     )
-    config = plan_prune_run(config, PlanRequest(dry_run, gpus, gpu_memory_gib, as_json))
+    run = PruneRunOptions(
+        seed, random_prior, memory_budget_gb, overwrite, shortcuts, validation, max_ppl_ratio
+    )
+    config = prune_config(model, drop, calibration, searches, Placement(out, registry, dtype, device), run)
+    _run_prune(config, PlanRequest(dry_run, gpus, gpu_memory_gib, as_json))
+
+
+def _run_prune(config, plan) -> None:
+    """Plan the run's memory, run every search, then print one line per variant."""
+    from pruning.prune import prune as run_prune
+    from pruning.run_planning import plan_prune_run
+
+    config = plan_prune_run(config, plan)
     # One line per variant once every search has run: each line says whether it is the one selected.
     for outcome in run_prune(config):
-        _print_variant(outcome, as_json)
+        _print_variant(outcome, plan.as_json)
 
 
 # ------------------------------------------------------------------------------------------------- heal
@@ -514,7 +484,7 @@ def heal(
         lr=lr,
         lora_rank=lora_rank,
         lora_alpha=lora_alpha,
-        lora_targets=_comma_list(lora_targets) if lora_targets is not None else DEFAULT_LORA_TARGETS,
+        lora_targets=comma_list(lora_targets) if lora_targets is not None else DEFAULT_LORA_TARGETS,
         batch_size=batch_size,
         seq_len=seq_len,
         eval_data=eval_data,
@@ -702,47 +672,31 @@ def study(
     --worker, start the same command on several machines against one PostgreSQL --registry to share the grid.
     """
     from depthprune.planning.devices import auto_device_dtype
-    from pruning.prune import parse_option_assignments
-    from pruning.run_planning import PlanRequest, plan_study_run
-    from pruning.study.plan import StudyConfig, study_searches
+    from pruning import cli_groups as groups
+    from pruning.run_planning import PlanRequest
+    from pruning.study.plan import study_searches
+
+    search_request = groups.SearchRequest(study_searches(searches), option, protect, timing)
+    device, dtype = auto_device_dtype(device, dtype, gpus, gpu_memory_gib)
+    config = groups.study_config(
+        model,
+        groups.StudyGrid(drop, objectives, data, seeds, data_seed, random_prior_control, cross_controls),
+        groups.StudyCalibration(samples, seq_len, choice_seq_len, sampling, truncate),
+        search_request,
+        groups.StudyEvaluation(suite, engine, eval_limit, eval_seq_len, heal_spec, heal_data),
+        groups.Placement(checkpoints, registry, dtype, device),
+        groups.StudyRunOptions(out, not as_json, worker, lease_seconds),
+    )
+    _run_study(config, PlanRequest(dry_run, gpus, gpu_memory_gib, as_json), executor, ray_address)
+
+
+def _run_study(config, plan, executor: str, ray_address: str | None) -> None:
+    """Plan the study's memory, run it on ``executor`` (local or ray), then print where its report is (or,
+    with ``--json``, the report's numbers)."""
+    from pruning.run_planning import plan_study_run
     from pruning.study.run import run_study
 
-    names = study_searches(searches)
-    device, dtype = auto_device_dtype(device, dtype, gpus, gpu_memory_gib)
-    config = StudyConfig(
-        model=model,
-        drops=_integers(drop, "--drop"),
-        objectives=_comma_list(objectives),
-        searches=names,
-        data=_comma_list(data),
-        seeds=_integers(seeds, "--seeds"),
-        data_seed=data_seed,
-        random_prior_control=random_prior_control,
-        cross_controls=cross_controls,
-        samples=samples,
-        seq_len=seq_len,
-        choice_seq_len=choice_seq_len,
-        sampling=sampling,
-        truncate=truncate,
-        options={k: v for k, v in parse_option_assignments(option or [], names).items() if v},
-        suites=_comma_list(suite),
-        engine=engine,
-        eval_limit=eval_limit,
-        eval_seq_len=eval_seq_len,
-        heal=heal_spec,
-        heal_data=heal_data,
-        out=out,
-        checkpoints=checkpoints,
-        registry_url=registry,
-        dtype=dtype,
-        device=device,
-        protect=_comma_list(protect),
-        timing=timing,
-        progress=not as_json,
-        worker=worker,
-        lease_seconds=lease_seconds,
-    )
-    memory = plan_study_run(config, PlanRequest(dry_run, gpus, gpu_memory_gib, as_json))
+    memory = plan_study_run(config, plan)
     if executor == "ray":
         from pruning.study.ray_executor import run_on_ray
 
@@ -753,7 +707,7 @@ def study(
         raise UserError(f"--executor must be local or ray, got {executor!r}")
     else:
         report = run_study(config)
-    if as_json:
+    if plan.as_json:
         print((report / "study.json").read_text())
     else:
         print(f"report: {report / 'README.md'} (HTML: {report / 'report.html'})")

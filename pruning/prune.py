@@ -200,6 +200,9 @@ class VariantOutcome:
     fit: bool | None = None
     selected: bool = False
     quality: dict | None = None
+    calibration: dict | None = None
+    """The calibration record the variant was registered with (under ``--truncate`` it holds
+    ``truncated_items``, the number of items cut to fit)."""
 
 
 # --------------------------------------------------------------------------------------- parsing input
@@ -640,6 +643,7 @@ def _register(registry, plan: PrunePlan, run: SearchRun, evaluator, held_out) ->
         validation_loss=quality["validation_loss"],
         fit=quality["fit"],
         quality=quality,
+        calibration=record.calibration,
     )
 
 

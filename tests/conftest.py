@@ -1,6 +1,6 @@
 """Shared fixtures: an isolated data directory per session, tiny random models on disk, the tiny demo model,
-a tiny model with demo-style data, a throwaway PostgreSQL server, and ``run_cli``. What they build comes from
-the testing kit, :mod:`depthprune.testing`."""
+a tiny model with demo-style data, a throwaway PostgreSQL server, one real vLLM server of the tiny model, and
+``run_cli``. What they build comes from the testing kit, :mod:`depthprune.testing`."""
 
 from __future__ import annotations
 
@@ -39,6 +39,23 @@ def tiny_model_dirs(tmp_path_factory):
         return made[architecture]
 
     return get
+
+
+@pytest.fixture(scope="session")
+def vllm_tiny_server(tiny_model_dirs, tmp_path_factory):
+    """Base URL of a real vLLM OpenAI server (CPU engine) serving the tiny random Llama as ``dense``, ``copy``
+    and ``twin``, started once per session: the engine takes about a minute to start, so the load tests and
+    the experiment tests share it (each uses two of the names)."""
+    from depthprune.testing.servers import free_port, running, vllm_command
+
+    port = free_port()
+    command = vllm_command(
+        tiny_model_dirs("llama"), ["dense", "copy", "twin"], port, extra_args=["--max-num-seqs", "16"]
+    )
+    log = tmp_path_factory.mktemp("vllm-tiny") / "server.log"
+    url = f"http://127.0.0.1:{port}"
+    with running(command, url, log, env={"VLLM_CPU_KVCACHE_SPACE": "1"}, timeout_s=600):
+        yield url
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ import pytest
 
 from depthprune.testing.fake_vllm import create_fake_app, serve_in_thread
 from depthprune.testing.postgres import create_database_at, drop_database_at
-from depthprune.testing.servers import free_port, running, running_gateway, vllm_command, wait_until
+from depthprune.testing.servers import free_port, running_gateway, wait_until
 from registry import open_registry
 from registry.experiments import ExperimentNotFound, ExperimentStore, StaleVersion
 from server import BackendSpec, GatewaySettings, create_app
@@ -419,25 +419,13 @@ def test_report_gives_each_arm_its_traffic_latencies_and_variant(backends, tmp_p
 
 
 # -- acceptance: `depthprune serve` replicas in front of one engine ------------------------------------------
-@pytest.fixture(scope="module")
-def vllm_two_names(tiny_model_dirs, tmp_path_factory):
-    """Base URL of a real vLLM OpenAI server serving the tiny random Llama as ``dense`` and ``twin``."""
-    port = free_port()
-    command = vllm_command(
-        tiny_model_dirs("llama"), ["dense", "twin"], port, extra_args=["--max-num-seqs", "8"]
-    )
-    log = tmp_path_factory.mktemp("vllm-experiments") / "server.log"
-    url = f"http://127.0.0.1:{port}"
-    with running(command, url, log, env={"VLLM_CPU_KVCACHE_SPACE": "1"}, timeout_s=600):
-        yield url
-
-
 @pytest.fixture(params=["fake", pytest.param("vllm", marks=[pytest.mark.slow, pytest.mark.vllm])])
 def engine_backends(request) -> dict[str, str]:
-    """``{dense: URL, twin: URL}``: the kit's fake vLLM (one per name), or one real vLLM serving both."""
+    """``{dense: URL, twin: URL}``: the kit's fake vLLM (one per name), or the session's real vLLM serving
+    both (``vllm_tiny_server``, conftest.py)."""
     if request.param == "fake":
         return request.getfixturevalue("backends")
-    url = request.getfixturevalue("vllm_two_names")
+    url = request.getfixturevalue("vllm_tiny_server")
     return {"dense": url, "twin": url}
 
 

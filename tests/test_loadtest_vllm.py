@@ -1,7 +1,8 @@
 """A short real load test against the vLLM CPU engine serving a tiny model (one server for the session).
 
-The server serves one tiny Llama under two names, ``dense`` and ``copy``, so the interleaved comparison
-runs end to end; the load is tiny (a few requests of a few tokens).
+The server (``vllm_tiny_server`` in conftest.py, shared with test_experiments.py) serves one tiny Llama under
+several names; the load test compares ``dense`` and ``copy``, so the interleaved comparison runs end to end;
+the load is tiny (a few requests of a few tokens).
 """
 
 from __future__ import annotations
@@ -11,25 +12,12 @@ import json
 import pytest
 
 from depthprune.testing.cli import run_cli
-from depthprune.testing.servers import free_port, running, running_gateway, vllm_command
+from depthprune.testing.servers import running_gateway
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
 OUTPUT_LEN = 8
 NUM_PROMPTS = 6
-
-
-@pytest.fixture(scope="session")
-def vllm_tiny_server(tiny_model_dirs, tmp_path_factory):
-    """Base URL of a vLLM OpenAI server serving the tiny Llama as ``dense`` and ``copy``."""
-    port = free_port()
-    command = vllm_command(
-        tiny_model_dirs("llama"), ["dense", "copy"], port, extra_args=["--max-num-seqs", "16"]
-    )
-    log = tmp_path_factory.mktemp("vllm-loadtest") / "server.log"
-    url = f"http://127.0.0.1:{port}"
-    with running(command, url, log, env={"VLLM_CPU_KVCACHE_SPACE": "1"}, timeout_s=600):
-        yield url
 
 
 def test_real_comparison_against_vllm(vllm_tiny_server, tmp_path):
@@ -145,7 +133,7 @@ def test_real_sweep_stops_by_itself(vllm_tiny_server):
 def test_unknown_model_is_one_line(vllm_tiny_server):
     code, _, err = run_cli("loadtest", "--target", vllm_tiny_server, "--models", "dense,nope")
     assert code == 2
-    assert err == f"error: {vllm_tiny_server} does not serve 'nope'; it serves: copy, dense\n"
+    assert err == f"error: {vllm_tiny_server} does not serve 'nope'; it serves: copy, dense, twin\n"
 
 
 @pytest.fixture(scope="session")

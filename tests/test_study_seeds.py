@@ -101,9 +101,33 @@ def test_truncated_items_is_read_from_the_calibration_record():
 
     from pruning.study.cells import truncated_items
 
-    assert truncated_items(SimpleNamespace(calibration={"objective": "perplexity"}, options={})) == 0
-    assert truncated_items(SimpleNamespace(calibration={"truncated_items": 3}, options={})) == 3
-    assert truncated_items(SimpleNamespace(truncated_items=2)) == 2
+    assert truncated_items(SimpleNamespace(calibration={"objective": "perplexity"})) == 0
+    assert truncated_items(SimpleNamespace(calibration={"truncated_items": 3})) == 3
+    assert truncated_items(SimpleNamespace(calibration=None)) == 0
+
+
+@pytest.mark.slow
+def test_a_pruned_cell_keeps_the_count_its_calibration_recorded(tiny_demo_like, tmp_path):
+    """A cell pruned by this run reports the ``truncated_items`` that its variant's calibration record holds
+    (the prune outcome's, not a count of 0 for want of one)."""
+    from pruning.study.run import run_study
+    from registry import open_registry
+
+    config = tiny_study(
+        tiny_demo_like,
+        tmp_path,
+        objectives=("task_margin",),
+        searches=("one_shot", "block_influence"),
+        seeds=(0,),
+        truncate=True,
+        choice_seq_len=4,  # shorter than every question of the tiny data: each one is cut
+    )
+    cells = cells_of(run_study(config))
+    registry = open_registry()
+    assert len(cells) == 2
+    for cell in cells.values():
+        recorded = registry.resolve(cell["variant"]).calibration["truncated_items"]
+        assert cell["truncated_items"] == recorded > 0
 
 
 def test_questions_get_their_own_length_cap(tiny_demo_like, tmp_path):

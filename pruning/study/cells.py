@@ -93,20 +93,16 @@ def save_manifest(out: Path, plan: StudyPlan, cells: dict[str, CellResult], dens
     temporary.replace(out / MANIFEST)
 
 
-def truncated_items(record) -> int:
-    """How many calibration items were truncated to fit ``seq_len``, as the calibration record of a prune
-    outcome or a registry variant states it; 0 when it states none (records from before the count was kept).
+def truncated_items(variant) -> int:
+    """How many calibration items were cut to fit ``seq_len``: the ``truncated_items`` of the variant's
+    calibration record, where :func:`pruning.prune.variant_record` puts it under ``--truncate``; 0 when the
+    record holds none (no ``--truncate``, or a record from before the count was kept).
 
-    The one place the study reads the count: where the calibration keeps it may move, this follows."""
-    for holder in (record, getattr(record, "calibration", None), getattr(record, "options", None)):
-        count = (
-            holder.get("truncated_items")
-            if isinstance(holder, dict)
-            else getattr(holder, "truncated_items", None)
-        )
-        if count is not None:
-            return int(count)
-    return 0
+    Args:
+        variant: a registry :class:`~registry.VariantInfo` or a :class:`~pruning.prune.VariantOutcome` of
+            ``prune``: both carry the calibration record as registered.
+    """
+    return int((variant.calibration or {}).get("truncated_items") or 0)
 
 
 def fill_reused(plan: StudyPlan, done: dict[str, CellResult]) -> None:
