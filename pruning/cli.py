@@ -499,7 +499,7 @@ def heal(
         registry_url=registry,
         out=out,
     )
-    plan_heal_run(config, PlanRequest(dry_run, gpus, gpu_memory_gib, as_json))
+    config = plan_heal_run(config, PlanRequest(dry_run, gpus, gpu_memory_gib, as_json))
     _print_healed(run_heal(config), as_json)
 
 

@@ -359,6 +359,23 @@ def ensure_converted(source: GgufSource, *, progress: bool = True) -> Path:
     return target
 
 
+def _gguf_config(source: GgufSource):
+    """The config transformers reads from the GGUF, with the head width the file itself records.
+
+    transformers maps ``{arch}.attention.key_length`` to ``head_dim`` for some architectures only (not
+    Qwen3's), so a model whose heads are not the config class's default width would not load; the file's
+    own value is authoritative wherever the config has a ``head_dim``.
+    """
+    import gguf
+    from transformers import AutoConfig
+
+    config = AutoConfig.from_pretrained(Path(source.path).parent, gguf_file=Path(source.path).name)
+    field = gguf.GGUFReader(source.path).get_field(f"{source.architecture}.attention.key_length")
+    if field is not None and getattr(config, "head_dim", None) is not None:
+        config.head_dim = int(field.contents())
+    return config
+
+
 def convert_gguf(source: GgufSource, directory: Path) -> None:
     """Dequantise a GGUF into a float32 safetensors checkpoint in ``directory`` (created; must not exist).
 
@@ -376,6 +393,7 @@ def convert_gguf(source: GgufSource, directory: Path) -> None:
         causal_lm = AutoModelForCausalLM.from_pretrained(
             folder,
             gguf_file=file_name,
+            config=_gguf_config(source),
             dtype=torch.float32,
             # Unpack every weight to a plain tensor, also where a packed-GGUF matmul kernel is installed.
             quantization_config=GgufConfig(dequantize=True),

@@ -62,27 +62,49 @@ def load_config(model: str, revision: str | None = None):
     return config
 
 
-def load_model(model: str, *, dtype: str = "float32", device: str = "cpu", revision: str | None = None):
+def load_model(
+    model: str,
+    *,
+    dtype: str = "float32",
+    device: str = "cpu",
+    revision: str | None = None,
+    gpus: int = 1,
+    device_map: dict[str, str] | None = None,
+):
     """Load a supported causal LM and its tokenizer in eval mode.
 
     Args:
         model: hub id, local directory, ``PATH.gguf`` or an embedded model name such as ``smollm2-135m``.
         dtype: torch dtype name (``float32``, ``bfloat16``, ``float16``).
-        device: torch device.
+        device: torch device (with ``gpus`` above 1: the first of the cards).
         revision: hub revision (branch, tag or commit).
+        gpus: cards to spread the model over (``device`` and the ones after it), placed by the memory
+            planner (:func:`pruning.placement.device_map`).
+        device_map: an explicit ``{module name: device}`` placement instead (overrides ``gpus``).
 
     Returns:
         ``(model, tokenizer)``.
     """
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    load_config(model, revision)
+    config = load_config(model, revision)
     path = resolve(model, revision).model
     torch_dtype = getattr(torch, dtype, None)
     if not isinstance(torch_dtype, torch.dtype):
         raise UserError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16")
-    causal_lm = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=torch_dtype)
-    causal_lm.to(device).eval()
+    if device_map is None and gpus > 1:
+        from pruning.placement import device_map as planned_map
+        from pruning.placement import spread_devices
+
+        device_map = planned_map(config, spread_devices(device, gpus))
+    if device_map is None:
+        causal_lm = AutoModelForCausalLM.from_pretrained(path, revision=revision, dtype=torch_dtype)
+        causal_lm.to(device)
+    else:  # accelerate loads each weight straight onto its card and hooks the blocks
+        causal_lm = AutoModelForCausalLM.from_pretrained(
+            path, revision=revision, dtype=torch_dtype, device_map=device_map
+        )
+    causal_lm.eval()
     tokenizer = AutoTokenizer.from_pretrained(path, revision=revision)
     return causal_lm, tokenizer
 
@@ -134,6 +156,11 @@ class BlockStack:
         self.rotary_emb = getattr(model.model, "rotary_emb", None)
         self.lm_head = model.lm_head
         self.final_logit_softcapping = getattr(self.config, "final_logit_softcapping", None)
+        # A model loaded with a device_map spreads its blocks over several cards: each block's inputs
+        # must be on its card (prepare places the recorded arguments there, to_block_device the states).
+        self.block_devices = [module_device(block) for block in self.blocks]
+        self.input_device = module_device(self.embed_tokens)
+        self.spread = len({*self.block_devices, self.input_device, self.device}) > 1
 
     @property
     def num_blocks(self) -> int:
@@ -141,7 +168,12 @@ class BlockStack:
 
     @property
     def device(self):
-        return self.lm_head.weight.device
+        """Where the logits come out (the LM head's card); calibration batches live here."""
+        return module_device(self.lm_head)
+
+    def to_block_device(self, index: int, hidden: torch.Tensor) -> torch.Tensor:
+        """``hidden`` on block ``index``'s card (itself unless the model is spread over several)."""
+        return hidden.to(self.block_devices[index]) if self.spread else hidden
 
     def validate_removed(self, removed_blocks) -> frozenset[int]:
         """Check a removal set against this model; return it as a frozenset."""
@@ -164,13 +196,13 @@ class BlockStack:
         self.decoder.layers = nn.ModuleList(recorders)
         try:
             if isinstance(attention_mask, dict):
-                mask = {kind: value.to(self.device) for kind, value in attention_mask.items()}
+                mask = {kind: value.to(self.input_device) for kind, value in attention_mask.items()}
             else:
-                mask = None if attention_mask is None else attention_mask.to(self.device)
-            positions = None if position_ids is None else position_ids.to(self.device)
+                mask = None if attention_mask is None else attention_mask.to(self.input_device)
+            positions = None if position_ids is None else position_ids.to(self.input_device)
             with torch.no_grad():
                 self.decoder(
-                    input_ids=input_ids.to(self.device),
+                    input_ids=input_ids.to(self.input_device),
                     attention_mask=mask,
                     position_ids=positions,
                     use_cache=False,
@@ -178,6 +210,15 @@ class BlockStack:
         finally:
             self.decoder.layers = original
         hidden = sink.pop()["hidden"]
+        if self.spread:  # one copy of the mask and rotary tables per card, not per block
+            copies: dict[torch.device, dict[int, Any]] = {}
+            sink = [
+                {
+                    name: _on_device(value, device, copies.setdefault(device, {}))
+                    for name, value in kwargs.items()
+                }
+                for kwargs, device in zip(sink, self.block_devices, strict=True)
+            ]
         return PreparedBatch(hidden=hidden, block_kwargs=sink)
 
     @property
@@ -250,12 +291,14 @@ class BlockStack:
     def run_blocks(self, hidden: torch.Tensor, batch: PreparedBatch, block_indices) -> torch.Tensor:
         """Run the given blocks (original indices, in order) on ``hidden``."""
         for index in block_indices:
-            hidden = self.blocks[index](hidden, **batch.block_kwargs[index])
+            hidden = self.blocks[index](self.to_block_device(index, hidden), **batch.block_kwargs[index])
         return hidden
 
     def head(self, hidden: torch.Tensor) -> torch.Tensor:
         """Final norm and LM head (with the logit soft-capping of architectures that use it)."""
-        logits = self.lm_head(self.norm(hidden))
+        if self.spread:
+            hidden = hidden.to(module_device(self.norm))
+        logits = self.lm_head(self.norm(hidden).to(self.device))
         if self.final_logit_softcapping is not None:
             logits = torch.tanh(logits / self.final_logit_softcapping) * self.final_logit_softcapping
         return logits
@@ -270,6 +313,35 @@ class BlockStack:
         with torch.no_grad():
             batch = self.prepare(input_ids, attention_mask)
             return self.head(self.run_blocks(batch.hidden, batch, kept))
+
+
+def module_device(module: nn.Module) -> torch.device:
+    """The device a module computes on: accelerate's execution device when a device_map hooked it (its
+    weights may then sit elsewhere), else that of its first parameter or buffer."""
+    hook = getattr(module, "_hf_hook", None)
+    if getattr(hook, "execution_device", None) is not None:
+        return torch.device(hook.execution_device)
+    for tensor in module.parameters():
+        return tensor.device
+    for tensor in module.buffers():
+        return tensor.device
+    return torch.device("cpu")
+
+
+def _on_device(value, device: torch.device, copies: dict[int, Any]):
+    """``value`` (a tensor, or tuples/dicts of them, as block arguments are) with its tensors on ``device``;
+    ``copies`` keeps one moved copy per original tensor."""
+    if isinstance(value, torch.Tensor):
+        if value.device == device:
+            return value
+        if id(value) not in copies:
+            copies[id(value)] = value.to(device)
+        return copies[id(value)]
+    if isinstance(value, tuple | list):
+        return type(value)(_on_device(item, device, copies) for item in value)
+    if isinstance(value, dict):
+        return {key: _on_device(item, device, copies) for key, item in value.items()}
+    return value
 
 
 def validate_removed(removed_blocks, num_blocks: int) -> frozenset[int]:

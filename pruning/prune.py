@@ -104,7 +104,9 @@ class PruneConfig:
     dtype: str = "float32"
     """dtype the evaluator runs the model in."""
     device: str = "cpu"
-    """torch device of the evaluator."""
+    """torch device of the evaluator (with ``gpus`` above 1: the first card)."""
+    gpus: int = 1
+    """Cards the model is spread over (device_map placed by the memory planner); 1 = all on ``device``."""
     memory_budget_gb: float | None = None
     """Memory the evaluator's boundary cache may use; None = its default."""
     calibration_batch: int = 8
@@ -662,6 +664,7 @@ def _start_run(plan: PrunePlan, cold: bool = False):
         progress=config.progress,
         shortcuts=config.shortcuts,
         batch_size=config.calibration_batch,
+        gpus=config.gpus,
     )
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     (plan.run_dir / "run.json").write_text(

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from depthprune.core.errors import UserError
 from depthprune.planning import (
     CalibrationSizes,
+    Devices,
     HealSizes,
     MemoryPlan,
     dry_run,
@@ -25,6 +26,7 @@ from depthprune.planning import (
     read_model_config,
     refuse_unless_fits,
 )
+from depthprune.planning.devices import gpu_memory_bytes
 
 
 @dataclass(frozen=True)
@@ -70,12 +72,26 @@ def _finish(plan: MemoryPlan, request: PlanRequest) -> MemoryPlan:
             f"planned for {plan.devices.describe()}, which is not this machine: use --gpus and "
             "--gpu-memory-gib with --dry-run, or leave them out to run on the devices here"
         )
-    if request.gpus is not None and request.gpus > 1:
+    visible = len(gpu_memory_bytes()) if plan.devices.kind == "cuda" else 1
+    if plan.devices.count > visible:
         raise UserError(
-            "--gpus above 1 plans a device_map placement (use it with --dry-run); runs spread over several "
-            "GPUs are not implemented yet: run on one card or on a larger one"
+            f"--gpus {plan.devices.count} but {visible} GPU(s) are visible here: plan it with --dry-run, "
+            "or run it on a machine with that many cards"
         )
     return refuse_unless_fits(plan)
+
+
+def sized_prune_config(config, devices: Devices):
+    """``config`` (a PruneConfig) with the plan's sizes for ``devices``: the calibration batch, the boundary
+    cache's budget and the cards the model is spread over. The same sizes a real run and a study cell use."""
+    sizes = _calibration_sizes(config, config.searches)
+    plan = plan_prune(model_config(config.model), config.model, config.dtype, devices, sizes)
+    return dataclasses.replace(
+        config,
+        calibration_batch=plan.choices["calibration_batch"],
+        memory_budget_gb=config.memory_budget_gb or plan.choices["memory_budget_gb"],
+        gpus=devices.count,
+    )
 
 
 def _calibration_sizes(config, searches: tuple[str, ...], seq_len: int | None = None) -> CalibrationSizes:
@@ -95,16 +111,18 @@ def plan_prune_run(config, request: PlanRequest):
         return config
     devices = plan_devices(config.device, request.gpus, request.gpu_memory_gib)
     sizes = _calibration_sizes(config, config.searches)
-    plan = _finish(
-        plan_prune(model_config(config.model), config.model, config.dtype, devices, sizes), request
-    )
-    if devices.kind != "cuda":
-        return config
-    return dataclasses.replace(
-        config,
-        calibration_batch=plan.choices["calibration_batch"],
-        memory_budget_gb=config.memory_budget_gb or plan.choices["memory_budget_gb"],
-    )
+    _finish(plan_prune(model_config(config.model), config.model, config.dtype, devices, sizes), request)
+    return config if devices.kind != "cuda" else sized_prune_config(config, devices)
+
+
+def planned_for_device(config, devices: Devices | None = None):
+    """``config`` (a PruneConfig) sized by the planner for ``devices`` (default: the real card(s) when it
+    runs on CUDA; unchanged on the CPU). Study cells take their sizes here, as ``prune`` does."""
+    if devices is None:
+        if not config.device.startswith("cuda"):
+            return config
+        devices = plan_devices(config.device, config.gpus if config.gpus > 1 else None)
+    return sized_prune_config(config, devices)
 
 
 def plan_study_run(config, request: PlanRequest) -> MemoryPlan | None:
@@ -131,16 +149,17 @@ def plan_study_run(config, request: PlanRequest) -> MemoryPlan | None:
     return _finish(plan, request)
 
 
-def plan_heal_run(config, request: PlanRequest) -> MemoryPlan | None:
-    """``heal``: the variant's own config.json (and the dense teacher's for distill), from the registry."""
+def plan_heal_run(config, request: PlanRequest):
+    """``heal``: the variant's own config.json (and the dense teacher's for distill), from the registry;
+    returns ``config`` (a HealConfig) with the cards the plan spreads the models over."""
     from registry import open_registry
 
     if not _needed(config.device, request):
-        return None
+        return config
     registry = open_registry(config.registry_url)
     parent = registry.resolve(config.variant)
     if parent.is_dense or not parent.checkpoint_path:
-        return None  # heal itself says why it cannot heal this one
+        return config  # heal itself says why it cannot heal this one
     teacher = None
     if config.method == "distill":
         base = registry.get_base_model(parent.base_model)
@@ -155,7 +174,8 @@ def plan_heal_run(config, request: PlanRequest) -> MemoryPlan | None:
     )
     devices = plan_devices(config.device, request.gpus, request.gpu_memory_gib)
     plan = plan_heal(model_config(parent.checkpoint_path), teacher, parent.name, config.dtype, devices, sizes)
-    return _finish(plan, request)
+    _finish(plan, request)
+    return dataclasses.replace(config, gpus=devices.count) if devices.kind == "cuda" else config
 
 
 def eval_model_paths(names, registry) -> list[str]:
@@ -185,3 +205,11 @@ def plan_eval_run(paths: list[str], settings, request: PlanRequest) -> MemoryPla
         for path in paths
     ]
     return _finish(max(plans, key=lambda plan: plan.peak_bytes), request)
+
+
+def eval_gpus(plan: MemoryPlan | None) -> int:
+    """Cards one evaluation engine spans under ``plan``: vLLM's tensor-parallel size as the plan chose it
+    (the fewest that hold the engine), the torch engine's device_map over every planned card."""
+    if plan is None or plan.devices.kind != "cuda":
+        return 1
+    return int(plan.choices.get("eval_tensor_parallel_size", plan.devices.count))

@@ -1,7 +1,8 @@
 """Model sources: GGUF files and embedded model names, converted once into a cached float32 checkpoint.
 
-The GGUF files here are written by the ``gguf`` package from a tiny random Llama (float32 tensors, a small
-byte-level vocabulary), so conversion takes seconds and its logits can be compared exactly.
+The GGUF files here are written by the testing kit (:mod:`depthprune.testing.gguf_files`) from a tiny random
+Llama (float32 tensors, a small byte-level vocabulary), so conversion takes seconds and its logits can be
+compared exactly.
 """
 
 from __future__ import annotations
@@ -17,77 +18,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import pruning.model_sources as model_sources
 from depthprune.core.errors import UserError
-from depthprune.testing.models import tiny_model
+from depthprune.testing.gguf_files import CHAT_TEMPLATE, write_tiny_gguf
 from pruning.model_sources import EMBEDDED_MODELS, read_source, resolve_model
 from pruning.models import load_config, load_model
-
-# HF parameter name inside a Llama block -> llama.cpp tensor name.
-GGUF_BLOCK_TENSORS = {
-    "self_attn.q_proj": "attn_q",
-    "self_attn.k_proj": "attn_k",
-    "self_attn.v_proj": "attn_v",
-    "self_attn.o_proj": "attn_output",
-    "mlp.gate_proj": "ffn_gate",
-    "mlp.up_proj": "ffn_up",
-    "mlp.down_proj": "ffn_down",
-    "input_layernorm": "attn_norm",
-    "post_attention_layernorm": "ffn_norm",
-}
-CHAT_TEMPLATE = "{% for message in messages %}{{ message['content'] }}{% endfor %}"
-
-
-def llama_cpp_permute(weight: torch.Tensor, heads: int) -> torch.Tensor:
-    """llama.cpp's Q/K row order (rotary halves interleaved); transformers undoes it when loading."""
-    return (
-        weight.reshape(heads, 2, weight.shape[0] // heads // 2, *weight.shape[1:])
-        .swapaxes(1, 2)
-        .reshape(weight.shape)
-    )
-
-
-def write_tiny_gguf(path: Path, seed: int = 0):
-    """Write a tiny random Llama as an F32 GGUF with a byte-level vocabulary; returns the torch model."""
-    from transformers.convert_slow_tokenizer import bytes_to_unicode
-
-    model = tiny_model("llama", seed)
-    config = model.config
-    writer = gguf.GGUFWriter(str(path), "llama")
-    writer.add_name("tiny llama")
-    writer.add_block_count(config.num_hidden_layers)
-    writer.add_context_length(config.max_position_embeddings)
-    writer.add_embedding_length(config.hidden_size)
-    writer.add_feed_forward_length(config.intermediate_size)
-    writer.add_head_count(config.num_attention_heads)
-    writer.add_head_count_kv(config.num_key_value_heads)
-    writer.add_key_length(config.head_dim)
-    writer.add_value_length(config.head_dim)
-    writer.add_rope_dimension_count(config.head_dim)
-    writer.add_rope_freq_base(config.rope_parameters["rope_theta"])
-    writer.add_layer_norm_rms_eps(config.rms_norm_eps)
-    specials = ["<unk>", "<s>", "</s>", "<pad>"]
-    tokens = specials + list(bytes_to_unicode().values())[: config.vocab_size - len(specials) - 1] + ["he"]
-    writer.add_tokenizer_model("gpt2")
-    writer.add_token_list(tokens)
-    writer.add_token_types([3] * len(specials) + [1] * (len(tokens) - len(specials)))
-    writer.add_token_merges(["h e"])
-    writer.add_bos_token_id(1)
-    writer.add_eos_token_id(2)
-    writer.add_unk_token_id(0)
-    writer.add_pad_token_id(3)
-    writer.add_chat_template(CHAT_TEMPLATE)
-    weights = model.state_dict()
-    writer.add_tensor("token_embd.weight", weights["model.embed_tokens.weight"].numpy())
-    writer.add_tensor("output_norm.weight", weights["model.norm.weight"].numpy())
-    writer.add_tensor("output.weight", weights["lm_head.weight"].numpy())
-    for block in range(config.num_hidden_layers):
-        for hf_name, gguf_name in GGUF_BLOCK_TENSORS.items():
-            weight = weights[f"model.layers.{block}.{hf_name}.weight"]
-            if gguf_name in ("attn_q", "attn_k"):
-                heads = config.num_attention_heads if gguf_name == "attn_q" else config.num_key_value_heads
-                weight = llama_cpp_permute(weight, heads)
-            writer.add_tensor(f"blk.{block}.{gguf_name}.weight", weight.numpy())
-    _finish(writer)
-    return model
 
 
 def write_stub_gguf(path: Path, architecture: str) -> Path:

@@ -9,9 +9,8 @@ so no ``seq_len ** 2`` scores are counted.
 
 from __future__ import annotations
 
-import math
-
 from depthprune.planning.parameters import ParameterCount, active_block_parameters, count_parameters
+from depthprune.planning.placement import place_blocks
 from depthprune.planning.shape import ModelShape
 
 FP32 = 4
@@ -28,17 +27,14 @@ HEAD_CHUNK_POSITIONS = 512
 
 
 def weights_on_fullest_device(count: ParameterCount, dtype_bytes: int, devices: int) -> int:
-    """Bytes of weights on the most loaded of ``devices`` when blocks are split evenly (device_map).
+    """Bytes of weights on the most loaded of ``devices`` cards, placed as loading places them.
 
-    The embedding sits with the first blocks and the head with the last, as accelerate places them.
+    The placement is :func:`~depthprune.planning.placement.place_blocks` (the device_map ``--gpus N`` loads):
+    the embedding on the first card, the head on the last, blocks balanced between them.
     """
     if devices <= 1:
         return count.total * dtype_bytes
-    per_device = math.ceil(len(count.blocks) / devices)
-    heaviest_blocks = max(
-        sum(count.blocks[start : start + per_device]) for start in range(0, len(count.blocks), per_device)
-    )
-    return (heaviest_blocks + max(count.embedding + count.extra, count.head)) * dtype_bytes
+    return max(place_blocks(count, devices, count.tied).device_parameters) * dtype_bytes
 
 
 def block_activation_bytes(shape: ModelShape, tokens: int, dtype_bytes: int) -> int:

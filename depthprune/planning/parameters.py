@@ -23,6 +23,8 @@ class ParameterCount:
     """Each Transformer block."""
     extra: int
     """Loaded beside the language model (vision tower, projector)."""
+    tied: bool = False
+    """The LM head shares the embedding's weight (placement keeps them on one card)."""
 
     @property
     def total(self) -> int:
@@ -70,7 +72,7 @@ def count_parameters(shape: ModelShape) -> ParameterCount:
     embedding = shape.vocab_size * shape.hidden_size
     head = shape.hidden_size + (0 if shape.tie_word_embeddings else embedding)
     blocks = tuple(block_parameters(shape, index) for index in range(shape.num_layers))
-    return ParameterCount(embedding, head, blocks, shape.extra_parameters)
+    return ParameterCount(embedding, head, blocks, shape.extra_parameters, shape.tie_word_embeddings)
 
 
 def lora_parameters(shape: ModelShape, rank: int, targets: tuple[str, ...]) -> int:

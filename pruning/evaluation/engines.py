@@ -66,6 +66,7 @@ class TorchEngine:
         device: torch device (``cpu``, ``cuda``).
         batch_tokens: padded tokens per forward batch; bounds memory.
         max_length: longest sequence scored; defaults to the model's ``max_position_embeddings``.
+        gpus: cards the model is spread over from ``device`` on (device_map; inputs go to the first).
     """
 
     name = "torch"
@@ -78,10 +79,11 @@ class TorchEngine:
         device: str = "cpu",
         batch_tokens: int = 16384,
         max_length: int | None = None,
+        gpus: int = 1,
     ):
         from pruning.models import load_model
 
-        self.model, self.tokenizer = load_model(model, dtype=dtype, device=device)
+        self.model, self.tokenizer = load_model(model, dtype=dtype, device=device, gpus=gpus)
         self.device = device
         self.batch_tokens = batch_tokens
         self.max_length = max_length or int(getattr(self.model.config, "max_position_embeddings", 2048))
@@ -171,6 +173,7 @@ class VllmEngine:
         dtype: ``float32``, ``bfloat16`` or ``float16``.
         max_length: the engine's ``max_model_len``; defaults to the model's, capped at 4096.
         memory_fraction: ``gpu_memory_utilization`` (on the CPU build it is a fraction of host memory).
+        tensor_parallel_size: GPUs the engine shards the model over (the memory plan's choice).
     """
 
     name = "vllm"
@@ -182,6 +185,7 @@ class VllmEngine:
         dtype: str = "float32",
         max_length: int | None = None,
         memory_fraction: float | None = None,
+        tensor_parallel_size: int = 1,
     ):
         from transformers import AutoConfig, AutoTokenizer
         from vllm import LLM
@@ -189,16 +193,11 @@ class VllmEngine:
         config = AutoConfig.from_pretrained(model)
         native = int(getattr(config, "max_position_embeddings", 2048))
         model_len = max_length + 1 if max_length else min(native, 4096)
-        on_gpu = _cuda_available()
         self.tokenizer = AutoTokenizer.from_pretrained(model)
         self.llm = LLM(
-            model=model,
-            dtype=dtype,
-            max_model_len=model_len,
-            seed=0,
-            gpu_memory_utilization=memory_fraction or (0.85 if on_gpu else 0.3),
-            enforce_eager=not on_gpu,
-            enable_prefix_caching=False,
+            **vllm_engine_args(
+                model, dtype, model_len, _cuda_available(), memory_fraction, tensor_parallel_size
+            )
         )
         # one token of room for the single generated token vLLM always produces
         self.max_length = model_len - 1
@@ -252,6 +251,41 @@ class VllmEngine:
             torch.cuda.empty_cache()
 
 
+def vllm_engine_args(
+    model: str,
+    dtype: str,
+    model_len: int,
+    on_gpu: bool,
+    memory_fraction: float | None = None,
+    tensor_parallel_size: int = 1,
+) -> dict:
+    """The keyword arguments of ``vllm.LLM`` for an evaluation engine.
+
+    Args:
+        model: checkpoint directory.
+        dtype: weights dtype.
+        model_len: ``max_model_len``.
+        on_gpu: CUDA is present (CUDA graphs on; the CPU build runs eager and takes host memory).
+        memory_fraction: ``gpu_memory_utilization``; default 0.85 on a GPU, 0.3 of host memory on the CPU.
+        tensor_parallel_size: GPUs to shard over; above 1 needs CUDA.
+
+    Raises:
+        UserError: tensor parallelism asked without a GPU.
+    """
+    if tensor_parallel_size > 1 and not on_gpu:
+        raise UserError(f"tensor_parallel_size {tensor_parallel_size} needs CUDA GPUs; none is visible")
+    return dict(
+        model=model,
+        dtype=dtype,
+        max_model_len=model_len,
+        seed=0,
+        gpu_memory_utilization=memory_fraction or (0.85 if on_gpu else 0.3),
+        enforce_eager=not on_gpu,
+        enable_prefix_caching=False,
+        tensor_parallel_size=tensor_parallel_size,
+    )
+
+
 def cut_at_stop(text: str, stop: Sequence[str]) -> str:
     """``text`` up to (not including) the earliest stop string."""
     cut = len(text)
@@ -292,7 +326,13 @@ def resolve_engine(engine: str) -> str:
 
 
 def open_engine(
-    model: str, engine: str = "auto", *, dtype: str = "float32", max_length: int | None = None, device="auto"
+    model: str,
+    engine: str = "auto",
+    *,
+    dtype: str = "float32",
+    max_length: int | None = None,
+    device="auto",
+    gpus: int = 1,
 ):
     """Open the named engine on a checkpoint directory or hub id.
 
@@ -303,6 +343,8 @@ def open_engine(
         max_length: longest sequence scored (the engine's context).
         device: ``auto`` ($DEPTHPRUNE_DEVICE, else CUDA when present, else CPU), ``cpu``, ``cuda``,
             ``cuda:N``.
+        gpus: cards the engine spans from ``device`` on: vLLM's tensor-parallel size, the torch engine's
+            device_map.
 
     Returns:
         A :class:`VllmEngine` or :class:`TorchEngine`.
@@ -316,6 +358,7 @@ def open_engine(
     if engine == "vllm":
         from depthprune.planning.devices import select_visible_device
 
-        select_visible_device(device)  # vLLM places itself on the visible cards: show it only cuda:N
-        return VllmEngine(model, dtype=dtype, max_length=max_length)
-    return TorchEngine(model, dtype=dtype, device=device, max_length=max_length)
+        if gpus <= 1:  # vLLM places itself on the visible cards: show it only cuda:N
+            select_visible_device(device)
+        return VllmEngine(model, dtype=dtype, max_length=max_length, tensor_parallel_size=gpus)
+    return TorchEngine(model, dtype=dtype, device=device, max_length=max_length, gpus=gpus)

@@ -89,6 +89,9 @@ class EvalSettings:
     """Weights dtype of the engine."""
     device: str = "auto"
     """torch device of the engine (``cuda:N`` picks the card; vLLM sees only that one)."""
+    gpus: int = 1
+    """Cards one engine spans: vLLM's ``tensor_parallel_size``, the torch engine's device_map (the memory
+    plan sets it from ``--gpus``)."""
     own_process: bool | None = None
     """Run each variant's engine in a process of its own (None: on CUDA, where memory must be given back)."""
     seq_len: int = 2048
@@ -417,7 +420,9 @@ def evaluate_model(
 
         prepared.task_manager = TaskManager(include_defaults="zero-shot" in prepared.lm_eval_tasks)
     release_device_memory()  # what pruning left in torch's cache would look taken to the engine
-    engine = open_engine(model_path, settings.engine, dtype=settings.dtype, device=settings.device)
+    engine = open_engine(
+        model_path, settings.engine, dtype=settings.dtype, device=settings.device, gpus=settings.gpus
+    )
     try:
         results: list[EvalResult] = []
         for suite in suites:
@@ -571,9 +576,10 @@ def evaluate_variants(
 
         registry = open_registry()
     if plan is not None:  # before resolving: that may register a directory's base model
-        from pruning.run_planning import eval_model_paths, plan_eval_run
+        from pruning.run_planning import eval_gpus, eval_model_paths, plan_eval_run
 
-        plan_eval_run(eval_model_paths(names, registry), settings, plan)
+        memory = plan_eval_run(eval_model_paths(names, registry), settings, plan)
+        settings = replace(settings, gpus=eval_gpus(memory))
     targets = resolve_targets(names, registry)
     demo_dirs = {target.demo_dir for target in targets}
     concrete = {

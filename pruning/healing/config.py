@@ -96,7 +96,9 @@ class HealConfig:
     seed: int = 0
     """Seed of the adapters' initialisation and of the data order."""
     device: str = "cpu"
-    """torch device of the training."""
+    """torch device of the training (with ``gpus`` above 1: the first card)."""
+    gpus: int = 1
+    """Cards the student and teacher are spread over (device_map placed by the memory planner)."""
     dtype: str = "float32"
     """dtype the student (and teacher) run in; the checkpoint is saved in the parent's own dtype."""
     registry_url: str | None = None

@@ -159,12 +159,14 @@ def _train_and_write(plan: HealPlan) -> VariantRecord:
     from pruning.models import load_model
 
     config = plan.config
-    student, _ = load_model(plan.parent.checkpoint_path, dtype=config.dtype, device=config.device)
+    student, _ = load_model(
+        plan.parent.checkpoint_path, dtype=config.dtype, device=config.device, gpus=config.gpus
+    )
     before = heldout_loss(student, plan.data.heldout_windows, config.batch_size, config.device)
     model = trainable_model(student, config)
     teacher = None
     if config.method == "distill":
-        teacher, _ = load_model(plan.teacher, dtype=config.dtype, device=config.device)
+        teacher, _ = load_model(plan.teacher, dtype=config.dtype, device=config.device, gpus=config.gpus)
         teacher.requires_grad_(False)
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     write_json(plan.run_dir / RUN_FILE, {"parent": plan.parent.name, "settings": plan.settings})

@@ -43,7 +43,8 @@ def final_hidden(causal_lm, input_ids: torch.Tensor) -> torch.Tensor:
 
 def _predicting(hidden: torch.Tensor, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Hidden states of the positions that predict a next token, and those tokens, both flattened."""
-    return hidden[:, :-1].reshape(-1, hidden.shape[-1]), input_ids[:, 1:].reshape(-1)
+    # A model spread over several cards (device_map) ends on its last card; the tokens start on the first.
+    return hidden[:, :-1].reshape(-1, hidden.shape[-1]), input_ids[:, 1:].reshape(-1).to(hidden.device)
 
 
 @torch.no_grad()
@@ -69,6 +70,7 @@ def _chunk_sums(causal_lm, hidden, targets, teacher_indices, teacher_log_probs):
     nll = -log_q.gather(-1, targets[:, None]).sum()
     if teacher_indices is None:
         return nll, torch.zeros((), device=nll.device)
+    teacher_indices, teacher_log_probs = teacher_indices.to(log_q.device), teacher_log_probs.to(log_q.device)
     log_q_top = log_q.gather(-1, teacher_indices)
     kl = (teacher_log_probs.exp() * (teacher_log_probs - log_q_top)).sum()
     p_tail = (1 - teacher_log_probs.exp().sum(-1)).clamp(min=TAIL_FLOOR)

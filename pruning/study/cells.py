@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from depthprune.core.errors import UserError
-from pruning.study.plan import Cell, StudyPlan
+from pruning.study.plan import Cell, StudyPlan, cell_prune_config
 
 MANIFEST = "cells.json"
 
@@ -200,7 +200,8 @@ def _group_missing(missing: list[Cell]) -> list[tuple[Cell, list[Cell]]]:
 
 def prune_missing(plan: StudyPlan, missing: list[Cell], done: dict[str, CellResult], save) -> None:
     """Run the missing cells through :func:`pruning.prune.prune`, one shared evaluator per group."""
-    from pruning.prune import PruneConfig, prune
+    from pruning.prune import prune
+    from pruning.run_planning import planned_for_device
 
     config = plan.config
     for first, cells in _group_missing(missing):
@@ -230,21 +231,8 @@ def prune_missing(plan: StudyPlan, missing: list[Cell], done: dict[str, CellResu
             save()
 
         prune(
-            PruneConfig(
-                model=plan.model,
-                calibration=calibration,
-                drop=drop,
-                searches=tuple(by_search),
-                seed=seed,
-                random_prior=prior == "random",
-                options={s: config.options.get(s, {}) for s in by_search},
-                out=config.checkpoints,
-                registry_url=config.registry_url,
-                dtype=config.dtype,
-                device=config.device,
-                progress=config.progress,
-                timing=config.timing,
-                protect=config.protect,
+            planned_for_device(
+                cell_prune_config(config, plan.model, first, tuple(by_search), progress=config.progress)
             ),
             on_variant=record,
         )

@@ -350,7 +350,7 @@ def plan_study(config: StudyConfig) -> StudyPlan:
     """
     from depthprune.demo.paths import find_demo_dir
     from pruning.models import load_config
-    from pruning.prune import PruneConfig, canonical_model, plan_prune
+    from pruning.prune import canonical_model, plan_prune
     from pruning.search import PRIOR_GUIDED
     from pruning.search.base import resolve_protected
 
@@ -391,26 +391,31 @@ def plan_study(config: StudyConfig) -> StudyPlan:
                     group = [_reused(config, cell) for cell in group]
                     running = tuple(cell.search for cell in group if cell.reused_from is None)
                     if running:  # prune's own checks (options, budgets, exhaustive limits), nothing heavy
-                        plan_prune(
-                            PruneConfig(
-                                model=model,
-                                calibration=calibration,
-                                drop=drop,
-                                searches=running,
-                                seed=seed,
-                                random_prior=prior == "random",
-                                options={s: config.options.get(s, {}) for s in running},
-                                out=config.checkpoints,
-                                registry_url=config.registry_url,
-                                dtype=config.dtype,
-                                device=config.device,
-                                progress=False,
-                                timing=config.timing,
-                                protect=config.protect,
-                            )
-                        )
+                        plan_prune(cell_prune_config(config, model, group[0], running, progress=False))
                     cells += group
     return StudyPlan(config, model, num_blocks, demo_dir, cells)
+
+
+def cell_prune_config(config: StudyConfig, model: str, cell: Cell, searches: tuple[str, ...], progress: bool):
+    """The PruneConfig of one group of cells (same calibration, drop, seed and prior; these ``searches``)."""
+    from pruning.prune import PruneConfig
+
+    return PruneConfig(
+        model=model,
+        calibration=cell.calibration,
+        drop=cell.drop,
+        searches=searches,
+        seed=cell.seed,
+        random_prior=cell.prior == "random",
+        options={s: config.options.get(s, {}) for s in searches},
+        out=config.checkpoints,
+        registry_url=config.registry_url,
+        dtype=config.dtype,
+        device=config.device,
+        progress=progress,
+        timing=config.timing,
+        protect=config.protect,
+    )
 
 
 # --------------------------------------------------------------------------------------------- manifest

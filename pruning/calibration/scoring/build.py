@@ -27,6 +27,7 @@ def build_evaluator(
     split: str = "calibration",
     pack_choices: bool = True,
     shortcuts: bool = True,
+    gpus: int = 1,
 ) -> SubsetEvaluator:
     """Load a model and its calibration data, and run the dense reference pass.
 
@@ -48,6 +49,7 @@ def build_evaluator(
             text objectives, in naive mode and for attention implementations without 4-D masks).
         shortcuts: cache the boundaries of the sets searches extend, share prefixes within a group of
             sets, and stop ranking candidates at a lower bound (exact; ``False`` scores as before them).
+        gpus: cards to spread the model over from ``device`` on (:func:`pruning.models.load_model`).
 
     Returns:
         A ready :class:`SubsetEvaluator`.
@@ -66,7 +68,7 @@ def build_evaluator(
     samples = load_samples(config.data, tokenizer, config.samples, config.seq_len, config.seed, split)
     batches = make_batches(samples, tokenizer, config.seq_len, batch_size, config.truncate)
     truncated = truncated_items(samples, tokenizer, config.seq_len) if config.truncate else 0
-    causal_lm, _ = load_model(model, dtype=dtype, device=device)
+    causal_lm, _ = load_model(model, dtype=dtype, device=device, gpus=gpus)
     evaluator = SubsetEvaluator(
         BlockStack(causal_lm),
         config,

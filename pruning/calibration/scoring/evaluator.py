@@ -224,6 +224,7 @@ class SubsetEvaluator:
                         states[index] = hidden.to(self.cache_device)
                     # Inputs the cache does not keep are held for this batch only, where the cache lives.
                     block_inputs.append(states[index] if index in states else hidden.to(self.cache_device))
+                    hidden = self.stack.to_block_device(index, hidden)
                     output = block(hidden, **prepared.block_kwargs[index])
                     cosine = torch.nn.functional.cosine_similarity(hidden.float(), output.float(), dim=-1)
                     influence[index] += ((1 - cosine).double() * weight).sum().cpu()
@@ -545,7 +546,7 @@ class SubsetEvaluator:
                 nodes.setdefault((removed, index), {})[batch_index] = hidden.to(self.cache_device)
             if index in removed_set:
                 continue
-            hidden = self.stack.blocks[index](hidden, **kwargs[index])
+            hidden = self.stack.blocks[index](self.stack.to_block_device(index, hidden), **kwargs[index])
             blocks += 1
         self._count_blocks(self.run_batches[batch_index], blocks)
         return hidden
@@ -569,6 +570,7 @@ class SubsetEvaluator:
             blocks = 0
             for index in range(start, wanted[-1]):
                 if index not in base:
+                    hidden = self.stack.to_block_device(index, hidden)
                     hidden = self.stack.blocks[index](hidden, **self._prepared[batch_index][index])
                     blocks += 1
                 if index + 1 in nodes:
@@ -747,8 +749,10 @@ class SubsetEvaluator:
             with torch.enable_grad():
                 hidden = prepared.hidden
                 for index, block in enumerate(self.stack.blocks):
+                    hidden = self.stack.to_block_device(index, hidden)
                     output = block(hidden, **prepared.block_kwargs[index])
-                    hidden = hidden + row_alphas[:, index, None, None] * (output - hidden)
+                    alpha = row_alphas[:, index, None, None].to(hidden.device)
+                    hidden = hidden + alpha * (output - hidden)
                 self._count_blocks(run, self.num_blocks)
                 losses = self.loss(
                     batch, run.objective_hidden(hidden), self._head, self._reference_for(batch_index)
