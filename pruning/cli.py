@@ -9,6 +9,7 @@ share are the aliases below. Heavy modules (torch, transformers) are imported in
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Annotated
@@ -697,6 +698,8 @@ def _run_study(config, plan, executor: str, ray_address: str | None) -> None:
     from pruning.study.run import run_study
 
     memory = plan_study_run(config, plan)
+    if memory is not None and memory.devices.kind == "cuda":  # each cell spreads over the planned cards
+        config = dataclasses.replace(config, gpus=memory.devices.count)
     if executor == "ray":
         from pruning.study.ray_executor import run_on_ray
 

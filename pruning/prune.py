@@ -143,6 +143,8 @@ class PruneConfig:
             raise UserError(f"unknown search {unknown[0]!r}; choose from {', '.join(SEARCHES)} or all")
         if isinstance(self.drop, bool) or not isinstance(self.drop, int) or self.drop < 1:
             raise UserError(f"--drop must be a positive integer, got {self.drop!r}")
+        if isinstance(self.gpus, bool) or not isinstance(self.gpus, int) or self.gpus < 1:
+            raise UserError(f"--gpus must be a positive integer, got {self.gpus!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int) or self.seed < 0:
             raise UserError(f"--seed must be a non-negative integer, got {self.seed!r}")
         if self.random_prior and not PRIOR_GUIDED & set(self.searches):

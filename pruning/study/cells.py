@@ -284,6 +284,7 @@ def evaluate_all(
         suites=config.suites,
         engine=config.engine,
         dtype=config.dtype,
+        gpus=config.gpus,
         seq_len=config.eval_seq_len,
         limit=config.eval_limit,
         progress=config.progress,

@@ -88,6 +88,7 @@ def _heal_config(plan, option: HealOption, data: str, parent: str):
         steps=option.steps,
         seq_len=min(STUDY_HEAL_MAX_SEQ_LEN, config.seq_len or STUDY_HEAL_MAX_SEQ_LEN),
         device=config.device,
+        gpus=config.gpus,
         dtype=config.dtype,
         registry_url=config.registry_url,
         out=config.checkpoints,

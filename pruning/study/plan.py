@@ -173,7 +173,9 @@ class StudyConfig:
     dtype: str = "float32"
     """dtype of calibration scoring and evaluation."""
     device: str = "cpu"
-    """torch device of the calibration evaluator."""
+    """torch device of the calibration evaluator (with ``gpus`` above 1: the first card)."""
+    gpus: int = 1
+    """Cards one cell spreads its model over (device_map; vLLM tensor parallel); the memory plan sets it."""
     progress: bool = True
     """Show progress bars."""
     timing: str = "standalone"
@@ -412,6 +414,7 @@ def cell_prune_config(config: StudyConfig, model: str, cell: Cell, searches: tup
         registry_url=config.registry_url,
         dtype=config.dtype,
         device=config.device,
+        gpus=config.gpus,
         progress=progress,
         timing=config.timing,
         protect=config.protect,
