@@ -95,3 +95,17 @@ def test_several_gpus_are_refused_where_fewer_are_visible(tmp_path, monkeypatch)
     monkeypatch.setattr("depthprune.planning.devices.gpu_memory_bytes", lambda: [80 * GIB])
     status, _, err = run_cli(*args, "--gpus", 4)
     assert status == 2 and "1 GPU(s) are visible" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_study_cell_runs_prune_on_the_studys_cards():
+    from pruning.calibration.config import CalibrationConfig
+    from pruning.study.plan import Cell, StudyConfig, cell_prune_config
+
+    study = StudyConfig(
+        model="m", drops=(2,), objectives=("perplexity",), searches=("greedy", "one_shot"), data=("c4",),
+        seeds=(0,), device="cuda:1", gpus=2,
+    )  # fmt: skip
+    cell = Cell(CalibrationConfig("perplexity", "c4"), 2, "one_shot", 3, "random", "standalone", ())
+    config = cell_prune_config(study, "m", cell, ("one_shot",), progress=False)
+    assert (config.device, config.gpus, config.drop, config.seed) == ("cuda:1", 2, 2, 3)
+    assert config.random_prior and config.searches == ("one_shot",)
