@@ -139,7 +139,7 @@ def test_the_real_model_plan_is_what_the_demo_prints(tmp_path, monkeypatch, caps
     assert (sizes.text_samples, sizes.choice_samples, sizes.seq_len) == (16, 24, 256)
     assert (sizes.eval_seq_len, sizes.eval_limit) == (256, 24)
     assert (sizes.rounds, sizes.num_prompts, sizes.input_len, sizes.output_len) == (3, 16, 64, 32)
-    assert (sizes.max_rounds, sizes.load_budget_s) == (12, 360)
+    assert (sizes.max_rounds, sizes.load_budget_s) == (36, 360)
     assert plan.suite == "offline" and plan.tasks == ("pydoc", "pydoc_cloze")
     assert plan.serve_args == ("--max-model-len", "512", "--vllm-arg=--enforce-eager")
     assert plan.ideal_speedup == pytest.approx(30 / 22)

@@ -95,12 +95,15 @@ REAL_SIZES = DemoSizes(
     input_len=64,
     output_len=32,
     rounds=3,
+    max_rounds=36,
 )
 """A real model (SmolLM2-135M: ~5 s per subset evaluation on 2 cores at 16 x 256 tokens), full run. The load
-test is the longest step: three engines and the A/A arm share 2 cores, and 32 requests x 64 tokens per model
-and round took 12 of the demo's 21.5 minutes on the quiet machine; 16 x (64 + 32) keeps every engine batching
-(16 sequences in flight), and the 360 s budget (3 or 4 rounds) keeps ``make demo`` under 20 minutes. The
-prompts are short because the burst's prefill is where the run-to-run noise is (docs/benchmarks.md)."""
+test: three engines and the A/A arm share 2 cores; 16 x (64 + 32) keeps every engine batching (16 sequences
+in flight) and one round of the four arms takes about 10 s on the quiet machine (engines eager, 512-token
+context). The A/A interval needs rounds: with 12 (the earlier cap) it was ±5.5 % wide, 1.05x [0.99, 1.10]
+(benchmarks/demo_repeats.sh, 21:06 UTC); 36 rounds (9 blocks of the 4-arm order) take about 6 minutes, the
+360 s budget caps them on a slower machine, and ``make demo`` stays near 15 minutes. The prompts are short
+because the burst's prefill is where the run-to-run noise is (docs/benchmarks.md)."""
 REAL_QUICK_SIZES = DemoSizes(4, 8, 128, 128, 4, 8, 64, 16, 2, max_rounds=2, load_budget_s=60)
 """A real model, ``--quick``."""
 DEMO_SIZES = DemoSizes(32, 32, 128, 2048, None, 48, 128, 64, 2)
