@@ -162,7 +162,7 @@ def test_the_real_model_plan_is_what_the_demo_prints(tmp_path, monkeypatch, caps
         "searches on each objective: one_shot, block_influence",
         "offline suite (pydoc perplexity, 256-token windows; pydoc_cloze accuracy), at most 24 of each",
         "one vLLM engine each (--max-model-len 512 --vllm-arg=--enforce-eager)",
-        "3-12 interleaved rounds (at most 360 s) x 16 requests x (64 prompt + 32 generated tokens) per model "
+        "3-36 interleaved rounds (at most 360 s) x 16 requests x (64 prompt + 32 generated tokens) per model "
         "and an A/A control",
     ):
         assert expected in printed
