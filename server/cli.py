@@ -279,6 +279,14 @@ TensorParallelOption = Annotated[
     str | None,
     typer.Option(help="GPUs per engine (vLLM --tensor-parallel-size): N for every variant or NAME=N,...."),
 ]
+ReplicasOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Engines per variant, each its own vLLM process (and on a GPU machine its own cards); the "
+        "gateway sends each request to the replica with the fewest outstanding: N for every variant or "
+        "NAME=N,... [default: 1]."
+    ),
+]
 ServeJsonOption = Annotated[
     bool,
     typer.Option(
@@ -306,6 +314,7 @@ def serve(
     log_level: Annotated[str, typer.Option(help="Gateway log level (debug, info, warning).")] = "info",
     as_json: ServeJsonOption = False,
     tensor_parallel: TensorParallelOption = None,
+    replicas: ReplicasOption = None,
     dry_run: DryRunOption = False,
     gpus: GpusOption = None,
     gpu_memory_gib: PlanGpuMemoryOption = None,
@@ -342,7 +351,14 @@ def serve(
         allow_unfit=allow_unfit or None,
     )
     settings = build_settings(options, file_config)
-    sizing = SizingRequest(dry_run, gpus, gpu_memory_gib, tensor_parallel, as_json)
+    sizing = SizingRequest(
+        dry_run=dry_run,
+        gpus=gpus,
+        gpu_memory_gib=gpu_memory_gib,
+        tensor_parallel=tensor_parallel,
+        replicas=replicas,
+        as_json=as_json,
+    )
     settings = size_engines(settings, sizing, gpu_build=not is_cpu_build())
     serve_gateway(
         settings,
@@ -366,6 +382,9 @@ def print_ready(summary: dict, pool, as_json: bool) -> None:
         return
     for name, backend in pool.backends.items():
         state = "up" if backend.up else f"DOWN ({backend.last_error})"
-        print(f"  {name:<20} {backend.url:<28} {state}", file=sys.stderr)
+        where = backend.url
+        if backend.placement is not None:
+            where += f" (GPU {','.join(map(str, backend.placement.gpus))})"
+        print(f"  {name:<20} {where:<28} {state}", file=sys.stderr)
     url = summary["url"]
     print(f"gateway listening on {url} (OpenAI API at {url}/v1)", file=sys.stderr, flush=True)
