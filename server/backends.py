@@ -1,11 +1,13 @@
 """The vLLM servers behind the gateway: start them, watch them, restart them, stop them.
 
-vLLM serves one model per process, so every variant is one OpenAI server process
+vLLM serves one model per process, so every variant is one OpenAI server process per replica
 (``python -m vllm.entrypoints.openai.api_server --model DIR --served-model-name NAME --port P``), started
 one after another (engines compete for memory while they warm up) and each waited for until ``/health``
 answers, or a remote server given by URL. A monitor task probes every backend; one that died or stopped
 answering is marked down (the gateway answers its requests with 503 or sends them to a fallback arm) and a
-managed one is killed and started again with exponential backoff, while the others keep serving.
+managed one is killed and started again with exponential backoff, while the others keep serving. The
+replicas of a variant (``BackendSpec.replicas``) are separate backends to all of this (keyed ``name/i``);
+requests reach them through their variant's :class:`~server.replicas.ReplicaSet` (``pool.variants``).
 
 Each managed server runs under :mod:`server.supervisor`, the leader of its own process group: it dies with
 the gateway (even ``kill -9``), and when the server dies it takes the engine workers along.

@@ -329,7 +329,8 @@ def serve(
     """Serve variants through vLLM behind one OpenAI-compatible gateway with A/B routing and metrics.
 
     Each name is resolved in the registry (checkpoint checksum verified) and gets its own vLLM OpenAI
-    server process, started one after another and waited for; then the gateway listens on HOST:PORT with
+    server process (--replicas: several, requests go to the least busy), started one after another and
+    waited for; then the gateway listens on HOST:PORT with
     /v1/completions, /v1/chat/completions, /v1/models, /metrics, /health and /ready. Ctrl-C stops all.
     """
     file_config = load_config_file(config) if config is not None else {}

@@ -11,6 +11,10 @@ connection before any answer (the backend closed it just as the request went out
 new connection; any other failure answers 503 and asks the pool to check the backend's ``/health``, which
 alone marks it down. A stream is committed (200) only once its first event is in: vLLM checks a request in
 the engine's first step and reports a refusal as the first event, which the gateway answers as the 4xx it is.
+
+A variant with several replicas (:mod:`server.replicas`) gets each request on the replica with the fewest
+outstanding; a replica that refused the connection (nothing reached it) passes the request on to a sibling
+that is up, and only when all refused to the arm's fallback.
 """
 
 from __future__ import annotations
