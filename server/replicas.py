@@ -17,17 +17,34 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:  # the pool (server.backends) builds replica sets: no import back at run time
-    from server.backends import Backend
-    from server.settings import BackendSpec
+from server.settings import BackendSpec
+
+
+class Replica(Protocol):
+    """What a variant's state and the choice read of a replica: a :class:`server.backends.Backend` (the
+    pool there builds the replica sets, so this module does not import it back)."""
+
+    name: str
+    replica: int
+    spec: BackendSpec
+    managed: bool
+    up: bool
+    restarting: bool
+    restarts: int
+    last_error: str | None
+    url: str
+    max_model_len: int | None
+    outstanding: int
+
+    def status(self) -> dict: ...
 
 
 class ReplicaSet:
     """One variant as the router sees it: its replicas (engines) and the choice among them."""
 
-    def __init__(self, replicas: list[Backend]):
+    def __init__(self, replicas: list[Replica]):
         if not replicas:
             raise ValueError("a variant has at least one replica")
         self.replicas = replicas
@@ -81,7 +98,7 @@ class ReplicaSet:
         """Restarts of all replicas together."""
         return sum(replica.restarts for replica in self.replicas)
 
-    def choose(self, exclude: Iterable[Backend] = ()) -> Backend | None:
+    def choose(self, exclude: Iterable[Replica] = ()) -> Replica | None:
         """The replica for the next request: up, fewest outstanding requests, round-robin among ties.
 
         Args:

@@ -252,8 +252,10 @@ def test_a_variant_s_replicas_share_its_requests_and_a_dead_one_is_skipped_and_r
         wait_until(lambda: not _listening(port), 10, "killed replica's port closed")
         # Every request is answered by the live replica, including the one whose connection was refused.
         assert all(post(gateway, "m").status_code == 200 for _ in range(4))
-        assert metric(gateway, 'depthprune_gateway_replica_requests_total{replica="0"') == 3
-        assert metric(gateway, 'depthprune_gateway_replica_requests_total{replica="1"') == 5
+        # The first went to replica 0 (its turn), was refused and passed on to replica 1; a check then took
+        # replica 0 out of rotation (a restart may bring it back before the last ones).
+        sent = [metric(gateway, f'depthprune_gateway_replica_requests_total{{replica="{r}"') for r in "01"]
+        assert sent[0] >= 3 and sent[1] >= 3 and sum(sent) >= 4 + 4 + 1
         assert httpx.get(f"{gateway.url}/ready").status_code == 200  # the variant is served throughout
 
         def restarted():
