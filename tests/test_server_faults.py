@@ -269,6 +269,8 @@ def test_a_variant_s_replicas_share_its_requests_and_a_dead_one_is_skipped_and_r
         assert metric(gateway, 'depthprune_gateway_replica_up{replica="0",variant="m"}') == 1
         assert metric(gateway, 'depthprune_gateway_backend_up{variant="m"}') == 1
         assert "--model /models/fake-m" in (tmp_path / "vllm-m-1.log").read_text()
+        assert httpx.get(f"{gateway.url}/metrics/backends/m?replica=1").status_code == 200
+        assert httpx.get(f"{gateway.url}/metrics/backends/m?replica=2").status_code == 404
     finally:
         gateway.stop()
     assert wait_until(lambda: not _alive(first["pid"]), 5, "old process gone")
