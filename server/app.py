@@ -75,9 +75,9 @@ def create_app(
         actor=gateway_actor(settings.host, settings.port),
         poll_interval_s=settings.experiments_poll_s,
     )
-    on_backend_change = backend_metrics_updater(metrics)
     if pool is None:
         pool = BackendPool(settings)
+    on_backend_change = backend_metrics_updater(metrics, pool)
     pool.on_change = on_backend_change
 
     @asynccontextmanager
@@ -135,16 +135,19 @@ def gateway_openapi(app: FastAPI) -> dict:
     return app.openapi_schema
 
 
-def backend_metrics_updater(metrics: GatewayMetrics) -> Callable[[Backend], None]:
-    """A ``BackendPool.on_change`` hook keeping the ``backend_up`` gauge and the restart counter current."""
+def backend_metrics_updater(metrics: GatewayMetrics, pool: BackendPool) -> Callable[[Backend], None]:
+    """A ``BackendPool.on_change`` hook keeping the ``backend_up`` and ``replica_up`` gauges and the restart
+    counter (of all replicas of a variant together) current."""
     restarts_seen: dict[str, int] = {}
 
     def on_backend_change(backend: Backend) -> None:
-        metrics.backend_up.labels(backend.name).set(1 if backend.up else 0)
-        new = backend.restarts - restarts_seen.get(backend.name, 0)
+        variant = pool.variants[backend.name]
+        metrics.backend_up.labels(backend.name).set(1 if variant.up else 0)
+        metrics.replica_up.labels(backend.name, str(backend.replica)).set(1 if backend.up else 0)
+        new = backend.restarts - restarts_seen.get(backend.key, 0)
         if new > 0:
             metrics.backend_restarts.labels(backend.name).inc(new)
-            restarts_seen[backend.name] = backend.restarts
+            restarts_seen[backend.key] = backend.restarts
 
     return on_backend_change
 

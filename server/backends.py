@@ -1,11 +1,13 @@
 """The vLLM servers behind the gateway: start them, watch them, restart them, stop them.
 
-vLLM serves one model per process, so every variant is one OpenAI server process
+vLLM serves one model per process, so every variant is one OpenAI server process per replica
 (``python -m vllm.entrypoints.openai.api_server --model DIR --served-model-name NAME --port P``), started
 one after another (engines compete for memory while they warm up) and each waited for until ``/health``
 answers, or a remote server given by URL. A monitor task probes every backend; one that died or stopped
 answering is marked down (the gateway answers its requests with 503 or sends them to a fallback arm) and a
-managed one is killed and started again with exponential backoff, while the others keep serving.
+managed one is killed and started again with exponential backoff, while the others keep serving. The
+replicas of a variant (``BackendSpec.replicas``) are separate backends to all of this (keyed ``name/i``);
+requests reach them through their variant's :class:`~server.replicas.ReplicaSet` (``pool.variants``).
 
 Each managed server runs under :mod:`server.supervisor`, the leader of its own process group: it dies with
 the gateway (even ``kill -9``), and when the server dies it takes the engine workers along.
@@ -25,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import importlib.metadata
+import itertools
 import logging
 import os
 import signal
@@ -39,6 +42,7 @@ import httpx
 
 from depthprune.core.errors import UserError
 from depthprune.core.settings import home_dir
+from server.replicas import ReplicaSet
 from server.settings import BackendSpec, GatewaySettings, VllmOptions
 from server.supervisor import group_members
 
@@ -111,7 +115,7 @@ def kill_orphaned_group(group: int) -> None:
 
 
 class Backend:
-    """One variant's server and what the gateway knows about its state."""
+    """One server of a variant (one replica of it) and what the gateway knows about its state."""
 
     def __init__(
         self,
@@ -120,13 +124,22 @@ class Backend:
         port: int | None = None,
         gpu_memory_utilization: float | None = None,
         api_key: str | None = None,
+        replica: int = 0,
     ):
         self.spec = spec
         self.api_key = api_key
         self.name = spec.name
+        self.replica = replica
+        self.key = spec.name if spec.replicas == 1 else f"{spec.name}/{replica}"
+        """The pool's key: the variant's name, or ``name/i`` for replica i of several (names hold no '/')."""
+        self.placement = spec.placements[replica] if spec.placements else None
         self.options = options
         self.port = port
-        self.gpu_memory_utilization = gpu_memory_utilization
+        self.gpu_memory_utilization = (
+            self.placement.gpu_memory_utilization if self.placement else gpu_memory_utilization
+        )
+        self.outstanding = 0
+        """Requests the gateway sent here that are not answered yet (the replica choice reads it)."""
         self.url = spec.url or ""
         self.up = False
         self.served_model = spec.name
@@ -182,8 +195,8 @@ class Backend:
         env = dict(os.environ)
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.options.kv_cache_gib))
         env.update(self.options.env)
-        if self.spec.gpus is not None:
-            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(card) for card in self.spec.gpus)
+        if self.placement is not None:
+            env["CUDA_VISIBLE_DEVICES"] = ",".join(str(card) for card in self.placement.gpus)
         if self.api_key:
             # vLLM reads it as --api-key; in the environment it is not shown by ps to other users.
             env["VLLM_API_KEY"] = self.api_key
@@ -211,7 +224,7 @@ class Backend:
         self.url = f"http://127.0.0.1:{self.port}"
         log_dir = Path(self.options.log_dir) if self.options.log_dir else home_dir() / "logs"
         log_dir.mkdir(parents=True, exist_ok=True)
-        self.log_path = log_dir / f"vllm-{self.name}.log"
+        self.log_path = log_dir / f"vllm-{self.key.replace('/', '-')}.log"
         with self.log_path.open("ab") as log_file:
             log_file.write(
                 f"\n==== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(self.command())}\n".encode()
@@ -250,7 +263,7 @@ class Backend:
     def _start_error(self, reason: str) -> BackendStartError:
         where = f" (log: {self.log_path})" if self.log_path else ""
         return BackendStartError(
-            f"backend {self.name!r} did not start: {reason}{where}; last lines of its log:\n"
+            f"backend {self.key!r} did not start: {reason}{where}; last lines of its log:\n"
             f"{log_tail(self.log_path)}"
         )
 
@@ -314,7 +327,7 @@ class Backend:
             self.served_model = card["id"]
             self.max_model_len = card.get("max_model_len") or self.max_model_len
         except (httpx.HTTPError, ValueError, KeyError, IndexError, TypeError, AttributeError) as error:
-            log.warning("could not read /v1/models of backend %s: %s", self.name, error)
+            log.warning("could not read /v1/models of backend %s: %s", self.key, error)
             return False
         self.model_info_known = True
         return True
@@ -322,14 +335,14 @@ class Backend:
     def mark_up(self) -> None:
         """Healthy: requests go here again."""
         if not self.up:
-            log.info("backend %s is up at %s", self.name, self.url)
+            log.info("backend %s is up at %s", self.key, self.url)
         self.up, self.last_error, self.inconclusive_checks = True, None, 0
         self.restart_backoff_s = 1.0
 
     def mark_down(self, reason: str) -> None:
         """Unhealthy: its requests get 503 or a fallback until a check finds it up again."""
         if self.up:
-            log.warning("backend %s is down: %s", self.name, reason)
+            log.warning("backend %s is down: %s", self.key, reason)
         self.up, self.last_error = False, reason
 
     def status(self) -> dict:
@@ -366,25 +379,25 @@ class BackendPool:
         self.on_change = on_change
         self.check_before_start = check_before_start
         options = settings.vllm
-        managed = [spec for spec in settings.backends if spec.managed]
+        engines = sum(spec.replicas for spec in settings.backends if spec.managed)
         fraction = options.gpu_memory_utilization
-        if fraction is None and managed and not is_cpu_build():
-            fraction = round(0.9 / len(managed), 3)  # several engines share one GPU
+        if fraction is None and engines and not is_cpu_build():
+            fraction = round(0.9 / engines, 3)  # several engines share one GPU
         self.backends: dict[str, Backend] = {}
-        managed_index = 0
+        """Every server by its key (``name``, or ``name/i`` for replica i of several): what is checked,
+        restarted and stopped."""
+        self.variants: dict[str, ReplicaSet] = {}
+        """Every variant by its name, with its replicas: what requests are routed to."""
+        ports = itertools.count(options.first_port) if options.first_port is not None else None
         for spec in settings.backends:
-            port = None
-            if spec.managed and options.first_port is not None:
-                port = options.first_port + managed_index
-            if spec.managed:
-                managed_index += 1
-            self.backends[spec.name] = Backend(
-                spec,
-                options,
-                port,
-                (spec.gpu_memory_utilization or fraction) if spec.managed else None,
-                settings.api_key,
-            )
+            replicas = []
+            for replica in range(spec.replicas):
+                port = next(ports) if spec.managed and ports is not None else None
+                share = fraction if spec.managed else None
+                backend = Backend(spec, options, port, share, settings.api_key, replica)
+                self.backends[backend.key] = backend
+                replicas.append(backend)
+            self.variants[spec.name] = ReplicaSet(replicas)
         self.client: httpx.AsyncClient | None = None
         self.session = None  # aiohttp.ClientSession of the request path, made in open()
         self._health_client: httpx.AsyncClient | None = None
@@ -394,8 +407,8 @@ class BackendPool:
         self.trace_configs: list = []  # aiohttp TraceConfigs of the request path (the proxy's reuse tracer)
         self.started = False
 
-    def __getitem__(self, name: str) -> Backend:
-        return self.backends[name]
+    def __getitem__(self, key: str) -> Backend:
+        return self.backends[key]
 
     def backend_headers(self) -> dict[str, str]:
         """Headers of every request to a backend: the API key, which managed servers require."""
@@ -412,7 +425,7 @@ class BackendPool:
             try:
                 for backend in self.backends.values():
                     if progress:
-                        progress(backend.name)
+                        progress(backend.key)
                     if backend.managed:
                         await self.start_backend(backend, client)
                     else:
@@ -424,7 +437,7 @@ class BackendPool:
                             backend.mark_down(reason)
                             log.warning(
                                 "remote backend %s (%s) does not answer yet: %s",
-                                backend.name,
+                                backend.key,
                                 backend.url,
                                 reason,
                             )
@@ -447,9 +460,9 @@ class BackendPool:
             except UserError as error:
                 backend.refused = f"refused to start: {error}"
                 backend.mark_down(backend.refused)
-                log.error("backend %s %s", backend.name, backend.refused)
+                log.error("backend %s %s", backend.key, backend.refused)
                 self._changed(backend)
-                raise BackendStartError(f"backend {backend.name!r} {backend.refused}") from None
+                raise BackendStartError(f"backend {backend.key!r} {backend.refused}") from None
         backend.spawn()
         await backend.wait_healthy(client, self.settings.vllm.start_timeout_s, self.settings.health_timeout_s)
 
@@ -545,15 +558,15 @@ class BackendPool:
         """
         log.info(
             "request to backend %s failed (%s: %s); checking its health",
-            backend.name,
+            backend.key,
             type(error).__name__,
             error,
         )
-        if backend.restarting or backend.name in self._checks:
+        if backend.restarting or backend.key in self._checks:
             return
-        task = asyncio.create_task(self.check(backend), name=f"check-{backend.name}")
-        self._checks[backend.name] = task
-        task.add_done_callback(lambda _: self._checks.pop(backend.name, None))
+        task = asyncio.create_task(self.check(backend), name=f"check-{backend.key}")
+        self._checks[backend.key] = task
+        task.add_done_callback(lambda _: self._checks.pop(backend.key, None))
 
     def maybe_restart(self, backend: Backend) -> None:
         """Schedule a restart of a managed backend unless one runs or the backoff has not passed."""
@@ -562,13 +575,13 @@ class BackendPool:
         if time.monotonic() < backend.next_restart_at:
             return
         backend.restarting = True
-        task = asyncio.create_task(self._restart(backend), name=f"restart-{backend.name}")
+        task = asyncio.create_task(self._restart(backend), name=f"restart-{backend.key}")
         self._restarts.add(task)
         task.add_done_callback(self._restarts.discard)
 
     async def _restart(self, backend: Backend) -> None:
         try:
-            log.warning("restarting backend %s", backend.name)
+            log.warning("restarting backend %s", backend.key)
             await asyncio.to_thread(backend.stop)
             backend.restarts += 1
             self._changed(backend)
@@ -589,5 +602,5 @@ class BackendPool:
             self.on_change(backend)
 
     def all_up(self) -> bool:
-        """True when every backend answers."""
-        return all(backend.up for backend in self.backends.values())
+        """True when every variant can be served: at least one of its replicas answers."""
+        return all(variant.up for variant in self.variants.values())

@@ -279,6 +279,14 @@ TensorParallelOption = Annotated[
     str | None,
     typer.Option(help="GPUs per engine (vLLM --tensor-parallel-size): N for every variant or NAME=N,...."),
 ]
+ReplicasOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Engines per variant, each its own vLLM process (and on a GPU machine its own cards); the "
+        "gateway sends each request to the replica with the fewest outstanding: N for every variant or "
+        "NAME=N,... [default: 1]."
+    ),
+]
 ServeJsonOption = Annotated[
     bool,
     typer.Option(
@@ -306,6 +314,7 @@ def serve(
     log_level: Annotated[str, typer.Option(help="Gateway log level (debug, info, warning).")] = "info",
     as_json: ServeJsonOption = False,
     tensor_parallel: TensorParallelOption = None,
+    replicas: ReplicasOption = None,
     dry_run: DryRunOption = False,
     gpus: GpusOption = None,
     gpu_memory_gib: PlanGpuMemoryOption = None,
@@ -320,7 +329,8 @@ def serve(
     """Serve variants through vLLM behind one OpenAI-compatible gateway with A/B routing and metrics.
 
     Each name is resolved in the registry (checkpoint checksum verified) and gets its own vLLM OpenAI
-    server process, started one after another and waited for; then the gateway listens on HOST:PORT with
+    server process (--replicas: several, requests go to the least busy), started one after another and
+    waited for; then the gateway listens on HOST:PORT with
     /v1/completions, /v1/chat/completions, /v1/models, /metrics, /health and /ready. Ctrl-C stops all.
     """
     file_config = load_config_file(config) if config is not None else {}
@@ -342,7 +352,14 @@ def serve(
         allow_unfit=allow_unfit or None,
     )
     settings = build_settings(options, file_config)
-    sizing = SizingRequest(dry_run, gpus, gpu_memory_gib, tensor_parallel, as_json)
+    sizing = SizingRequest(
+        dry_run=dry_run,
+        gpus=gpus,
+        gpu_memory_gib=gpu_memory_gib,
+        tensor_parallel=tensor_parallel,
+        replicas=replicas,
+        as_json=as_json,
+    )
     settings = size_engines(settings, sizing, gpu_build=not is_cpu_build())
     serve_gateway(
         settings,
@@ -366,6 +383,9 @@ def print_ready(summary: dict, pool, as_json: bool) -> None:
         return
     for name, backend in pool.backends.items():
         state = "up" if backend.up else f"DOWN ({backend.last_error})"
-        print(f"  {name:<20} {backend.url:<28} {state}", file=sys.stderr)
+        where = backend.url
+        if backend.placement is not None:
+            where += f" (GPU {','.join(map(str, backend.placement.gpus))})"
+        print(f"  {name:<20} {where:<28} {state}", file=sys.stderr)
     url = summary["url"]
     print(f"gateway listening on {url} (OpenAI API at {url}/v1)", file=sys.stderr, flush=True)

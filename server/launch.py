@@ -122,7 +122,7 @@ def start_backends(pool: BackendPool, show_progress: bool) -> None:
         transient=True,
         disable=not show_progress,
     ) as progress:
-        task = progress.add_task("starting backends", total=len(pool.settings.backends))
+        task = progress.add_task("starting backends", total=len(pool.backends))
         started: list[str] = []
 
         def on_start(name: str) -> None:
@@ -140,6 +140,6 @@ def gateway_summary(settings: GatewaySettings, pool: BackendPool) -> dict:
     """``{url, variants: {name: status}, experiments: [names]}`` of a started gateway."""
     return {
         "url": f"http://{settings.host}:{settings.port}",
-        "variants": {name: backend.status() for name, backend in pool.backends.items()},
+        "variants": {name: variant.status() for name, variant in pool.variants.items()},
         "experiments": list(settings.experiments),
     }

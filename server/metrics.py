@@ -4,7 +4,12 @@ Names follow vLLM's (``vllm:time_to_first_token_seconds`` ...) under the ``depth
 with vLLM's histogram buckets plus a few finer low buckets (tiny CPU models answer in milliseconds), so
 dashboards built for vLLM read them the same way. Each app has its own ``CollectorRegistry`` so
 several gateways (tests) can live in one process. The backends' own vLLM metrics are proxied at
-``/metrics/backends/{variant}``.
+``/metrics/backends/{variant}`` (``?replica=I`` for one replica of several).
+
+A variant served by several engines (``serve --replicas``) keeps the per-variant families as they were
+(``backend_up`` is 1 while any replica answers, ``backend_restarts`` counts the restarts of all of them), so
+dashboards and alerts on them stay true; the ``replica_*`` families add a ``replica`` label (0, 1, ...) for
+each engine's state and share of the traffic.
 """
 
 from __future__ import annotations
@@ -119,12 +124,30 @@ class GatewayMetrics:
         )
         self.backend_up = Gauge(
             prefix + "backend_up",
-            "1 when the variant's backend answers /health.",
+            "1 when the variant's backend (any of its replicas) answers /health.",
             ["variant"],
             registry=self.registry,
         )
         self.backend_restarts = Counter(
             prefix + "backend_restarts", "Restarts of managed backends.", ["variant"], registry=self.registry
+        )
+        self.replica_up = Gauge(
+            prefix + "replica_up",
+            "1 when this replica (engine) of the variant answers /health.",
+            ["variant", "replica"],
+            registry=self.registry,
+        )
+        self.replica_in_flight = Gauge(
+            prefix + "replica_requests_in_flight",
+            "Requests being proxied now, per replica of the variant.",
+            ["variant", "replica"],
+            registry=self.registry,
+        )
+        self.replica_requests = Counter(
+            prefix + "replica_requests",
+            "Requests sent to each replica of the variant (the balance of the replica choice).",
+            ["variant", "replica"],
+            registry=self.registry,
         )
         self.upstream_retries = Counter(
             prefix + "upstream_retries",

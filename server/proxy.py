@@ -11,6 +11,10 @@ connection before any answer (the backend closed it just as the request went out
 new connection; any other failure answers 503 and asks the pool to check the backend's ``/health``, which
 alone marks it down. A stream is committed (200) only once its first event is in: vLLM checks a request in
 the engine's first step and reports a refusal as the first event, which the gateway answers as the 4xx it is.
+
+A variant with several replicas (:mod:`server.replicas`) gets each request on the replica with the fewest
+outstanding; a replica that refused the connection (nothing reached it) passes the request on to a sibling
+that is up, and only when all refused to the arm's fallback.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ from server.errors import GatewayError, error_body, openai_error_type, validatio
 from server.experiments import Route, Router, RoutingError
 from server.metrics import GatewayMetrics
 from server.protocol import OpenAIRequest
+from server.replicas import ReplicaSet
 from server.settings import GatewaySettings
 
 VARIANT_HEADER = "x-depthprune-variant"
@@ -47,6 +52,15 @@ MAX_JSON_DEPTH = 100  # far deeper than any OpenAI request, tool schemas include
 FIRST_EVENT_LIMIT = 64 * 1024  # bytes read, at most, while waiting for a stream's first event
 
 log = logging.getLogger("depthprune.server")
+
+
+class ConnectionRefused(Exception):
+    """Every replica of a variant refused the connection: nothing reached it, so a fallback may run it."""
+
+    def __init__(self, unavailable: GatewayError):
+        super().__init__(str(unavailable))
+        self.unavailable = unavailable
+        """The 503 to answer when there is no fallback."""
 
 
 class RelayResponse(StreamingResponse):
@@ -215,13 +229,14 @@ class Proxy:
             return error.response()
 
     # -- decisions ----------------------------------------------------------------------------
-    def _available_backend(self, route: Route) -> tuple[Backend, str | None]:
-        backend = self.pool[route.backend]
+    def _available_backend(self, route: Route) -> tuple[ReplicaSet, str | None]:
+        variants = self.pool.variants
+        backend = variants[route.backend]
         if backend.up:
             return backend, None
-        if route.fallback is not None and self.pool[route.fallback].up:
+        if route.fallback is not None and variants[route.fallback].up:
             self.metrics.fallbacks.labels(route.experiment or "", route.arm or "", route.fallback).inc()
-            return self.pool[route.fallback], backend.name
+            return variants[route.fallback], backend.name
         raise self._unavailable(backend)
 
     def _failed(self, backend: Backend, error: Exception) -> GatewayError:
@@ -229,7 +244,7 @@ class Proxy:
         self.pool.suspect(backend, error)
         return self._unavailable(backend)
 
-    def _unavailable(self, backend: Backend) -> GatewayError:
+    def _unavailable(self, backend: Backend | ReplicaSet) -> GatewayError:
         state = "restarting" if backend.restarting else "down"
         detail = f": {backend.last_error}" if backend.last_error else ""
         return GatewayError(
@@ -240,7 +255,7 @@ class Proxy:
         )
 
     @staticmethod
-    def _check_length(parsed: OpenAIRequest, backend: Backend) -> None:
+    def _check_length(parsed: OpenAIRequest, backend: ReplicaSet) -> None:
         wanted = parsed.requested_output_tokens()
         if wanted is not None and backend.max_model_len is not None and wanted > backend.max_model_len:
             param = (
@@ -278,7 +293,7 @@ class Proxy:
         data: dict,
         parsed: OpenAIRequest,
         route: Route,
-        backend: Backend,
+        variant: ReplicaSet,
         fallback_from: str | None,
         started: float,
     ) -> Response:
@@ -292,7 +307,7 @@ class Proxy:
             if name in request.headers:
                 headers[name] = request.headers[name]
         upstream, backend, fallback_from = await self._send_or_fall_back(
-            endpoint, data, headers, route, backend, fallback_from
+            endpoint, data, headers, route, variant, fallback_from
         )
         handed_to_stream = False
         try:
@@ -312,7 +327,7 @@ class Proxy:
         finally:
             if not handed_to_stream:
                 upstream.release()
-                self.metrics.in_flight.labels(backend.name).dec()
+                self._leave(backend)
 
     async def _send_or_fall_back(
         self,
@@ -320,38 +335,69 @@ class Proxy:
         data: dict,
         headers: dict,
         route: Route,
-        backend: Backend,
+        variant: ReplicaSet,
         fallback_from: str | None,
     ) -> tuple[aiohttp.ClientResponse, Backend, str | None]:
-        """The backend's response headers, from the arm's fallback when the backend refused the connection.
+        """The response headers of a replica of ``variant``, or of the arm's fallback when every replica
+        refused the connection.
 
-        The backend that answered is counted in flight; the caller decrements it.
+        The replica that answered is counted in flight and outstanding; the caller ends that with
+        :meth:`_leave`.
         """
-        in_flight = self.metrics.in_flight
-        in_flight.labels(backend.name).inc()
         try:
-            return await self._send(endpoint, data, headers, backend), backend, fallback_from
-        except BaseException as error:  # the client leaving cancels the request: it is no longer in flight
-            in_flight.labels(backend.name).dec()
-            if not isinstance(error, UPSTREAM_ERRORS):
-                raise
-            unavailable = self._failed(backend, error)
-            # Only a refused connection reached nothing, so only then can the fallback not run it twice.
-            refused = isinstance(error, aiohttp.ClientConnectorError)
-            if not refused or fallback_from is not None or route.fallback is None:
-                raise unavailable from None
-            if not self.pool[route.fallback].up:
-                raise unavailable from None
-        fallback_from, backend = backend.name, self.pool[route.fallback]
-        self.metrics.fallbacks.labels(route.experiment or "", route.arm or "", backend.name).inc()
-        in_flight.labels(backend.name).inc()
+            upstream, replica = await self._send_to_variant(endpoint, data, headers, variant)
+            return upstream, replica, fallback_from
+        except ConnectionRefused as refused:
+            fallback = self.pool.variants.get(route.fallback) if route.fallback else None
+            if fallback_from is not None or fallback is None or not fallback.up:
+                raise refused.unavailable from None
+        fallback_from = variant.name
+        self.metrics.fallbacks.labels(route.experiment or "", route.arm or "", fallback.name).inc()
         try:
-            return await self._send(endpoint, data, headers, backend), backend, fallback_from
-        except BaseException as error:
-            in_flight.labels(backend.name).dec()
-            if not isinstance(error, UPSTREAM_ERRORS):
-                raise
-            raise self._failed(backend, error) from None
+            upstream, replica = await self._send_to_variant(endpoint, data, headers, fallback)
+        except ConnectionRefused as refused:
+            raise refused.unavailable from None
+        return upstream, replica, fallback_from
+
+    async def _send_to_variant(
+        self, endpoint: str, data: dict, headers: dict, variant: ReplicaSet
+    ) -> tuple[aiohttp.ClientResponse, Backend]:
+        """Send to the replica :meth:`ReplicaSet.choose` picks; to the next one up when it refused the
+        connection (nothing reached it, so no request runs twice), after asking the pool to check it.
+
+        Raises:
+            ConnectionRefused: every replica that was up refused the connection.
+            GatewayError: 503 when the request failed after it may have reached a replica.
+        """
+        tried: list[Backend] = []
+        unavailable = self._unavailable(variant)
+        while (replica := variant.choose(exclude=tried)) is not None:
+            tried.append(replica)
+            self._enter(replica)
+            try:
+                return await self._send(endpoint, data, headers, replica), replica
+            except BaseException as error:  # the client leaving cancels the request: no longer in flight
+                self._leave(replica)
+                if not isinstance(error, UPSTREAM_ERRORS):
+                    raise
+                unavailable = self._failed(replica, error)
+                if not isinstance(error, aiohttp.ClientConnectorError):
+                    raise unavailable from None
+        raise ConnectionRefused(unavailable)
+
+    def _enter(self, replica: Backend) -> None:
+        """Count a request sent to ``replica``: in flight for its variant, outstanding for the choice."""
+        replica.outstanding += 1
+        labels = (replica.name, str(replica.replica))
+        self.metrics.in_flight.labels(replica.name).inc()
+        self.metrics.replica_in_flight.labels(*labels).inc()
+        self.metrics.replica_requests.labels(*labels).inc()
+
+    def _leave(self, replica: Backend) -> None:
+        """The request sent to ``replica`` is answered (or abandoned)."""
+        replica.outstanding -= 1
+        self.metrics.in_flight.labels(replica.name).dec()
+        self.metrics.replica_in_flight.labels(replica.name, str(replica.replica)).dec()
 
     async def _send(
         self, endpoint: str, data: dict, headers: dict, backend: Backend
@@ -435,7 +481,7 @@ class Proxy:
                 upstream.release()
             else:
                 upstream.close()
-            metrics.in_flight.labels(backend.name).dec()
+            self._leave(backend)
             self._record(accounting, status)
 
         async def upstream_chunks():

@@ -1,8 +1,9 @@
 """HTTP handlers of the gateway: thin functions that read ``request.app.state`` and answer.
 
 OpenAI API: ``POST /v1/completions``, ``POST /v1/chat/completions``, ``GET /v1/models[/{model}]``.
-Operations: ``GET /health`` (liveness), ``GET /ready`` (every backend up), ``GET /metrics`` (the gateway's
-Prometheus metrics), ``GET /metrics/backends/{variant}`` (that backend's own vLLM metrics).
+Operations: ``GET /health`` (liveness), ``GET /ready`` (every variant has a replica up), ``GET /metrics``
+(the gateway's Prometheus metrics), ``GET /metrics/backends/{variant}[?replica=I]`` (that backend's own vLLM
+metrics; of one replica when the variant has several, the first one up by default).
 Admin (bearer ``--admin-token``): ``GET /admin/experiments``, ``GET|PUT|DELETE /admin/experiments/{name}``
 (``ETag``/``If-Match`` by version), ``GET /admin/experiments/{name}/history``.
 The schema of all of them: ``GET /openapi.json``.
@@ -96,7 +97,7 @@ async def chat_completions(request: Request) -> Response:
 def model_cards(state) -> list[ModelCard]:
     """Every served variant and every experiment, as ``/v1/models`` shows them."""
     cards = []
-    for backend in state.pool.backends.values():
+    for backend in state.pool.variants.values():
         meta = backend.spec.metadata
         cards.append(
             ModelCard(
@@ -115,7 +116,7 @@ def model_cards(state) -> list[ModelCard]:
             )
         )
     for name, experiment in state.router.experiments.items():
-        up = any(state.pool[arm.backend].up for arm in experiment.arms)
+        up = any(state.pool.variants[arm.backend].up for arm in experiment.arms)
         cards.append(
             ModelCard(
                 id=name,
@@ -156,12 +157,12 @@ async def health(request: Request) -> Response:
 
 @router.get("/ready")
 async def ready(request: Request) -> Response:
-    """Readiness: 200 when every backend is up, else 503; each backend's state (only up/down without the
-    API key: URLs and PIDs are for operators)."""
+    """Readiness: 200 when every variant is up (at least one of its replicas), else 503; each variant's state
+    (only up/down without the API key: URLs and PIDs are for operators)."""
     pool = request.app.state.pool
     detailed = has_api_key(request)
     backends = {
-        name: backend.status() if detailed else {"up": backend.up} for name, backend in pool.backends.items()
+        name: variant.status() if detailed else {"up": variant.up} for name, variant in pool.variants.items()
     }
     all_up = pool.all_up()
     experiments = request.app.state.experiments.status()
@@ -177,21 +178,27 @@ async def metrics(request: Request) -> Response:
     state = request.app.state
     if state.settings.metrics_auth:
         require_api_key(request)
-    for name, backend in state.pool.backends.items():
-        state.metrics.backend_up.labels(name).set(1 if backend.up else 0)
+    for name, variant in state.pool.variants.items():
+        state.metrics.backend_up.labels(name).set(1 if variant.up else 0)
     return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
 @router.get("/metrics/backends/{variant}")
-async def backend_metrics(request: Request, variant: str) -> Response:
-    """The Prometheus metrics of one backend (vLLM's ``vllm:*`` families), fetched live."""
+async def backend_metrics(request: Request, variant: str, replica: int | None = None) -> Response:
+    """The Prometheus metrics of one backend (vLLM's ``vllm:*`` families), fetched live: of replica
+    ``replica`` when given, else of the first replica up."""
     state = request.app.state
     if state.settings.metrics_auth:
         require_api_key(request)
     name = state.router.variant_name(variant)
     if name is None:
         raise GatewayError(404, f"no backend named '{variant}'", param="variant", code="model_not_found")
-    backend = state.pool[name]
+    replicas = state.pool.variants[name].replicas
+    if replica is not None and not 0 <= replica < len(replicas):
+        raise GatewayError(
+            404, f"variant '{name}' has replicas 0..{len(replicas) - 1}", param="replica", code="not_found"
+        )
+    backend = state.pool.variants[name] if replica is None else replicas[replica]
     try:
         upstream = await state.pool.client.get(f"{backend.url}/metrics", timeout=10)
     except httpx.TransportError as error:

@@ -41,6 +41,16 @@ class VariantMetadata:
     """Search algorithm that found the removed set."""
 
 
+@dataclass(frozen=True)
+class EnginePlacement:
+    """Where one engine (one replica of a variant) runs on a GPU machine, as the memory plan placed it."""
+
+    gpus: tuple[int, ...]
+    """Cards of the engine (its ``CUDA_VISIBLE_DEVICES``), ``tensor_parallel_size`` of them."""
+    gpu_memory_utilization: float
+    """The engine's share of each of its cards; the shares of all engines on a card sum below 1."""
+
+
 @dataclass
 class BackendSpec:
     """One variant served by one vLLM OpenAI server: started here (``model_dir``) or remote (``url``)."""
@@ -55,10 +65,12 @@ class BackendSpec:
     """Registry facts shown by ``/v1/models``."""
     tensor_parallel_size: int = 1
     """GPUs one engine of this variant spans (vLLM ``--tensor-parallel-size``)."""
-    gpu_memory_utilization: float | None = None
-    """This engine's share of each of its cards (the memory plan's split); None: the pool's default."""
-    gpus: tuple[int, ...] | None = None
-    """Cards the engine runs on (its ``CUDA_VISIBLE_DEVICES``); None: whatever the process sees."""
+    replicas: int = 1
+    """Engines (one vLLM process each, own port) serving this variant; the gateway spreads its requests
+    over those that are up. Managed backends only: a remote URL is one server."""
+    placements: tuple[EnginePlacement, ...] = ()
+    """Cards and memory share of each replica's engine, from the memory plan (one per replica); empty: the
+    pool's default share and whatever cards the processes see."""
 
     def __post_init__(self):
         if not self.name or "/" in self.name or " " in self.name:
@@ -70,6 +82,14 @@ class BackendSpec:
             if parsed.scheme not in ("http", "https") or not parsed.netloc:
                 raise UserError(f"variant {self.name!r}: {self.url!r} is not an http(s)://host:port URL")
             self.url = self.url.rstrip("/")
+        if self.replicas < 1 or (self.replicas > 1 and not self.managed):
+            raise UserError(
+                f"variant {self.name!r}: replicas must be >= 1, and only a variant started here has more"
+            )
+        if self.placements and len(self.placements) != self.replicas:
+            raise UserError(
+                f"variant {self.name!r}: {len(self.placements)} placements for {self.replicas} replicas"
+            )
 
     @property
     def managed(self) -> bool:

@@ -4,8 +4,11 @@ Every engine on a card claims a ``gpu_memory_utilization`` share of the whole ca
 share; with the model's full context (131k tokens for Llama-3.1) three variants cannot share one card. The
 memory plan (:func:`depthprune.planning.plan_serve`) places the engines on the GPUs, chooses the longest
 ``--max-model-len`` at which they all fit (unless given) and splits each card's memory between its engines
-so that the shares add up below 1. ``serve --dry-run`` prints that plan; a GPU run applies it. The CPU build
-sizes its KV cache in GiB instead (``--kv-cache-gib``) and is left alone.
+so that the shares add up below 1. ``--replicas`` starts several engines of a variant, each placed on cards
+that hold no other replica of it (``replicas x tensor_parallel`` cards per variant; variants may share cards);
+each replica gets its own cards as ``CUDA_VISIBLE_DEVICES`` and its own share. ``serve --dry-run`` prints
+that plan; a GPU run applies it and refuses with the plan's advice when the engines do not fit. The CPU build
+sizes its KV cache in GiB instead (``--kv-cache-gib``): there the replicas are only started, not placed.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from dataclasses import dataclass
 
 from depthprune.core.errors import UserError
 from depthprune.planning import dry_run, plan_devices, plan_serve, read_model_config, refuse_unless_fits
-from server.settings import GatewaySettings
+from server.settings import EnginePlacement, GatewaySettings
 
 
 @dataclass(frozen=True)
@@ -30,24 +33,43 @@ class SizingRequest:
     """Memory per GPU to plan for."""
     tensor_parallel: str | None = None
     """``N`` for every variant or ``NAME=N,...`` per variant."""
+    replicas: str | None = None
+    """Engines per variant: ``N`` for every variant or ``NAME=N,...`` per variant."""
     as_json: bool = False
     """Print the plan as JSON."""
 
 
-def parse_tensor_parallel(text: str | None, names: list[str]) -> dict[str, int]:
-    """``"2"`` or ``"dense=2,m7=1"`` -> tensor_parallel_size per variant name (1 when not named)."""
+def parse_per_variant(option: str, text: str | None, names: list[str]) -> dict[str, int]:
+    """``"2"`` or ``"dense=2,m7=1"`` -> a count per variant name (1 when not named).
+
+    Args:
+        option: the option's name for errors (``--tensor-parallel``, ``--replicas``).
+        text: its value; None or empty: 1 for every variant.
+        names: the variants it may name.
+    """
     sizes = dict.fromkeys(names, 1)
     for item in (text or "").split(","):
         if not item.strip():
             continue
         name, _, value = item.rpartition("=")
         if name and name.strip() not in sizes:
-            raise UserError(f"--tensor-parallel names {name.strip()!r}, which is not served")
+            raise UserError(f"{option} names {name.strip()!r}, which is not served here")
         if not value.strip().isdigit() or int(value) < 1:
-            raise UserError(f"--tensor-parallel wants N or NAME=N with N >= 1, got {item.strip()!r}")
+            raise UserError(f"{option} wants N or NAME=N with N >= 1, got {item.strip()!r}")
         for key in [name.strip()] if name else names:
             sizes[key] = int(value)
     return sizes
+
+
+def with_replicas(settings: GatewaySettings, text: str | None) -> GatewaySettings:
+    """``settings`` with each managed variant's replica count from ``--replicas`` (remote ones keep 1)."""
+    managed = [spec.name for spec in settings.backends if spec.managed]
+    counts = parse_per_variant("--replicas", text, managed)
+    backends = [
+        dataclasses.replace(spec, replicas=counts[spec.name]) if spec.managed else spec
+        for spec in settings.backends
+    ]
+    return dataclasses.replace(settings, backends=backends)
 
 
 def size_engines(settings: GatewaySettings, request: SizingRequest, gpu_build: bool) -> GatewaySettings:
@@ -58,28 +80,34 @@ def size_engines(settings: GatewaySettings, request: SizingRequest, gpu_build: b
         request: the sizing options.
         gpu_build: the installed vLLM is the GPU build (the CPU build is sized by --kv-cache-gib).
     """
+    settings = with_replicas(settings, request.replicas)
     managed = [spec for spec in settings.backends if spec.managed]
     planning = request.dry_run or request.gpus is not None or request.gpu_memory_gib is not None
     if not managed or not (gpu_build or planning):
         return settings
-    tensor_parallel = parse_tensor_parallel(request.tensor_parallel, [spec.name for spec in managed])
-    engines = [(spec.name, read_model_config(spec.model_dir), tensor_parallel[spec.name]) for spec in managed]
+    names = [spec.name for spec in managed]
+    tensor_parallel = parse_per_variant("--tensor-parallel", request.tensor_parallel, names)
+    engines = []
+    for spec in managed:
+        config = read_model_config(spec.model_dir)
+        engines += [(spec.name, config, tensor_parallel[spec.name])] * spec.replicas
     dtype = settings.vllm.dtype if settings.vllm.dtype in ("float32", "bfloat16", "float16") else "bfloat16"
     devices = plan_devices("cuda" if planning else "auto", request.gpus, request.gpu_memory_gib)
     plan = plan_serve(engines, dtype, devices, settings.vllm.max_model_len)
     if request.dry_run:
         dry_run(plan, request.as_json)
     refuse_unless_fits(plan)
-    chosen = {engine["variant"]: engine for engine in plan.choices["engines"]}
+    placements: dict[str, list[EnginePlacement]] = {}
+    for engine in plan.choices["engines"]:  # in replica order
+        share = settings.vllm.gpu_memory_utilization or engine["gpu_memory_utilization"]
+        placements.setdefault(engine["variant"], []).append(EnginePlacement(tuple(engine["gpus"]), share))
     backends = [
         dataclasses.replace(
             spec,
-            tensor_parallel_size=chosen[spec.name]["tensor_parallel_size"],
-            gpu_memory_utilization=settings.vllm.gpu_memory_utilization
-            or chosen[spec.name]["gpu_memory_utilization"],
-            gpus=tuple(chosen[spec.name]["gpus"]),
+            tensor_parallel_size=tensor_parallel[spec.name],
+            placements=tuple(placements[spec.name]),
         )
-        if spec.name in chosen
+        if spec.name in placements
         else spec
         for spec in settings.backends
     ]

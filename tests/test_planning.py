@@ -124,6 +124,71 @@ def test_serve_picks_a_context_and_shares_that_fit_three_variants_on_one_card():
     assert not plan_serve(engines, "bfloat16", gpus(1, 24)).fits
 
 
+def engine_cards(plan) -> dict[tuple[str, int], set[int]]:
+    return {(e["variant"], e["replica"]): set(e["gpus"]) for e in plan.choices["engines"]}
+
+
+def shares_per_card(plan) -> dict[int, float]:
+    totals: dict[int, float] = {}
+    for engine in plan.choices["engines"]:
+        for card in engine["gpus"]:
+            totals[card] = totals.get(card, 0) + engine["gpu_memory_utilization"]
+    return totals
+
+
+def test_serve_replicas_get_cards_of_their_own_and_each_card_s_shares_stay_below_one():
+    config = public_config(LLAMA_8B)
+    variants = [("dense", config), ("m7-a", shape_for(config, 25)), ("m7-b", shape_for(config, 25))]
+    on_one = plan_serve([(name, c, 1) for name, c in variants for _ in range(2)], "bfloat16", gpus(1, 80))
+    assert not on_one.fits and "dense: 2 replica(s) x tensor parallel 1 need 2 GPUs" in on_one.one_line()
+    assert on_one.advice[0] == "use --gpus 2 (more cards for the engines)"
+    assert "fewer --replicas" in on_one.advice[-1]
+    engines = [(name, c, 2) for name, c in variants for _ in range(2)]
+    assert plan_serve(engines, "bfloat16", gpus(2, 80)).advice[0].startswith("use --gpus 4")
+    plan = plan_serve(engines, "bfloat16", gpus(8, 80))
+    cards = engine_cards(plan)
+    assert plan.fits and list(cards) == [(name, replica) for name, _ in variants for replica in (0, 1)]
+    assert all(len(used) == 2 for used in cards.values())
+    assert all(not cards[name, 0] & cards[name, 1] for name, _ in variants)  # replicas never share a card
+    totals = shares_per_card(plan)
+    assert sorted(totals) == list(range(8)) and all(0.5 < total < 1 for total in totals.values())
+
+
+def test_serve_engines_too_large_to_share_a_card_get_disjoint_cards():
+    config = public_config(LLAMA_70B)
+    engines = [("dense", config, 2), ("dense", config, 2), ("m9", shape_for(config, 71), 2)]
+    # 66 GiB of weights per card and engine: m9 cannot join a dense replica's cards on 4 GPUs.
+    assert not plan_serve(engines, "bfloat16", gpus(4, 80)).fits
+    plan = plan_serve(engines, "bfloat16", gpus(6, 80))
+    cards = list(engine_cards(plan).values())
+    assert plan.fits and set().union(*cards) == set(range(6)) and sum(map(len, cards)) == 6
+    assert all(share == 0.9 for share in shares_per_card(plan).values())
+
+
+def test_serve_sizing_gives_each_replica_its_cards_share_and_port(tmp_path):
+    from server import BackendPool, BackendSpec, GatewaySettings, VllmOptions
+    from server.sizing import SizingRequest, size_engines
+
+    directory = str(public_config_dir(LLAMA_8B, tmp_path))
+    settings = GatewaySettings(
+        backends=[BackendSpec("dense", model_dir=directory), BackendSpec("far", url="http://127.0.0.1:9")],
+        vllm=VllmOptions(first_port=21000),
+    )
+    request = SizingRequest(gpus=4, gpu_memory_gib=80, tensor_parallel="2", replicas="dense=2")
+    pool = BackendPool(size_engines(settings, request, gpu_build=False))
+    first, second = pool.variants["dense"].replicas
+    assert [first.port, second.port, pool["far"].port] == [21000, 21001, None]
+    visible = [set(replica.environment()["CUDA_VISIBLE_DEVICES"].split(",")) for replica in (first, second)]
+    assert visible == [{"0", "1"}, {"2", "3"}]
+    command = first.command()
+    assert command[command.index("--tensor-parallel-size") + 1] == "2"
+    assert 0 < float(command[command.index("--gpu-memory-utilization") + 1]) < 1
+    with pytest.raises(UserError, match="--replicas names 'nope'"):
+        size_engines(settings, SizingRequest(gpus=4, replicas="nope=2"), gpu_build=False)
+    with pytest.raises(UserError, match="dense: 2 replica"):  # refused before any process starts
+        size_engines(settings, SizingRequest(gpus=1, replicas="2"), gpu_build=False)
+
+
 def test_config_sources_and_bad_input(tmp_path):
     directory = public_config_dir(LLAMA_8B, tmp_path)
     assert (
@@ -216,6 +281,13 @@ def test_serve_dry_run_sizes_three_llama_engines_on_one_card(tmp_path):
     status, out, _ = run_cli(*args, "--gpus", 2, "--tensor-parallel", "dense=2")
     dense = next(engine for engine in json.loads(out)["choices"]["engines"] if engine["variant"] == "dense")
     assert status == 0 and dense["tensor_parallel_size"] == 2 and dense["gpus"] == [0, 1]
+    status, out, _ = run_cli(*args, "--gpus", 2, "--replicas", "dense=2")
+    dense = [engine for engine in json.loads(out)["choices"]["engines"] if engine["variant"] == "dense"]
+    assert status == 0 and [(engine["replica"], engine["gpus"]) for engine in dense] == [(0, [0]), (1, [1])]
+    status, out, _ = run_cli(*args, "--gpus", 1, "--replicas", "2")
+    plan = json.loads(out)
+    assert status == 3 and not plan["fits"] and plan["advice"][0].startswith("use --gpus 2")
+    assert plan["shortfalls"][0].startswith("dense: 2 replica(s) x tensor parallel 1 need 2 GPUs")
     status, _, _ = run_cli(
         "serve", "--variants", variants, "--registry", url, "--dry-run", "--gpu-memory-gib", 24
     )

@@ -15,6 +15,7 @@ import signal
 import httpx
 import pytest
 
+from depthprune.core.errors import UserError
 from depthprune.testing.fake_vllm import create_fake_app, serve_in_thread
 from depthprune.testing.servers import free_port, wait_until
 from server import BackendPool, BackendSpec, BackendStartError, GatewaySettings, VllmOptions, create_app
@@ -224,3 +225,88 @@ def test_a_success_between_inconclusive_checks_starts_the_count_again():
     for _ in range(3):
         asyncio.run(pool.check(pool["a"]))
     assert pool["a"].up
+
+
+def replica_states(gateway, variant: str) -> list[dict]:
+    return httpx.get(f"{gateway.url}/ready").json()["backends"][variant]["replicas"]
+
+
+def test_a_variant_s_replicas_share_its_requests_and_a_dead_one_is_skipped_and_restarted(tmp_path):
+    # No monitor checks during the test (30 s): only the request that meets the dead replica finds it out.
+    settings = GatewaySettings(
+        backends=[BackendSpec("m", model_dir="/models/fake-m", replicas=2)],
+        vllm=fake_process_options(tmp_path),
+        health_interval_s=30,
+        health_timeout_s=0.5,
+    )
+    gateway = serve_in_thread(create_app(settings), free_port())
+    try:
+        assert [state["replica"] for state in replica_states(gateway, "m")] == [0, 1]
+        assert all(post(gateway, "m").status_code == 200 for _ in range(4))
+        # One request at a time: none outstanding, so the choice takes turns.
+        for replica in ("0", "1"):
+            assert metric(gateway, f'depthprune_gateway_replica_requests_total{{replica="{replica}"') == 2
+        first = replica_states(gateway, "m")[0]
+        os.kill(first["pid"], signal.SIGKILL)  # the supervisor; its server follows (parent-death signal)
+        port = int(first["url"].rsplit(":", 1)[1])
+        wait_until(lambda: not _listening(port), 10, "killed replica's port closed")
+        # Every request is answered by the live replica, including the one whose connection was refused.
+        assert all(post(gateway, "m").status_code == 200 for _ in range(4))
+        # The first went to replica 0 (its turn), was refused and passed on to replica 1; a check then took
+        # replica 0 out of rotation (a restart may bring it back before the last ones).
+        sent = [metric(gateway, f'depthprune_gateway_replica_requests_total{{replica="{r}"') for r in "01"]
+        assert sent[0] >= 3 and sent[1] >= 3 and sum(sent) >= 4 + 4 + 1
+        assert httpx.get(f"{gateway.url}/ready").status_code == 200  # the variant is served throughout
+
+        def restarted():
+            states = replica_states(gateway, "m")
+            replaced = states[0]["restarts"] == 1 and states[0]["pid"] != first["pid"]
+            return replaced and all(state["up"] for state in states)
+
+        wait_until(restarted, 60, "dead replica restarted")
+        assert replica_states(gateway, "m")[1]["restarts"] == 0
+        assert metric(gateway, 'depthprune_gateway_backend_restarts_total{variant="m"}') == 1
+        assert metric(gateway, 'depthprune_gateway_replica_up{replica="0",variant="m"}') == 1
+        assert metric(gateway, 'depthprune_gateway_backend_up{variant="m"}') == 1
+        assert "--model /models/fake-m" in (tmp_path / "vllm-m-1.log").read_text()
+        assert httpx.get(f"{gateway.url}/metrics/backends/m?replica=1").status_code == 200
+        assert httpx.get(f"{gateway.url}/metrics/backends/m?replica=2").status_code == 404
+    finally:
+        gateway.stop()
+    assert wait_until(lambda: not _alive(first["pid"]), 5, "old process gone")
+
+
+def _listening(port: int) -> bool:
+    import socket
+
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_the_replica_with_fewest_outstanding_requests_is_chosen_and_ties_take_turns():
+    spec = BackendSpec("m", model_dir="/models/fake-m", replicas=3)
+    pool = BackendPool(GatewaySettings(backends=[spec], vllm=VllmOptions(first_port=20000)))
+    variant = pool.variants["m"]
+    first, second, third = variant.replicas
+    assert [r.key for r in variant.replicas] == ["m/0", "m/1", "m/2"] and pool["m/2"] is third
+    assert [r.port for r in variant.replicas] == [20000, 20001, 20002]
+    assert variant.choose() is None and not variant.up  # nothing is up before the start
+    for replica in variant.replicas:
+        replica.up = True
+    first.outstanding, second.outstanding, third.outstanding = 3, 1, 1
+    assert [variant.choose() for _ in range(4)] == [second, third, second, third]
+    assert variant.choose(exclude=[second]) is third
+    third.mark_down("refused")
+    assert variant.choose() is second and variant.up and variant.last_error is None
+    second.mark_down("gone")
+    first.mark_down("gone too")
+    assert variant.choose() is None and not variant.up and variant.last_error == "gone too"
+    status = variant.status()
+    assert status["replicas_up"] == 0 and [s["replica"] for s in status["replicas"]] == [0, 1, 2]
+
+
+def test_replicas_are_for_variants_started_here():
+    with pytest.raises(UserError, match="only a variant started here"):
+        BackendSpec("r", url="http://127.0.0.1:9", replicas=2)
+    with pytest.raises(UserError, match="replicas must be >= 1"):
+        BackendSpec("m", model_dir="/models/m", replicas=0)

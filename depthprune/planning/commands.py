@@ -8,6 +8,7 @@ a run should use are in ``plan.choices`` (``calibration_batch``, ``memory_budget
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from depthprune.planning import estimates as est
@@ -320,20 +321,57 @@ def _largest_fitting_len(engines, dtype: str, devices: Devices, native: int) -> 
 
 
 def _place(engines, dtype: str, devices: Devices, max_model_len: int):
-    """Engines (name, shape, tensor_parallel) on GPUs, first fit by need; the fullest card's load share."""
+    """Engines (name, replica, shape, tensor_parallel) on GPUs, largest need first, each on the least loaded
+    cards that hold no other replica of its variant (a second engine on the same card would compete for its
+    compute and halve its KV pool, adding nothing vLLM's own batching does not).
+
+    Returns:
+        The placed engines (name, replica, shape, tp, need, cards), the fullest card's load as a share of
+        what its engines may claim, each card's load, and the engines that found no cards.
+    """
     loads = [0] * devices.count
-    placed = []
+    holding: dict[str, set[int]] = {}  # cards that already run a replica of each variant
+    placed, unplaced = [], []
     needs = [
-        (name, shape, tp, sum(i.bytes for i in engine_need(shape, dtype, max_model_len, tp)))
-        for name, shape, tp in engines
+        (name, replica, shape, tp, sum(i.bytes for i in engine_need(shape, dtype, max_model_len, tp)))
+        for name, replica, shape, tp in engines
     ]
-    for name, shape, tp, need in sorted(needs, key=lambda item: -item[3]):
-        cards = sorted(range(devices.count), key=lambda card: loads[card])[: max(tp, 1)]
+    for name, replica, shape, tp, need in sorted(needs, key=lambda item: -item[4]):
+        taken = holding.setdefault(name, set())
+        free = sorted(set(range(devices.count)) - taken, key=lambda card: (loads[card], card))
+        if len(free) < tp:
+            unplaced.append((name, replica, tp))
+            continue
+        cards = sorted(free[:tp])
         for card in cards:
             loads[card] += need
-        placed.append((name, shape, tp, need, cards))
+        taken.update(cards)
+        placed.append((name, replica, shape, tp, need, cards))
     fullest = max(loads) / (SERVE_TOTAL_SHARE * devices.memory_bytes)
-    return placed, fullest, loads
+    return placed, fullest, loads, unplaced
+
+
+def _card_shortfalls(engines, unplaced, devices: Devices) -> list[str]:
+    """One line per variant whose replicas found too few cards of their own."""
+    lines = []
+    for name in dict.fromkeys(name for name, _, _ in unplaced):
+        replicas = sum(1 for engine in engines if engine[0] == name)
+        tp = next(tp for unplaced_name, _, tp in unplaced if unplaced_name == name)
+        lines.append(
+            f"{name}: {replicas} replica(s) x tensor parallel {tp} need {replicas * tp} GPUs (no two "
+            f"replicas of a variant share a card), {devices.count} available"
+        )
+    return lines
+
+
+def _engine_share(need: int, cards: list[int], loads: list[int]) -> float:
+    """The engine's ``gpu_memory_utilization``: its part of the fullest of its cards' SERVE_TOTAL_SHARE.
+
+    vLLM gives a tensor-parallel engine the same share on every card, so the share is taken on its fullest
+    card; on every card the shares then add up to at most SERVE_TOTAL_SHARE (rounded down, never up).
+    """
+    share = SERVE_TOTAL_SHARE * need / max(max(loads[card] for card in cards), 1)
+    return math.floor(round(min(share, SERVE_TOTAL_SHARE) * 1000, 6)) / 1000  # 0.9 stays 0.9
 
 
 def plan_serve(
@@ -342,38 +380,58 @@ def plan_serve(
     """Plan of ``serve``: every variant's vLLM engine(s), their cards, context and memory shares.
 
     Args:
-        engines: (variant name, its config.json, tensor_parallel_size) per engine (replicas: repeated).
+        engines: (variant name, its config.json, tensor_parallel_size) per engine; a name given k times is
+            k replicas of that variant, numbered 0..k-1 in order, placed on cards of their own.
         max_model_len: context of every engine; None lets the planner choose the longest that fits.
     """
-    shaped = [(name, model_shape(config), tp) for name, config, tp in engines]
-    native = min(shape.max_position_embeddings for _, shape, _ in shaped)
+    seen: dict[str, int] = {}
+    shaped = []
+    for name, config, tp in engines:
+        seen[name] = seen.get(name, -1) + 1
+        shaped.append((name, seen[name], model_shape(config), tp))
+    native = min(shape.max_position_embeddings for _, _, shape, _ in shaped)
+    several = {name for name, count in seen.items() if count > 0}
 
     def build(on: Devices) -> MemoryPlan:
         length = max_model_len or _largest_fitting_len(shaped, dtype, on, native)
-        placed, _, loads = _place(shaped, dtype, on, length)
-        steps, chosen = [], []
-        for name, shape, tp, need, cards in placed:
-            share = round(SERVE_TOTAL_SHARE * need / max(loads[cards[0]], 1), 3)
-            share = min(share, SERVE_TOTAL_SHARE)
-            chosen.append(
-                {"variant": name, "gpus": cards, "tensor_parallel_size": tp, "gpu_memory_utilization": share}
-            )
+        placed, _, loads, unplaced = _place(shaped, dtype, on, length)
+        chosen = [
+            {
+                "variant": name,
+                "replica": replica,
+                "gpus": cards,
+                "tensor_parallel_size": tp,
+                "gpu_memory_utilization": _engine_share(need, cards, loads),
+            }
+            for name, replica, _, tp, need, cards in sorted(placed, key=lambda engine: engine[:2])
+        ]
+        steps = []
         for card in range(on.count):
             items = [
-                Item(f"{name} engine (tensor parallel {tp})", need, note=f"context {length} tokens")
-                for name, _, tp, need, cards in placed
+                Item(
+                    f"{name}{f' replica {replica}' if name in several else ''} engine (tensor parallel {tp})",
+                    need,
+                    note=f"context {length} tokens",
+                )
+                for name, replica, _, tp, need, cards in placed
                 if card in cards
             ]
             if items:
                 steps.append(Step(f"GPU {card}: {len(items)} engine(s)", items, 1))
-        largest = max(shaped, key=lambda item: count_parameters(item[1]).total)[1]
-        plan = _plan("serve", ", ".join(name for name, _, _ in shaped), largest, dtype, on, steps)
+        largest = max(shaped, key=lambda item: count_parameters(item[2]).total)[2]
+        names = ", ".join(dict.fromkeys(name for name, *_ in shaped))
+        plan = _plan("serve", names, largest, dtype, on, steps)
         plan.choices = {"max_model_len": length, "engines": chosen}
+        plan.shortfalls = _card_shortfalls(engines, unplaced, on)
         return plan
 
     plan = with_advice(build, devices, "more cards for the engines")
     if not plan.fits:
-        plan.advice.append("or lower --max-model-len, or serve fewer variants per card")
+        plan.advice.append(
+            "or fewer --replicas or a smaller --tensor-parallel"
+            if plan.shortfalls
+            else "or lower --max-model-len, or serve fewer variants per card"
+        )
     return plan
 
 

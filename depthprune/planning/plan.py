@@ -75,6 +75,9 @@ class MemoryPlan:
     """What to change when it does not fit (first entry), and notes on choices that were made for it."""
     notes: list[str] = field(default_factory=list)
     """Assumptions of the estimate."""
+    shortfalls: list[str] = field(default_factory=list)
+    """What the devices lack besides memory (too few cards for the engines' replicas and tensor parallel);
+    any makes the plan not fit."""
 
     @property
     def peak_bytes(self) -> int:
@@ -83,11 +86,14 @@ class MemoryPlan:
 
     @property
     def fits(self) -> bool:
-        """Every step fits on the devices."""
-        return self.peak_bytes <= self.devices.usable_bytes
+        """Every step fits on the devices, and there are cards enough."""
+        return self.peak_bytes <= self.devices.usable_bytes and not self.shortfalls
 
     def one_line(self) -> str:
         """The verdict in one line: what does not fit and the first advice."""
+        if self.shortfalls and self.peak_bytes <= self.devices.usable_bytes:
+            verdict = f"{self.command} of {self.model} on {self.devices.describe()}: {self.shortfalls[0]}"
+            return verdict + (f": {self.advice[0]}" if self.advice else "")
         worst = max(self.steps, key=lambda step: step.device_bytes)
         verdict = (
             f"{self.command} of {self.model} ({self.dtype}) needs {worst.device_bytes / GIB:.1f} GiB in "
@@ -112,6 +118,7 @@ class MemoryPlan:
             "weights_bytes": self.weights_bytes,
             "peak_bytes": self.peak_bytes,
             "fits": self.fits,
+            "shortfalls": self.shortfalls,
             "advice": self.advice,
             "choices": self.choices,
             "steps": [

@@ -40,8 +40,18 @@ def print_plan(plan: MemoryPlan) -> None:
         f"peak {_gib(plan.peak_bytes)} GiB of {_gib(plan.devices.usable_bytes)} GiB usable per device: "
         + ("[green]fits[/green]" if plan.fits else "[red]does not fit[/red]")
     )
+    for line in plan.shortfalls:
+        console.print(f"[red]too few cards[/red]: {line}")
     for key, value in plan.choices.items():
-        console.print(f"  {key}: {value}")
+        if key == "engines":  # serve: one line per engine (replica)
+            for engine in value:
+                console.print(
+                    f"  {engine['variant']} replica {engine['replica']}: gpus {engine['gpus']}, "
+                    f"tensor_parallel_size {engine['tensor_parallel_size']}, "
+                    f"gpu_memory_utilization {engine['gpu_memory_utilization']}"
+                )
+        else:
+            console.print(f"  {key}: {value}")
     for line in plan.advice:
         console.print(f"advice: {line}")
     for line in plan.notes:
