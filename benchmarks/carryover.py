@@ -25,7 +25,10 @@ def main() -> None:
     args = parser.parse_args()
     for path in args.results:
         result = json.loads(path.read_text())
-        arms, baseline = list(result["models"]), result["baseline"]
+        baseline = result["baseline"]
+        # The order the arms were given to round_order; results before it was recorded list the models in
+        # round 0's order, which is the given order only for blocks whose first row is 0, 1, 2 (3 arms).
+        arms = result["precision"]["order"].get("arms") or list(result["models"])
         engine = {arm: baseline if arm.startswith(baseline) else arm for arm in arms}
         sequence = [
             (arm, result["models"][arm]["rounds"][index]["mean_ttft_ms"])

@@ -42,6 +42,9 @@ class StopRule:
 
     block: int = 1
     """Rounds in one balanced block of the arm order (set from the arms at the first check)."""
+    arms: tuple[str, ...] = ()
+    """The arms in the order :func:`loadtest.order.round_order` was given them (recorded, so the order of
+    every round can be rebuilt from the result)."""
 
     def limits(self, arms: int) -> tuple[int, int]:
         """The fewest and most rounds for ``arms`` arms: ``rounds`` up and ``max_rounds`` down to blocks."""
@@ -80,7 +83,7 @@ class StopRule:
             "reached": max(values) if len(values) == len(self.reached) and values else None,
             "per_arm": self.reached,
             "stop_reason": self.reason,
-            "order": {"design": "williams", "block_rounds": self.block},
+            "order": {"design": "williams", "block_rounds": self.block, "arms": list(self.arms)},
         }
 
 

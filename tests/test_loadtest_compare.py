@@ -156,7 +156,7 @@ def test_stop_rule_stops_when_precise_or_out_of_rounds():
     steady = {"dense": rounds_of([100] * 4, [10] * 4), "v": rounds_of([130] * 4, [8] * 4)}
     assert precise(steady) == "target precision ±5.0% reached"
     assert precise.record()["reached"] == pytest.approx(0.0)
-    assert precise.record()["order"] == {"design": "williams", "block_rounds": 2}
+    assert precise.record()["order"] == {"design": "williams", "block_rounds": 2, "arms": []}
 
     noisy = StopRule(config, "dense", "output_throughput", deadline=math.inf)
     wild = [100, 150, 80, 130, 70, 160]
