@@ -307,12 +307,20 @@ class BlockStack:
         removed = self.validate_removed(removed_blocks)
         return [i for i in range(self.num_blocks) if i not in removed]
 
-    def forward(self, input_ids: torch.Tensor, removed_blocks=(), attention_mask: torch.Tensor | None = None):
-        """Logits of the model with ``removed_blocks`` skipped (identity), ``[batch, seq, vocab]``."""
+    def final_hidden(
+        self, input_ids: torch.Tensor, removed_blocks=(), attention_mask: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Hidden states after the last kept block (before the final norm), ``[batch, seq, hidden]``: for
+        scoring that needs the head at a few positions only (:meth:`head` on those rows)."""
         kept = self.kept_blocks(removed_blocks)
         with torch.no_grad():
             batch = self.prepare(input_ids, attention_mask)
-            return self.head(self.run_blocks(batch.hidden, batch, kept))
+            return self.run_blocks(batch.hidden, batch, kept)
+
+    def forward(self, input_ids: torch.Tensor, removed_blocks=(), attention_mask: torch.Tensor | None = None):
+        """Logits of the model with ``removed_blocks`` skipped (identity), ``[batch, seq, vocab]``."""
+        with torch.no_grad():
+            return self.head(self.final_hidden(input_ids, removed_blocks, attention_mask))
 
 
 def module_device(module: nn.Module) -> torch.device:
