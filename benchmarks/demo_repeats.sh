@@ -2,13 +2,13 @@
 # `make demo` three times, one after another, and the three final tables side by side (for docs/benchmarks.md,
 # "Three demo runs"): do repeated runs of the whole product agree within their intervals?
 #
-#   benchmarks/demo_repeats.sh                 # about 3 x 17 minutes; run it on a quiet machine
+#   benchmarks/demo_repeats.sh                 # about 3 x 18 minutes; run it on a quiet machine
 #   OUT=/tmp/demo-repeats RUNS=3 benchmarks/demo_repeats.sh
 #
-# Each run is exactly `depthprune demo` (what `make demo` runs) with its own report directory and its own
-# SQLite registry, so no run reads another's variants or evaluations; the model conversion cached in
-# DEPTHPRUNE_HOME is shared (it is not timed). Writes OUT/runN/{demo.log,table.json,loadtest.json,...} and
-# OUT/side_by_side.md, and prints the Markdown.
+# Each run is exactly `depthprune demo` (what `make demo` runs) from an empty home of its own
+# (DEPTHPRUNE_HOME=OUT/runN/home: the GGUF conversion, the offline data, the registry and the searches'
+# score memo all start empty), so no run reads anything another wrote and each wall time is a first run's.
+# Writes OUT/runN/{demo.log,table.json,loadtest.json,...} and OUT/side_by_side.md, and prints the Markdown.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEPTHPRUNE="${DEPTHPRUNE:-.venv/bin/depthprune}"
@@ -21,7 +21,8 @@ for run in $(seq 1 "$RUNS"); do
   dir="$OUT/run$run"
   mkdir -p "$dir"
   started=$(date +%s)
-  "$DEPTHPRUNE" demo --out "$dir" --registry "sqlite:///$(realpath "$dir")/registry.db" --json \
+  rm -rf "$dir/home"
+  DEPTHPRUNE_HOME="$(realpath "$dir")/home" "$DEPTHPRUNE" demo --out "$dir" --json \
     > "$dir/table.json" 2> "$dir/demo.log"
   echo "$(( $(date +%s) - started ))" > "$dir/wall_seconds"
   echo "run $run: $(cat "$dir/wall_seconds") s" >&2
