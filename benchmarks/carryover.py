@@ -1,8 +1,8 @@
 """Carry-over in a load-test result: each run's mean TTFT by whether the run before used the same engine.
 
 The arms' order is rebuilt from :func:`loadtest.order.round_order` (the order ``loadtest`` ran them in) and
-the per-round ``mean_ttft_ms`` of the saturation phase in the result JSON; arms whose names start with the
-baseline's (``dense``, ``dense (A/A)``) share one engine. Prints, per arm and predecessor kind, the number of
+the per-round ``mean_ttft_ms`` of the saturation phase in the result JSON; the baseline and its A/A arm
+(``dense``, ``dense (A/A)``) share one engine. Prints, per arm and predecessor kind, the number of
 runs, their median mean TTFT and how many exceeded ``--slow-ms`` (docs/benchmarks.md, "The order's effect")::
 
     .venv/bin/python benchmarks/carryover.py /tmp/bench-comparison/final1/run0.json
@@ -15,6 +15,7 @@ import json
 import statistics
 from pathlib import Path
 
+from loadtest.benchmark import AA_ARM_SUFFIX
 from loadtest.order import round_order
 
 
@@ -29,7 +30,7 @@ def main() -> None:
         # The order the arms were given to round_order; results before it was recorded list the models in
         # round 0's order, which is the given order only for blocks whose first row is 0, 1, 2 (3 arms).
         arms = result["precision"]["order"].get("arms") or list(result["models"])
-        engine = {arm: baseline if arm.startswith(baseline) else arm for arm in arms}
+        engine = {arm: arm.removesuffix(AA_ARM_SUFFIX) for arm in arms}
         sequence = [
             (arm, result["models"][arm]["rounds"][index]["mean_ttft_ms"])
             for index in range(len(result["models"][baseline]["rounds"]))

@@ -29,7 +29,7 @@ the square's own order (their between-round transitions are then balanced only a
 
 
 def williams_rows(arms: int) -> list[tuple[int, ...]]:
-    """The rows of a Williams design for ``arms`` arms (``arms`` rows if even, ``2 * arms`` if odd).
+    """The rows of a Williams design for ``arms`` arms (``arms`` rows if even or 1, ``2 * arms`` if odd).
 
     The first row is ``0, 1, n-1, 2, n-2, ...``; row ``i`` adds ``i`` to it modulo ``n``. Within the rows
     every ordered pair of different arms is adjacent equally often; for odd ``n`` only with the mirror rows.
