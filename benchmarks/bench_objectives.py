@@ -30,6 +30,7 @@ from pathlib import Path
 
 from scipy.stats import spearmanr
 
+from depthprune.planning.devices import resolve_device, resolve_dtype
 from pruning.calibration.config import CalibrationConfig
 from pruning.calibration.data.items import ChoiceSamples
 from pruning.calibration.data.sampling import sample_stream_windows
@@ -102,7 +103,7 @@ def run_cell(
     objective, data, parameters = CONFIGURATIONS[name]
     config = CalibrationConfig(objective, data, samples=samples, seq_len=args.seq_len, seed=0, **parameters)
     started = time.perf_counter()
-    evaluator = build_evaluator(model, config, progress=False)
+    evaluator = build_evaluator(model, config, progress=False, device=args.device, dtype=args.dtype)
     scorers = test_scorers(
         evaluator, evaluator.tokenizer, args.windows, min(args.seq_len, 256), args.test_items
     )
@@ -134,6 +135,8 @@ def run_cell(
             [-loss for loss in losses], [row["phrase_accuracy"] for row in rows]
         ).statistic,
         "seconds": time.perf_counter() - started,
+        "device": args.device,
+        "dtype": args.dtype,
     }
 
 
@@ -145,27 +148,41 @@ def main() -> None:
     parser.add_argument("--samples", default="4,16,64")
     parser.add_argument("--searches", default="one_shot")
     parser.add_argument("--greedy-samples", default="4", help="Sizes at which greedy also runs ('' = none).")
+    parser.add_argument(
+        "--genetic-samples", default="", help="Sizes at which genetic (16 x 10) also runs ('' = none)."
+    )
+    parser.add_argument("--device", default="auto", help="auto (CUDA when present), cpu, cuda or cuda:N.")
+    # float32 by default on every device, unlike the CLI's auto (bfloat16 on CUDA): cells computed on a GPU
+    # and on the CPU then agree to float32 rounding and can share one results.json.
+    parser.add_argument("--dtype", default="float32")
     parser.add_argument("--configurations", default=",".join(CONFIGURATIONS))
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--windows", type=int, default=16)
     parser.add_argument("--random-sets", type=int, default=6)
     parser.add_argument("--test-items", type=int, default=None, help="First N test items of each task only.")
     args = parser.parse_args()
+    args.device = resolve_device(args.device)
+    args.dtype = resolve_dtype(args.dtype, args.device)
     model = resolve_model(args.model).model
     args.out.mkdir(parents=True, exist_ok=True)
     greedy_at = {int(size) for size in args.greedy_samples.split(",") if size}
+    genetic_at = {int(size) for size in args.genetic_samples.split(",") if size}
     results = args.out / "results.json"
     cells = json.loads(results.read_text()) if results.is_file() else []  # resumes, adds cells
     done = {(cell["configuration"], cell["samples"]) for cell in cells}
     held_out = HeldOutCache(
         args.out / "heldout.json",
-        {key: getattr(args, key) for key in ("model", "windows", "seq_len", "test_items")},
+        {key: getattr(args, key) for key in ("model", "windows", "seq_len", "test_items", "dtype")},
     )
     for name in args.configurations.split(","):
         for samples in (int(size) for size in args.samples.split(",")):
             if (name, samples) in done:
                 continue
-            searches = tuple(args.searches.split(",")) + (("greedy",) if samples in greedy_at else ())
+            searches = (
+                tuple(args.searches.split(","))
+                + (("greedy",) if samples in greedy_at else ())
+                + (("genetic",) if samples in genetic_at else ())
+            )
             print(f"{name} x {samples}: {', '.join(searches)} ...", flush=True)
             cells.append(run_cell(model, name, samples, searches, args, held_out))
             (args.out / "results.json").write_text(json.dumps(cells, indent=1))
