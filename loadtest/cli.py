@@ -206,6 +206,13 @@ def loadtest(
     settle_requests: Annotated[
         int, typer.Option(help="Unmeasured short requests to an arm right before each of its runs.")
     ] = 2,
+    arm_gap: Annotated[
+        float,
+        typer.Option(
+            help="Seconds to pause before an arm's run when the run before it sent another model, so that "
+            "engine is idle first (0 = none; docs/benchmarks.md).",
+        ),
+    ] = 2.0,
     seed: SeedOption = 0,
     prompts: PromptsOption = "synthetic",
     rounds: RoundsOption = 3,
@@ -249,6 +256,7 @@ def loadtest(
         output_len=output_len,
         warmup=warmup,
         settle_requests=settle_requests,
+        arm_gap_s=arm_gap,
         seed=seed,
         rounds=rounds,
         max_rounds=max_rounds,

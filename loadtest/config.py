@@ -29,6 +29,12 @@ class LoadConfig:
     settle_requests: int = 2
     """Unmeasured short requests sent to an arm right before each of its timed runs, so that its first batch
     after the other arms ran is not measured (see ``loadtest.runner.settle``); 0 = none."""
+    arm_gap_s: float = 2.0
+    """Pause before an arm's run (before its settling requests) when the run before it sent another model
+    (and before a round's first run), so whatever that engine still does after its last response is over
+    before this arm is timed. Measured on engines sharing 2 CPU cores (docs/benchmarks.md, "The pause
+    between arms"): without it about a quarter of the runs right after another engine stalled ~1 s before
+    their first token, with 2 s none did; 0 = no pause."""
     seed: int = 0
     """Seed of prompts and arrival times."""
     rounds: int = 3
@@ -76,6 +82,8 @@ class LoadConfig:
             raise UserError("--input-len and --output-len must be at least 1")
         if self.warmup < 0 or self.settle_requests < 0:
             raise UserError("--warmup and --settle-requests must be 0 or more")
+        if not 0 <= self.arm_gap_s <= 60:
+            raise UserError(f"--arm-gap must be between 0 and 60 seconds, not {self.arm_gap_s:g}")
         if not 1 <= self.rounds <= 100:
             raise UserError(f"--rounds must be in 1..100, got {self.rounds}")
         if self.max_rounds is None:

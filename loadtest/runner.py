@@ -215,10 +215,13 @@ async def run_round(
     Returns:
         The arms' runs, in the order they ran (``RunResult.model`` is the arm).
     """
-    runs = []
+    runs, previous_model = [], None
     for arm in round_order(list(targets), round_index):
         arm_prompts = prompts[arm] if isinstance(prompts, Mapping) else prompts
         model = (model_names or {}).get(arm, arm)
+        if config.arm_gap_s and model != previous_model:  # the A/A arm right after dense: same engine
+            await asyncio.sleep(config.arm_gap_s)
+        previous_model = model
         if config.settle_requests:
             await settle(client, targets[arm], model, arm_prompts[: config.settle_requests], config)
         run = await timed_run(

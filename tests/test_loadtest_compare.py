@@ -285,3 +285,47 @@ def test_aa_run_end_to_end(fake_servers, tmp_path):
 def test_bad_precision_options_are_one_line(args, message):
     code, _, err = run_cli("loadtest", "--target", f"http://127.0.0.1:{free_port()}", *args)
     assert code == 2 and err.startswith("error: ") and message in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("gap", [0.0, 2.0])
+def test_the_pause_between_arms_comes_only_after_another_model(monkeypatch, gap):
+    """``--arm-gap``: a pause before a round's first run and before each run whose predecessor sent another
+    model, never between dense and its A/A arm (one engine), and always before the settling requests."""
+    import asyncio
+
+    import loadtest.runner as runner
+    from loadtest.order import round_order
+
+    events = []
+
+    async def sleep(seconds):
+        events.append(("pause", seconds))
+
+    async def settle(client, target, model, prompts, config):
+        events.append(("settle", model))
+
+    async def timed_run(client, target, model, prompts, config, **kwargs):
+        events.append(("run", model))
+        return RunResult(model=model, round=kwargs["round_index"], rate=math.inf, duration_s=1.0, requests=[])
+
+    monkeypatch.setattr(runner.asyncio, "sleep", sleep)
+    monkeypatch.setattr(runner, "settle", settle)
+    monkeypatch.setattr(runner, "timed_run", timed_run)
+    arms = ["dense", "dense (A/A)", "v1", "v2"]
+    names = {"dense (A/A)": "dense"}
+    config = LoadConfig(arm_gap_s=gap, settle_requests=1)
+    for round_index in range(4):
+        events.clear()
+        targets = {arm: "http://gateway" for arm in arms}
+        asyncio.run(runner.run_round(None, targets, [], config, round_index, model_names=names))
+        models = [names.get(arm, arm) for arm in round_order(arms, round_index)]
+        expected = []
+        for index, model in enumerate(models):
+            if gap and (index == 0 or models[index - 1] != model):
+                expected.append(("pause", gap))
+            expected += [("settle", model), ("run", model)]
+        assert events == expected
+        pauses = sum(event[0] == "pause" for event in events)
+        assert pauses == (0 if not gap else 1 + sum(a != b for a, b in zip(models, models[1:])))
+    with pytest.raises(Exception, match="--arm-gap"):
+        LoadConfig(arm_gap_s=-1)

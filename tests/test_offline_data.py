@@ -338,3 +338,25 @@ def test_prune_runs_on_pydoc_and_pydoc_cloze(pydoc_model, tmp_path, run_cli):
         assert code == 0, stderr
         report = json.loads(stdout.strip().splitlines()[-1])
         assert len(report["removed_blocks"]) == 1, report
+
+
+def test_the_evaluator_draws_what_its_sampling_names(pydoc_model):
+    """``--sampling stream`` reaches the evaluator's draw: windows of the joined text, as many as asked even
+    where too few whole documents are that long (the draw ``documents`` refuses)."""
+    from transformers import AutoTokenizer
+
+    from pruning.calibration.config import CalibrationConfig
+    from pruning.calibration.scoring.build import build_evaluator
+
+    tokenizer = AutoTokenizer.from_pretrained(str(pydoc_model))
+    documents = data.load_documents("pydoc", "calibration")
+    seq_len = 256
+    long_enough = sum(len(tokenizer(text)["input_ids"]) >= seq_len for text in documents)
+    samples = long_enough + 4
+    with pytest.raises(UserError, match="--sampling stream"):
+        data.load_samples("pydoc", tokenizer, samples, seq_len, seed=0)
+    config = CalibrationConfig("perplexity", "pydoc", samples=samples, seq_len=seq_len, sampling="stream")
+    evaluator = build_evaluator(str(pydoc_model), config, progress=False)
+    expected = data.load_samples("pydoc", tokenizer, samples, seq_len, seed=0, sampling="stream")
+    drawn = [row.tolist() for batch in evaluator.batches for row in batch.input_ids]
+    assert len(drawn) == samples and drawn == [list(ids) for ids in expected.input_ids]

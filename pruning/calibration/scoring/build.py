@@ -65,7 +65,9 @@ def build_evaluator(
     started = time.perf_counter()
     load_config(model)
     tokenizer = AutoTokenizer.from_pretrained(model)
-    samples = load_samples(config.data, tokenizer, config.samples, config.seq_len, config.seed, split)
+    samples = load_samples(
+        config.data, tokenizer, config.samples, config.seq_len, config.seed, split, config.sampling
+    )
     batches = make_batches(samples, tokenizer, config.seq_len, batch_size, config.truncate)
     truncated = truncated_items(samples, tokenizer, config.seq_len) if config.truncate else 0
     causal_lm, _ = load_model(model, dtype=dtype, device=device, gpus=gpus)
