@@ -174,7 +174,8 @@ async def settle(
     They keep the start of an arm's idle engine (first batch after the other arms ran) out of its timed run.
     Measured here (docs/benchmarks.md): a run whose previous run went to another vLLM CPU engine stalled about
     1 s before its first token in 32 of 59 runs, never after the same engine (0 of 30); two settling
-    requests did not remove that stall (27 of 59 with them), so it is not a cold first batch. Their prompts
+    requests did not remove that stall (27 of 59 with them), so it is not a cold first batch; the pause before
+    them (``config.arm_gap_s``, 2 s) did (0 of 59): it was the previous engine's leftover work. Their prompts
     start with ``settle`` so the measured prompts are not in the prefix cache because of them.
     """
     short = replace(config, output_len=SETTLE_OUTPUT_LEN)
