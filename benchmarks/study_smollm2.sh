@@ -7,6 +7,11 @@
 #   WITH_KL=1 benchmarks/study_smollm2.sh        # the same plus the KL objective (CBO refuses KL: not run there)
 #   benchmarks/study_smollm2.sh task_ce report reading check   # or any parts, in order
 #   benchmarks/study_smollm2.sh cross            # the cross-controls (not part of the default run, see below)
+#   WORKERS=6 DEVICE=cuda benchmarks/study_smollm2.sh workers reading check
+#                                                # the same grid as registry workers (one study over the three
+#                                                # objectives, float32 on every device): any number of them, on
+#                                                # any machines sharing DEPTHPRUNE_HOME's registry, resume each
+#                                                # other's queue; the last one writes the report
 #
 # The grid (issue 29): objectives perplexity (pydoc), task_margin (the exact PuDDing margin) and task_ce (from
 # the objectives work; pydoc-cloze), and kl with WITH_KL=1; M = 7 and 8 — the paper's 7 and 9 of 32 blocks,
@@ -46,6 +51,30 @@ COMMON=(
   ${DATA_SEED:+--data-seed "$DATA_SEED"}
 )
 MAIN=(--data pydoc,pydoc-cloze --seeds 0,1,2 --random-prior-control)
+
+# Worker mode: the grid is one queue in the registry, keyed by these arguments (not by --device, --out or the
+# lease), so cells done on a GPU and on this machine belong to one study. Measured 2026-11-25 on one H100:
+# six workers (OMP_NUM_THREADS=2) finished 101 of the 379 cells (every perplexity cell at M = 7 and 8, 17 at
+# M = 10) in 7.5 minutes; the card was mostly idle after the first two (checkpoint writing and evaluation
+# are CPU work), and the seven processes on it peaked at 39 GiB.
+WORKER=(
+  --model smollm2-135m --drop "${DROPS:-7,8,10}" --samples 4 --seq-len 32 --choice-seq-len 128
+  --timing shared --suite offline --engine torch --eval-limit 40 --eval-seq-len 128
+  --data pydoc,pydoc-cloze --seeds 0,1,2 --random-prior-control
+  --objectives perplexity,task_margin,task_ce --searches all --dtype float32
+  ${DATA_SEED:+--data-seed "$DATA_SEED"}
+)
+
+registry_workers() {
+  local count="${WORKERS:-2}" pids=()
+  mkdir -p "$OUT"
+  for worker in $(seq 1 "$count"); do
+    OMP_NUM_THREADS="${WORKER_THREADS:-1}" "$DEPTHPRUNE" study "${WORKER[@]}" --worker --lease-seconds 90 \
+      --device "${DEVICE:-auto}" --out "$OUT" > "$OUT/worker$worker.log" 2>&1 &
+    pids+=($!)
+  done
+  wait "${pids[@]}"
+}
 
 searches_for() { if [ "$1" = kl ]; then echo "$SEARCHES_KL"; else echo "$SEARCHES_ALL"; fi; }
 
@@ -97,6 +126,7 @@ for line in sys.stdin:
 part() {
   case "$1" in
     objectives) mkdir -p "$OUT/parts"; objectives_two_at_a_time ;;
+    workers) registry_workers ;;
     perplexity | task_margin | task_ce | kl) mkdir -p "$OUT/parts"; objective_part "$1" ;;
     report)
       # one study over every objective that ran; kl's grid has no CBO, so its report is its part's own
@@ -131,7 +161,7 @@ PY
       "$DEPTHPRUNE" study "${COMMON[@]}" --data "pydoc,pydoc-cloze,text:$CLOZE_TEXT" --seeds 0 --cross-controls \
         --objectives perplexity,task_margin,task_ce --searches "$SEARCHES_ALL" --out "$OUT/cross-controls"
       "$PYTHON" benchmarks/study_reading.py "$OUT/cross-controls" --cross "$OUT/cross-controls" --write ;;
-    *) echo "unknown part $1: objectives, perplexity, task_margin, task_ce, kl, report, reading, check or cross" >&2
+    *) echo "unknown part $1: objectives, workers, perplexity, task_margin, task_ce, kl, report, reading, check or cross" >&2
        exit 2 ;;
   esac
 }
