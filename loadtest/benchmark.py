@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from depthprune.planning.devices import cpu_model
 from loadtest.client import RequestResult
 from loadtest.compare import BlockCounts, aa_entry, comparison_entry, ratio_estimates
 from loadtest.config import LoadConfig
@@ -98,16 +99,7 @@ class Measurement:
 
 def hardware_description() -> str:
     """CPU model and core count (or GPU when torch sees one), for the registry's ``hardware`` field."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} logical cores, {platform.system()} {platform.release()}"
+    return f"{cpu_model()}, {os.cpu_count()} logical cores, {platform.system()} {platform.release()}"
 
 
 class Benchmark:

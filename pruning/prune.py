@@ -54,6 +54,7 @@ from depthprune.core import settings as depthprune_settings
 from depthprune.core.errors import UserError
 from depthprune.core.fitness import DEFAULT_MAX_PPL_RATIO
 from depthprune.core.objectives import objective_label
+from depthprune.planning.devices import device_name
 from pruning.calibration.config import CalibrationConfig
 from pruning.disk_space import full_disk_as_user_error, is_disk_full
 from pruning.heldout_selection import HeldOutCache, mark_selected
@@ -546,7 +547,11 @@ def variant_record(
             **run.result.options,
             "seed": plan.config.seed,
             "shortcuts": plan.config.shortcuts,
-            "cost": {"head_positions": run.head_positions, "stopped_early": run.stopped_early},
+            "cost": {
+                "head_positions": run.head_positions,
+                "stopped_early": run.stopped_early,
+                "device": device_name(plan.config.device, plan.config.gpus),
+            },
             "timing": run.timing,
             "prior_charged": run.prior_charged,
             **({"protected": sorted(plan.protected)} if plan.protected else {}),

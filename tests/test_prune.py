@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import random
 
 import pytest
@@ -215,6 +216,8 @@ def test_prune_all_on_a_tiny_model_writes_and_registers(files, tmp_path):
         assert (written.variant.search, written.variant.search_options) == (variant.search, report["options"])
         assert written.variant.checkpoint_path == variant.checkpoint_path
         assert written.variant.subset_evaluations == variant.subset_evaluations
+        # what ran the search, so seconds from several machines are never compared unknowingly
+        assert variant.search_options["cost"]["device"].endswith(f"{os.cpu_count()} logical cores")
     cbo = next(report for report in reports if report["search"] == "cbo")
     assert cbo["options"]["exact"] is True
 

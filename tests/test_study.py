@@ -420,6 +420,8 @@ def test_a_fresh_report_finds_every_seed_of_a_deterministic_search_in_the_regist
     assert {(v.search, v.calibration["seed"]): v.search_options["seeds"] for v in variants} == {
         (search, seed): [seed] for search in ("one_shot", "greedy") for seed in (0, 1)
     }
+    manifest = json.loads((tmp_path / "report" / "cells.json").read_text())["cells"]
+    assert {cell["search_device"] for cell in manifest} == {variants[0].search_options["cost"]["device"]}
     config.out, config.progress = tmp_path / "report-again", True
     capsys.readouterr()
     run_study(config)

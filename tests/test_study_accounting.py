@@ -76,3 +76,27 @@ def test_cells_of_another_accounting_are_named():
     built, _ = build_sections(summary, [cell("one_shot", "standalone", [])], {"wikitext2/perplexity": 10.0})
     [cost] = [section for section in built if section.title == "Search cost vs accuracy"]
     assert "Some cells were recorded under another accounting: standalone." in cost.text[0]
+
+
+def test_seconds_from_several_machines_are_flagged():
+    """Cells pruned on a GPU and on a CPU (registry workers on both) share a table: the cost section says
+    which machine ran how many, since their seconds do not compare; one machine throughout says nothing."""
+    summary = {
+        "model": "m", "num_blocks": 6, "drops": [2], "seeds": [0], "searches": ["one_shot", "greedy"],
+        "calibrations": [], "suites": ["all"], "engine": "torch", "eval_seq_len": 64, "eval_limit": None,
+        "timing": "shared",
+    }  # fmt: skip
+    gpu, cpu = cell("one_shot", "shared", []), cell("greedy", "shared", [])
+    gpu.search_device, cpu.search_device = "NVIDIA H100 80GB HBM3", "AMD EPYC, 2 logical cores"
+
+    def cost_text(cells) -> str:
+        built, _ = build_sections(summary, cells, {"wikitext2/perplexity": 10.0})
+        return " ".join(next(s for s in built if s.title == "Search cost vs accuracy").text)
+
+    mixed = cost_text([gpu, cpu])
+    assert "ran on several machines (1 on NVIDIA H100 80GB HBM3; 1 on AMD EPYC, 2 logical cores)" in mixed
+    assert "block-forwards and subsets do not depend on the machine" in mixed
+    cpu.search_device = gpu.search_device
+    assert "several machines" not in cost_text([gpu, cpu])
+    cpu.search_device = None  # recorded before the device was kept
+    assert "1 on NVIDIA H100 80GB HBM3; 1 on not recorded" in cost_text([gpu, cpu])

@@ -8,6 +8,7 @@ float32 on the CPU. Whether CUDA is present is asked of torch when the caller ha
 from __future__ import annotations
 
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -88,6 +89,32 @@ def gpu_memory_bytes() -> list[int]:
     sizes = [int(float(line)) * 1024**2 for line in output.split() if line.strip()]  # MiB
     visible = _visible_indices()
     return sizes if visible is None else [sizes[i] for i in visible if i < len(sizes)]
+
+
+def cpu_model() -> str:
+    """The processor's model name (``/proc/cpuinfo``), else what :mod:`platform` knows."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def device_name(device: str, gpus: int = 1) -> str:
+    """What ran a computation on ``device``, for records whose seconds are compared later: the GPU's name
+    (``4 x NVIDIA H100 80GB HBM3`` for a model spread over four cards) or the CPU's model and logical cores.
+    Seconds measured on different machines are not comparable; block-forwards are."""
+    torch = sys.modules.get("torch")
+    if device.startswith("cuda") and torch is not None and torch.cuda.is_available():
+        index = int(device.split(":", 1)[1]) if ":" in device else torch.cuda.current_device()
+        name = torch.cuda.get_device_name(index)
+        return f"{gpus} x {name}" if gpus > 1 else name
+    if device.startswith("cuda"):
+        return device
+    return f"{cpu_model()}, {os.cpu_count()} logical cores"
 
 
 def cuda_present() -> bool:

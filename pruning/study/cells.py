@@ -53,6 +53,9 @@ class CellResult:
     """Key of the cell this result was copied from (a deterministic search under a pinned draw); None: run."""
     truncated_items: int = 0
     """Calibration items cut to fit the sequence length (:func:`truncated_items`)."""
+    search_device: str | None = None
+    """What ran the search (:func:`depthprune.planning.devices.device_name`): its seconds compare only with
+    seconds measured on the same; None: recorded before it was kept."""
 
     def matches(self, cell: Cell) -> bool:
         """Whether this result was produced under ``cell``'s accounting and protection."""
@@ -157,11 +160,22 @@ def result_of_variant(cell: Cell, variant) -> CellResult:
         variant.name,
         variant.checkpoint_path,
         truncated_items(variant),
+        variant.search_options,
     )
 
 
 def _cell_result(
-    cell: Cell, removed, loss, dense_loss, seconds, forwards, subsets, name, checkpoint, truncated: int
+    cell: Cell,
+    removed,
+    loss,
+    dense_loss,
+    seconds,
+    forwards,
+    subsets,
+    name,
+    checkpoint,
+    truncated: int,
+    options: dict | None = None,
 ) -> CellResult:
     return CellResult(
         key=cell.key,
@@ -183,6 +197,7 @@ def _cell_result(
         protected=list(cell.protected),
         data_seed=cell.data_seed,
         truncated_items=truncated,
+        search_device=((options or {}).get("cost") or {}).get("device"),
     )
 
 
@@ -227,6 +242,7 @@ def prune_missing(plan: StudyPlan, missing: list[Cell], done: dict[str, CellResu
                 outcome.name,
                 outcome.checkpoint,
                 truncated_items(outcome),
+                outcome.options,
             )
             save()
 

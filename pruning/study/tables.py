@@ -33,6 +33,7 @@ from pathlib import Path
 
 from pruning.evaluation.suites import ZERO_SHOT_TASKS, primary_metric
 from pruning.study import statistics as study_stats
+from pruning.study.cost_notes import machines_sentence, protection_sentence, timing_accounting
 
 PAPER_PERPLEXITY = ("wikitext2", "c4", "lambada")
 """The perplexities whose mean is Table 1's Avg."""
@@ -325,51 +326,6 @@ class Section:
     images: list[str] = dataclasses.field(default_factory=list)
 
 
-TIMING_ACCOUNTS = {
-    "standalone": (
-        "standalone on a cold memo (`--timing standalone`, the paper's Table 4): each search ran alone on a "
-        "fresh evaluator, sharing nothing with another search and loading nothing from disk, and pays for "
-        "every removal set it asks for, the single-block prior included, except `fast_block_select`, whose "
-        "prior is computed before its clock starts as the paper does; start-up (model, data, dense "
-        "reference pass) is never charged"
-    ),
-    "shared": (
-        "marginal on a shared memo (`--timing shared`): the searches of one calibration configuration share "
-        "one memoised evaluator (the `prune` pipeline, memo kept across runs), so seconds and "
-        "block-forwards of a search exclude removal sets an earlier search already scored, and the "
-        "single-block prior is charged to every search that reads it; not the paper's Table 4 accounting"
-    ),
-}
-"""How the search costs were measured, per ``--timing`` (the study's ``summary["timing"]``)."""
-
-
-def timing_accounting(view: StudyView) -> str:
-    """One sentence: which search-cost accounting the cells' seconds and block-forwards follow.
-
-    The accounting is the study's ``summary["timing"]`` (missing in reports from before it was recorded:
-    those were all marginal, ``shared``); cells recorded under another accounting are named too.
-    """
-    timing = view.summary.get("timing") or "shared"
-    used = sorted({getattr(cell, "timing", None) or "shared" for cell in view.cells} - {timing})
-    sentence = f"Search cost accounting: {TIMING_ACCOUNTS.get(timing, f'`{timing}`')}."
-    if used:
-        sentence += f" Some cells were recorded under another accounting: {', '.join(used)}."
-    return sentence
-
-
-def protection_sentence(view: StudyView) -> str:
-    """One sentence: which blocks ``--protect`` kept from every search (the study's setting: none)."""
-    protect = list(view.summary.get("protect") or [])
-    blocks = sorted({int(block) for cell in view.cells for block in getattr(cell, "protected", None) or []})
-    if not protect and not blocks:
-        return (
-            "Protected blocks: none (`--protect` off, the paper's setting): any search may remove any block."
-        )
-    named = f"`--protect {','.join(protect)}`" if protect else "protected"
-    where = f"blocks {', '.join(map(str, blocks))}" if blocks else "the blocks it names"
-    return f"Protected blocks ({named}): {where} are never removed by any search."
-
-
 def setup_section(view: StudyView) -> Section:
     """The model, grid, search groups, calibration configurations, metrics and evaluation settings, the
     search-cost accounting and the protected blocks."""
@@ -555,6 +511,7 @@ def search_cost_section(view: StudyView) -> Section:
             timing_accounting(view),
             "`subsets` (distinct removal sets a search asked for) does not depend on the accounting. "
             "Over several seeds: the largest cost, the mean loss and quality.",
+            *filter(None, [machines_sentence(view)]),
             protection_sentence(view),
         ],
         ["calibration", "M", "search", f"seconds ({timing_label})", "block-forwards", "subsets"]
