@@ -99,13 +99,12 @@ REAL_SIZES = DemoSizes(
     load_budget_s=660.0,
 )
 """A real model (SmolLM2-135M: ~5 s per subset evaluation on 2 cores at 16 x 256 tokens), full run. The load
-test: three engines and the A/A arm share 2 cores; 16 requests keep every engine batching. The run-to-run
-noise is a first-token stall of up to ~1 s that some runs get after another engine ran (docs/benchmarks.md),
-so what narrows the A/A interval is how little of a run that stall is: with 32 generated tokens (a round of
-the four arms ~10 s) 36 rounds gave A/A 1.043x [1.007, 1.080] and 1.020x [0.976, 1.067] (±3.6-4.5 %,
-benchmarks/demo_repeats.sh, 2026-11-25 21:14-21:34 UTC), and the stall's share halves with 64. 36 rounds
-(9 blocks of the 4-arm order) then take about 10 minutes; the 660 s budget caps them on a slower machine, and
-``make demo`` stays under 20 minutes."""
+test: three engines and the A/A arm share 2 cores; 16 requests keep every engine batching; 64 generated
+tokens per request. Rounds run until every interval is ±2 % (``--target-precision 0.02``), 36 rounds, or the
+660 s budget; with the load test's 2-second pause at each change of engine (which removed the first-token
+stall an engine's leftover work caused, docs/benchmarks.md) a round of the four arms takes ~21 s. Three runs
+from an empty home (benchmarks/demo_repeats.sh, 2026-11-26): 20, 32 and 32 rounds, A/A 1.00x within [0.98,
+1.02] each time, 837-1,130 s in all, so ``make demo`` stays under 20 minutes."""
 REAL_QUICK_SIZES = DemoSizes(4, 8, 128, 128, 4, 8, 64, 16, 2, max_rounds=2, load_budget_s=60)
 """A real model, ``--quick``."""
 DEMO_SIZES = DemoSizes(32, 32, 128, 2048, None, 48, 128, 64, 2)
