@@ -9,6 +9,7 @@ import math
 
 import pytest
 
+from depthprune.core.errors import UserError
 from depthprune.testing.cli import run_cli
 from depthprune.testing.fake_vllm import create_fake_app, serve_in_thread
 from depthprune.testing.servers import free_port
@@ -327,5 +328,5 @@ def test_the_pause_between_arms_comes_only_after_another_model(monkeypatch, gap)
         assert events == expected
         pauses = sum(event[0] == "pause" for event in events)
         assert pauses == (0 if not gap else 1 + sum(a != b for a, b in zip(models, models[1:])))
-    with pytest.raises(Exception, match="--arm-gap"):
+    with pytest.raises(UserError, match="--arm-gap"):
         LoadConfig(arm_gap_s=-1)

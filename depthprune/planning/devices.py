@@ -107,14 +107,14 @@ def device_name(device: str, gpus: int = 1) -> str:
     """What ran a computation on ``device``, for records whose seconds are compared later: the GPU's name
     (``4 x NVIDIA H100 80GB HBM3`` for a model spread over four cards) or the CPU's model and logical cores.
     Seconds measured on different machines are not comparable; block-forwards are."""
+    if not device.startswith("cuda"):
+        return f"{cpu_model()}, {os.cpu_count()} logical cores"
     torch = sys.modules.get("torch")
-    if device.startswith("cuda") and torch is not None and torch.cuda.is_available():
-        index = int(device.split(":", 1)[1]) if ":" in device else torch.cuda.current_device()
-        name = torch.cuda.get_device_name(index)
-        return f"{gpus} x {name}" if gpus > 1 else name
-    if device.startswith("cuda"):
+    if torch is None or not torch.cuda.is_available():
         return device
-    return f"{cpu_model()}, {os.cpu_count()} logical cores"
+    index = int(device.split(":", 1)[1]) if ":" in device else torch.cuda.current_device()
+    name = torch.cuda.get_device_name(index)
+    return f"{gpus} x {name}" if gpus > 1 else name
 
 
 def cuda_present() -> bool:

@@ -49,8 +49,7 @@ def machines_sentence(view) -> str:
     listed = "; ".join(f"{count} on {name}" for name, count in sorted(counts.items(), key=lambda kv: -kv[1]))
     return (
         f"The searches ran on several machines ({listed}): compare seconds only between cells of one "
-        "machine; "
-        "block-forwards and subsets do not depend on the machine."
+        "machine; block-forwards and subsets do not depend on the machine."
     )
 
 
