@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import random
+from pathlib import Path
 
 import pytest
 
@@ -256,6 +257,26 @@ def test_interrupted_run_saves_scores_and_resumes(files, tmp_path):
     greedy, beam = outcomes
     assert greedy.block_forwards == 0  # every subset greedy needs came from the saved memo
     assert beam.calibration_loss <= greedy.calibration_loss
+
+
+def test_a_checkpoint_copied_without_its_weights_is_written_again(files, tmp_path):
+    """A variant directory holding its pruning.json but no weight files (copied from another machine without
+    them) is not reused as it is: re-running the command writes the weights again, and says so."""
+    from depthprune.core.checksums import WEIGHT_PATTERNS, weights_sha256
+    from registry import open_registry
+
+    args = base_args(files, tmp_path / "v", "--drop", "2", "--search", "one_shot", "--json")
+    code, lines, err = cli(*args)
+    assert code == 0, err
+    checkpoint = json.loads(lines[-1])["checkpoint"]
+    registered = open_registry().resolve(json.loads(lines[-1])["id"]).checkpoint_sha256
+    for pattern in WEIGHT_PATTERNS:
+        for weights in Path(checkpoint).glob(pattern):
+            weights.unlink()
+    code, lines, err = cli(*args)
+    assert code == 0, err
+    assert "no weights: writing them again" in err  # stderr: stdout stays JSON lines
+    assert weights_sha256(checkpoint) == registered  # the same weights as before, loadable again
 
 
 def test_several_searches_are_scored_on_validation_data_and_the_lowest_is_selected(files, tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import pytest
 
@@ -334,6 +335,19 @@ def test_tiny_study_end_to_end_and_resume(tiny_demo_like, tmp_path, capsys, monk
     capsys.readouterr()
     run_study(config)
     assert "4 already done, 0 to run" in capsys.readouterr().out
+
+    # a cell whose checkpoint lost its weights (copied without them) is not found: it runs again, and its
+    # checkpoint can be loaded afterwards
+    from depthprune.core.checksums import has_weight_files
+
+    lost = registry.resolve(cells[0]["variant"]).checkpoint_path
+    for weights in Path(lost).glob("*.safetensors"):
+        weights.unlink()
+    config.out = tmp_path / "report-third"
+    capsys.readouterr()
+    run_study(config)
+    assert "3 already done, 1 to run" in capsys.readouterr().out
+    assert has_weight_files(lost)
 
 
 def test_study_config_rejects_bad_grids(tiny_demo_like, tmp_path):

@@ -8,6 +8,11 @@ from pathlib import Path
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin")
 
 
+def has_weight_files(directory: str | Path) -> bool:
+    """Whether ``directory`` holds any weight file (a checkpoint copied without its weights holds none)."""
+    return any(next(Path(directory).glob(pattern), None) is not None for pattern in WEIGHT_PATTERNS)
+
+
 def weights_sha256(directory: str | Path) -> str:
     """sha256 over the weight files of a checkpoint directory, in name order (names included).
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from depthprune.core.checksums import has_weight_files
 from depthprune.core.errors import UserError
 from pruning.study.plan import Cell, StudyPlan, cell_prune_config
 
@@ -141,7 +142,7 @@ def find_in_registry(registry, model: str, cell: Cell) -> CellResult | None:
             and (options.get("timing") or "shared") == cell.timing
             and options.get("protected", []) == list(cell.protected)
             and variant.checkpoint_path
-            and Path(variant.checkpoint_path).is_dir()
+            and has_weight_files(variant.checkpoint_path)  # not a copy that left its weights elsewhere
         ):
             return result_of_variant(cell, variant)
     return None
