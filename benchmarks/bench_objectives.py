@@ -13,10 +13,10 @@ Run under the heavy-job slot (not a timing measurement)::
     /work/bin/heavy .venv/bin/python benchmarks/bench_objectives.py --out docs/objectives-results \\
         --samples 4,16,64 --searches one_shot --greedy-samples 4,16,64
 
-It resumes: finished cells stay in ``results.json`` and every scored removal set in ``heldout.json``
-(:class:`HeldOutCache`), so a killed run goes on where it stopped. Cost on the 2-core machine: held-out
-scoring of one set is about 110k tokens (estimated 10-18 min of one core); greedy at 64 items is about 212
-subset evaluations of 64 items.
+It resumes: finished cells stay in ``results.json``, every scored removal set in ``heldout.json``
+(:class:`HeldOutCache`) and an unfinished cell's subset scores in ``memos/`` (the evaluator's journal), so
+a killed run goes on where it stopped. Cost on the 2-core machine: held-out scoring of one set is about 110k
+tokens (estimated 10-18 min of one core); greedy at 64 items is about 212 subset evaluations of 64 items.
 """
 
 from __future__ import annotations
@@ -103,11 +103,14 @@ def run_cell(
     objective, data, parameters = CONFIGURATIONS[name]
     config = CalibrationConfig(objective, data, samples=samples, seq_len=args.seq_len, seed=0, **parameters)
     started = time.perf_counter()
-    evaluator = build_evaluator(model, config, progress=False, device=args.device, dtype=args.dtype)
+    evaluator = build_evaluator(model, config, progress=True, device=args.device, dtype=args.dtype)
     scorers = test_scorers(
         evaluator, evaluator.tokenizer, args.windows, min(args.seq_len, 256), args.test_items
     )
-    runs = run_searches(evaluator, args.drop, searches, seed=0, options={}, progress=False)
+    # Every subset score is journalled as it is computed (a greedy at 64 items is hours of one core): a
+    # killed cell resumes with what it had scored; the journal goes once the cell is in results.json.
+    journal = evaluator.journal_memo(args.out / "memos" / f"{name}-{samples}.journal")
+    runs = run_searches(evaluator, args.drop, searches, seed=0, options={}, progress=True)
     rng = random.Random(0)
     sets = [
         ("random", sorted(rng.sample(range(evaluator.num_blocks), args.drop)))
@@ -124,7 +127,7 @@ def run_cell(
             }
         )
     losses = [row["calibration_loss"] for row in rows]
-    return {
+    cell = {
         "configuration": name,
         "samples": samples,
         "dense_calibration_loss": evaluator.dense_loss(),
@@ -138,6 +141,8 @@ def run_cell(
         "device": args.device,
         "dtype": args.dtype,
     }
+    journal.close()
+    return cell
 
 
 def main() -> None:
@@ -187,6 +192,7 @@ def main() -> None:
             cells.append(run_cell(model, name, samples, searches, args, held_out))
             (args.out / "results.json").write_text(json.dumps(cells, indent=1))
             (args.out / "table.md").write_text(report(cells))
+            (args.out / "memos" / f"{name}-{samples}.journal").unlink(missing_ok=True)  # the cell is saved
             print(f"{name} x {samples}: {cells[-1]['seconds']:.0f} s", flush=True)
     (args.out / "table.md").write_text(report(cells))
 
