@@ -308,13 +308,18 @@ class BlockStack:
         return [i for i in range(self.num_blocks) if i not in removed]
 
     def final_hidden(
-        self, input_ids: torch.Tensor, removed_blocks=(), attention_mask: torch.Tensor | None = None
+        self,
+        input_ids: torch.Tensor,
+        removed_blocks=(),
+        attention_mask: torch.Tensor | dict | None = None,
+        position_ids: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Hidden states after the last kept block (before the final norm), ``[batch, seq, hidden]``: for
-        scoring that needs the head at a few positions only (:meth:`head` on those rows)."""
+        scoring that needs the head at a few positions only (:meth:`head` on those rows). The mask and
+        positions are :meth:`prepare`'s (a packed batch passes its segment mask and restarting positions)."""
         kept = self.kept_blocks(removed_blocks)
         with torch.no_grad():
-            batch = self.prepare(input_ids, attention_mask)
+            batch = self.prepare(input_ids, attention_mask, position_ids)
             return self.run_blocks(batch.hidden, batch, kept)
 
     def forward(self, input_ids: torch.Tensor, removed_blocks=(), attention_mask: torch.Tensor | None = None):

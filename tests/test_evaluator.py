@@ -375,6 +375,26 @@ def test_packed_choices_equal_per_choice_and_the_pruned_checkpoint(
         np.testing.assert_allclose(packed.residual_gradients(), per_choice.residual_gradients(), atol=1e-5)
 
 
+def test_held_out_accuracy_packs_choices_and_agrees_with_one_row_per_choice(demo_tiny_dir, monkeypatch):
+    """Held-out accuracy runs each item's choices as one packed sequence (the prompt once) and gives every
+    choice the score of one row per choice (the trained demo model: a random one barely reads positions)."""
+    import pruning.heldout as heldout
+    from pruning.calibration.scoring.packing import as_run_batch
+
+    model = str(demo_tiny_dir)
+    config = CalibrationConfig("task_margin", f"demo:qa@{model}", samples=12, seq_len=64, seed=1)
+    scorer = build_evaluator(model, config, progress=False, naive=True)  # as held-out scoring builds it
+    assert sum(run.input_ids.shape[0] for run in heldout.choice_runs(scorer)) == 12  # a row per item
+    removed_sets = [frozenset(), frozenset({1, 4}), frozenset({0}), frozenset({2, 3, 5})]
+    packed = [heldout.choice_scores(scorer, removed) for removed in removed_sets]
+    accuracy = [heldout.choice_accuracy(scorer, removed) for removed in removed_sets]
+    monkeypatch.setattr(heldout, "choice_runs", lambda s: [as_run_batch(b.to("cpu")) for b in s.batches])
+    for removed, scored in zip(removed_sets, packed):
+        per_choice = torch.cat([scores for _, scores in heldout.choice_scores(scorer, removed)])
+        torch.testing.assert_close(torch.cat([scores for _, scores in scored]), per_choice, atol=1e-5, rtol=0)
+    assert accuracy == [heldout.choice_accuracy(scorer, removed) for removed in removed_sets]
+
+
 def test_packing_layout(files, edge_questions):
     """The packed rows: the longest common prefix once, then each choice's remaining tokens."""
     config = CalibrationConfig("task_margin", edge_questions, samples=4, seq_len=16, seed=1, truncate=True)
