@@ -66,11 +66,13 @@ WORKER=(
 )
 
 registry_workers() {
-  local count="${WORKERS:-2}" pids=()
+  local count="${WORKERS:-2}" pids=() share=()
+  # on a named CUDA card the workers share it: each plans for 1/count of its memory
+  case "${DEVICE:-auto}" in cuda*) share=(--workers-per-gpu "$count") ;; esac
   mkdir -p "$OUT"
   for worker in $(seq 1 "$count"); do
     OMP_NUM_THREADS="${WORKER_THREADS:-1}" "$DEPTHPRUNE" study "${WORKER[@]}" --worker --lease-seconds 90 \
-      --device "${DEVICE:-auto}" --out "$OUT" > "$OUT/worker$worker.log" 2>&1 &
+      --device "${DEVICE:-auto}" "${share[@]}" --out "$OUT" > "$OUT/worker$worker.log" 2>&1 &
     pids+=($!)
   done
   wait "${pids[@]}"

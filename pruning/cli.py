@@ -532,6 +532,15 @@ LeaseSecondsOption = Annotated[
 ]
 """``study --lease-seconds``."""
 
+WorkersPerGpuOption = Annotated[
+    int,
+    typer.Option(
+        help="With --worker on CUDA: worker processes sharing one card (start that many); each plans its "
+        "cells' memory for its 1/N share of the card instead of the whole card."
+    ),
+]
+"""``study --workers-per-gpu``."""
+
 StudyObjectivesOption = Annotated[
     str, typer.Option(help="Calibration objectives, comma-separated: perplexity, task_margin, kl.")
 ]
@@ -660,6 +669,7 @@ def study(
     ] = False,
     worker: StudyWorkerOption = False,
     lease_seconds: LeaseSecondsOption = 120.0,
+    workers_per_gpu: WorkersPerGpuOption = 1,
     dry_run: DryRunOption = False,
     gpus: GpusOption = None,
     gpu_memory_gib: GpuMemoryOption = None,
@@ -686,7 +696,7 @@ def study(
         search_request,
         groups.StudyEvaluation(suite, engine, eval_limit, eval_seq_len, heal_spec, heal_data),
         groups.Placement(checkpoints, registry, dtype, device),
-        groups.StudyRunOptions(out, not as_json, worker, lease_seconds),
+        groups.StudyRunOptions(out, not as_json, worker, lease_seconds, workers_per_gpu),
     )
     _run_study(config, PlanRequest(dry_run, gpus, gpu_memory_gib, as_json), executor, ray_address)
 

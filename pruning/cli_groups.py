@@ -192,6 +192,8 @@ class StudyRunOptions:
     """``--worker``: share the grid through the registry's queue."""
     lease_seconds: float
     """``--lease-seconds``: when a killed worker's cell is taken over."""
+    workers_per_gpu: int = 1
+    """``--workers-per-gpu``: worker processes sharing one card (each plans for its share)."""
 
 
 def study_config(
@@ -238,4 +240,5 @@ def study_config(
         progress=run.progress,
         worker=run.worker,
         lease_seconds=run.lease_seconds,
+        workers_per_gpu=run.workers_per_gpu,
     )

@@ -115,21 +115,24 @@ def plan_prune_run(config, request: PlanRequest):
     return config if devices.kind != "cuda" else sized_prune_config(config, devices)
 
 
-def planned_for_device(config, devices: Devices | None = None):
+def planned_for_device(config, devices: Devices | None = None, *, sharers: int = 1):
     """``config`` (a PruneConfig) sized by the planner for ``devices`` (default: the real card(s) when it
-    runs on CUDA; unchanged on the CPU). Study cells take their sizes here, as ``prune`` does."""
+    runs on CUDA, as one of ``sharers`` processes on each; unchanged on the CPU). Study cells take their
+    sizes here, as ``prune`` does."""
     if devices is None:
         if not config.device.startswith("cuda"):
             return config
-        devices = plan_devices(config.device, config.gpus if config.gpus > 1 else None)
+        devices = plan_devices(config.device, config.gpus if config.gpus > 1 else None).shared_by(sharers)
     return sized_prune_config(config, devices)
 
 
 def plan_study_run(config, request: PlanRequest) -> MemoryPlan | None:
-    """``study``: the plan of its largest cell (every objective; the evaluation; healing)."""
+    """``study``: the plan of its largest cell (every objective; the evaluation; healing), for one worker's
+    share of the card under ``--workers-per-gpu``."""
     if not _needed(config.device, request):
         return None
     devices = plan_devices(config.device, request.gpus, request.gpu_memory_gib)
+    devices = devices.shared_by(config.workers_per_gpu)
     objective = "kl" if "kl" in config.objectives else config.objectives[0]
     sizes = dataclasses.replace(
         _calibration_sizes(config, config.searches, config.seq_len), objective=objective

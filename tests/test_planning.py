@@ -243,6 +243,37 @@ def test_study_and_heal_dry_runs_print_a_table_and_a_simulated_run_is_refused(tm
     assert status == 2 and "not this machine" in err
 
 
+def test_study_workers_sharing_a_card_plan_for_their_share(tmp_path):
+    """``study --worker --workers-per-gpu N``: each worker plans its cells for 1/N of the card; when the
+    share is too small the advice is the most workers per card that fit; bad uses are one line."""
+    model = public_config_dir("meta-llama/Llama-3.1-8B", tmp_path)
+    common = [
+        "study", "--model", model, "--drop", "4", "--dry-run", "--gpus", 1, "--gpu-memory-gib", 80,
+        "--worker", "--engine", "torch", "--json",
+    ]  # fmt: skip
+
+    def plan(workers: int) -> tuple[int, dict]:
+        status, out, _ = run_cli(*common, "--workers-per-gpu", workers)
+        return status, json.loads(out)
+
+    (alone_status, alone), (two_status, two), (six_status, six) = plan(1), plan(2), plan(6)
+    assert alone_status == two_status == 0 and six_status == 3
+    assert two["devices"]["memory_bytes"] == alone["devices"]["memory_bytes"] // 2
+    assert two["devices"]["sharers"] == 2 and two["peak_bytes"] <= two["devices"]["usable_bytes"]
+    assert two["choices"]["memory_budget_gb"] < alone["choices"]["memory_budget_gb"]  # a smaller cache
+    assert six["advice"][0] == "run at most 2 worker(s) per card (--workers-per-gpu 2)"
+    status, out, _ = run_cli(*common[:-1], "--workers-per-gpu", 6)
+    assert status == 3 and "a 1/6 share of a 80 GiB card" in " ".join(out.split())
+    for extra, message in (
+        (["--workers-per-gpu", "0"], "--workers-per-gpu must be a positive integer, got 0"),
+        (["--workers-per-gpu", "2", "--engine", "vllm"], "--workers-per-gpu 2 needs --engine torch"),
+    ):
+        status, _, err = run_cli(*common, *extra)
+        assert status == 2 and message in err and len(err.strip().splitlines()) == 1
+    status, _, err = run_cli(*[arg for arg in common if arg != "--worker"], "--workers-per-gpu", 2)
+    assert status == 2 and "add --worker" in err
+
+
 def test_task_margin_sums_without_atomics_match_index_add():
     import torch
 

@@ -7,6 +7,7 @@ float32 on the CPU. Whether CUDA is present is asked of torch when the caller ha
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import platform
 import re
@@ -40,6 +41,8 @@ class Devices:
     """Memory of one device (on the CPU: what is available now)."""
     simulated: bool = False
     """Described by ``--gpus``/``--gpu-memory-gib`` rather than found on this machine."""
+    sharers: int = 1
+    """Processes sharing each card (``study --workers-per-gpu``); ``memory_bytes`` is then one's share."""
 
     def __post_init__(self):
         if self.count < 1:
@@ -56,9 +59,23 @@ class Devices:
     def describe(self) -> str:
         """``4 x 80 GiB GPU (simulated)`` and the like."""
         what = "GPU" if self.kind == "cuda" else "host memory"
-        return f"{self.count} x {self.memory_bytes / GIB:.0f} GiB {what}" + (
+        share = (
+            f" (a 1/{self.sharers} share of a {self.memory_bytes * self.sharers / GIB:.0f} GiB card)"
+            if self.sharers > 1
+            else ""
+        )
+        return f"{self.count} x {self.memory_bytes / GIB:.0f} GiB {what}{share}" + (
             " (simulated)" if self.simulated else ""
         )
+
+    def shared_by(self, processes: int) -> Devices:
+        """These devices as one of ``processes`` processes on each card sees them: its share of the memory
+        (each process also pays its own CUDA context, which :attr:`usable_bytes` sets aside)."""
+        if processes < 1:
+            raise UserError(f"--workers-per-gpu must be at least 1, got {processes}")
+        if processes == 1 or self.kind != "cuda":
+            return self
+        return dataclasses.replace(self, memory_bytes=self.memory_bytes // processes, sharers=processes)
 
 
 def _visible_indices() -> list[int] | None:

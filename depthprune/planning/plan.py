@@ -113,6 +113,7 @@ class MemoryPlan:
                 "memory_bytes": self.devices.memory_bytes,
                 "usable_bytes": self.devices.usable_bytes,
                 "simulated": self.devices.simulated,
+                "sharers": self.devices.sharers,
             },
             "parameters": self.parameters,
             "weights_bytes": self.weights_bytes,
@@ -146,6 +147,13 @@ def with_advice(build: Callable[[Devices], MemoryPlan], devices: Devices, scale_
     if plan.fits:
         return plan
     advice = []
+    if devices.sharers > 1:  # several workers on a card: fewer of them first
+        card = devices.memory_bytes * devices.sharers
+        for sharers in range(devices.sharers - 1, 0, -1):
+            if build(replace(devices, memory_bytes=card // sharers, sharers=sharers)).fits:
+                advice.append(f"run at most {sharers} worker(s) per card (--workers-per-gpu {sharers})")
+                return _advised(plan, advice)
+        devices = replace(devices, memory_bytes=card, sharers=1)  # does not fit one per card either
     if devices.kind == "cuda":
         for count in range(devices.count + 1, MAX_PLANNED_GPUS + 1):
             if build(replace(devices, count=count, simulated=True)).fits:
@@ -155,6 +163,10 @@ def with_advice(build: Callable[[Devices], MemoryPlan], devices: Devices, scale_
             advice.append(f"does not fit even on {MAX_PLANNED_GPUS} GPUs of this size")
     else:
         advice.append("run it on a GPU machine (plan one with --gpus N --gpu-memory-gib G)")
+    return _advised(plan, advice)
+
+
+def _advised(plan: MemoryPlan, advice: list[str]) -> MemoryPlan:
     if plan.dtype == "float32":
         advice.append("or use --dtype bfloat16 (half the weights and activations)")
     plan.advice = advice + plan.advice

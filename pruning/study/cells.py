@@ -249,7 +249,8 @@ def prune_missing(plan: StudyPlan, missing: list[Cell], done: dict[str, CellResu
 
         prune(
             planned_for_device(
-                cell_prune_config(config, plan.model, first, tuple(by_search), progress=config.progress)
+                cell_prune_config(config, plan.model, first, tuple(by_search), progress=config.progress),
+                sharers=config.workers_per_gpu,
             ),
             on_variant=record,
         )

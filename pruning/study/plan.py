@@ -188,6 +188,8 @@ class StudyConfig:
     lease_seconds: float = 120.0
     """Worker mode: how long a claimed cell stays this worker's without a heartbeat (a killed worker's cell is
     taken over after this long)."""
+    workers_per_gpu: int = 1
+    """Worker mode on CUDA: workers sharing one card; each plans its cells' memory for its 1/N share."""
     heal: str | None = None
     """``METHOD:STEPS`` (``lora:200``, ``distill:200``): heal every distinct mask and report before vs after
     healing (:mod:`pruning.study.healing`); None = no healing."""
@@ -227,12 +229,29 @@ class StudyConfig:
         self.protect = tuple(str(item).strip() for item in self.protect if str(item).strip())
         if not self.lease_seconds > 0:
             raise UserError(f"--lease-seconds must be positive, got {self.lease_seconds}")
+        check_workers_per_gpu(self)
         check_heal_options(self)
         from pruning.calibration.data.items import SAMPLINGS
 
         if self.sampling not in SAMPLINGS:
             raise UserError(f"unknown --sampling {self.sampling!r}; use one of {', '.join(SAMPLINGS)}")
         self.out = Path(self.out).expanduser()
+
+
+def check_workers_per_gpu(config: StudyConfig) -> None:
+    """``--workers-per-gpu N``: N worker processes share a card, so each plans for 1/N of it. Only workers
+    share cards, and only evaluation on the torch engine plans per process (a vLLM engine takes a share of
+    the whole card of its own)."""
+    count = config.workers_per_gpu
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise UserError(f"--workers-per-gpu must be a positive integer, got {count!r}")
+    if count > 1 and not config.worker:
+        raise UserError("--workers-per-gpu is for --worker processes sharing a card: add --worker")
+    if count > 1 and config.engine != "torch":
+        raise UserError(
+            f"--workers-per-gpu {count} needs --engine torch: a vLLM engine reserves a share of the whole "
+            "card, not of one worker's part of it"
+        )
 
 
 @dataclass(frozen=True)

@@ -50,7 +50,17 @@ from pruning.study.report import write_report
 DENSE_CELL = "dense"
 """The queue's cell for the dense model's evaluation (grid cells' keys always contain ``|``)."""
 LOCAL_FIELDS = frozenset(
-    {"out", "checkpoints", "registry_url", "device", "engine", "progress", "worker", "lease_seconds"}
+    {
+        "out",
+        "checkpoints",
+        "registry_url",
+        "device",
+        "engine",
+        "progress",
+        "worker",
+        "lease_seconds",
+        "workers_per_gpu",
+    }
 )
 """StudyConfig fields that say how or where one worker runs, not what the study is: not in the queue key."""
 REPORT_LOCK = ".report.lock"
