@@ -15,8 +15,10 @@ Run under the heavy-job slot (not a timing measurement)::
 
 It resumes: finished cells stay in ``results.json``, every scored removal set in ``heldout.json``
 (:class:`HeldOutCache`) and an unfinished cell's subset scores in ``memos/`` (the evaluator's journal), so
-a killed run goes on where it stopped. Cost on the 2-core machine: held-out scoring of one set is about 110k
-tokens (estimated 10-18 min of one core); greedy at 64 items is about 212 subset evaluations of 64 items.
+a killed run goes on where it stopped. Cells run in parallel into other directories (other configurations,
+other machines) join with ``--merge-from DIR ...``. Cost on the 2-core machine: held-out scoring of one set
+is about 110k tokens unpacked (4-7 min of one core with choices packed); greedy at 64 items is about 212
+subset evaluations of 64 items.
 """
 
 from __future__ import annotations
@@ -168,8 +170,18 @@ def main() -> None:
     parser.add_argument(
         "--report-only", action="store_true", help="Rewrite table.md from results.json; run nothing."
     )
+    parser.add_argument(
+        "--merge-from",
+        type=Path,
+        nargs="+",
+        default=(),
+        help="Add the cells and held-out scores of other --out directories (runs of other cells in parallel, "
+        "on other machines) to --out, then rewrite table.md; run nothing.",
+    )
     args = parser.parse_args()
-    if args.report_only:
+    if args.merge_from:
+        merge_results(args.out, args.merge_from)
+    if args.report_only or args.merge_from:
         (args.out / "table.md").write_text(report(json.loads((args.out / "results.json").read_text())))
         return
     args.device = resolve_device(args.device)
@@ -201,6 +213,27 @@ def main() -> None:
             (args.out / "memos" / f"{name}-{samples}.journal").unlink(missing_ok=True)  # the cell is saved
             print(f"{name} x {samples}: {cells[-1]['seconds']:.0f} s", flush=True)
     (args.out / "table.md").write_text(report(cells))
+
+
+def merge_results(out: Path, sources: list[Path]) -> None:
+    """Add the cells (by configuration and size) and held-out scores of ``sources`` to ``out``'s files.
+
+    A cell both have is kept as ``out`` has it; held-out scores must come from the same settings (model,
+    windows, window length, test items, dtype), else the merge stops before writing anything."""
+    cells = json.loads((out / "results.json").read_text())
+    held_out = json.loads((out / "heldout.json").read_text())
+    have = {(cell["configuration"], cell["samples"]) for cell in cells}
+    for source in sources:
+        other = json.loads((source / "heldout.json").read_text())
+        if other["settings"] != held_out["settings"]:
+            raise SystemExit(f"{source}: held-out settings {other['settings']} differ from {out}'s")
+        held_out["scores"] = {**other["scores"], **held_out["scores"]}
+        for cell in json.loads((source / "results.json").read_text()):
+            if (cell["configuration"], cell["samples"]) not in have:
+                cells.append(cell)
+                have.add((cell["configuration"], cell["samples"]))
+    (out / "heldout.json").write_text(json.dumps(held_out, indent=1))
+    (out / "results.json").write_text(json.dumps(cells, indent=1))
 
 
 def _outcomes(cell: dict) -> list[dict]:
