@@ -14,8 +14,9 @@ Run under the heavy-job slot (not a timing measurement)::
         --samples 4,16,64 --searches one_shot --greedy-samples 4,16,64
 
 It resumes: finished cells stay in ``results.json``, every scored removal set in ``heldout.json``
-(:class:`HeldOutCache`) and an unfinished cell's subset scores in ``memos/`` (the evaluator's journal), so
-a killed run goes on where it stopped. Cells run in parallel into other directories (other configurations,
+(:class:`HeldOutCache`) and each cell's subset scores in ``memos/`` (journalled as they are computed), so
+a killed run goes on where it stopped; a finished cell asked for a search it lacks (``--genetic-samples``)
+runs again with all its searches. Cells run in parallel into other directories (other configurations,
 other machines) join with ``--merge-from DIR ...``. Cost on the 2-core machine: held-out scoring of one set
 is about 110k tokens unpacked (4-7 min of one core with choices packed); greedy at 64 items is about 212
 subset evaluations of 64 items.
@@ -110,8 +111,12 @@ def run_cell(
         evaluator, evaluator.tokenizer, args.windows, min(args.seq_len, 256), args.test_items
     )
     # Every subset score is journalled as it is computed (a greedy at 64 items is hours of one core): a
-    # killed cell resumes with what it had scored; the journal goes once the cell is in results.json.
-    journal = evaluator.journal_memo(args.out / "memos" / f"{name}-{samples}.journal")
+    # killed cell resumes with what it had scored. A finished cell keeps its scores in memos/*.json, so
+    # running it again with another search recomputes nothing it had.
+    memo = args.out / "memos" / f"{name}-{samples}.json"
+    if memo.is_file():
+        evaluator.load_memo(memo)
+    journal = evaluator.journal_memo(memo.with_suffix(".journal"))
     runs = run_searches(evaluator, args.drop, searches, seed=0, options={}, progress=True)
     rng = random.Random(0)
     sets = [
@@ -143,7 +148,8 @@ def run_cell(
         "device": args.device,
         "dtype": args.dtype,
     }
-    journal.close()
+    evaluator.save_memo(memo)
+    journal.close(delete=True)
     return cell
 
 
@@ -192,26 +198,32 @@ def main() -> None:
     genetic_at = {int(size) for size in args.genetic_samples.split(",") if size}
     results = args.out / "results.json"
     cells = json.loads(results.read_text()) if results.is_file() else []  # resumes, adds cells
-    done = {(cell["configuration"], cell["samples"]) for cell in cells}
     held_out = HeldOutCache(
         args.out / "heldout.json",
         {key: getattr(args, key) for key in ("model", "windows", "seq_len", "test_items", "dtype")},
     )
     for name in args.configurations.split(","):
         for samples in (int(size) for size in args.samples.split(",")):
-            if (name, samples) in done:
-                continue
-            searches = (
+            earlier = next(
+                (cell for cell in cells if (cell["configuration"], cell["samples"]) == (name, samples)), None
+            )
+            ran = [row["set"] for row in _outcomes(earlier)] if earlier else []
+            wanted = (
                 tuple(args.searches.split(","))
                 + (("greedy",) if samples in greedy_at else ())
                 + (("genetic",) if samples in genetic_at else ())
             )
+            if set(wanted) <= set(ran):
+                continue
+            # A cell asked for a search it lacks runs again with every search it had (the held-out scores
+            # of the sets it already found are cached), so its ρ covers all of them.
+            searches = tuple(dict.fromkeys([*ran, *wanted]))
             print(f"{name} x {samples}: {', '.join(searches)} ...", flush=True)
-            cells.append(run_cell(model, name, samples, searches, args, held_out))
+            cell = run_cell(model, name, samples, searches, args, held_out)
+            cells = [other for other in cells if other is not earlier] + [cell]
             (args.out / "results.json").write_text(json.dumps(cells, indent=1))
             (args.out / "table.md").write_text(report(cells))
-            (args.out / "memos" / f"{name}-{samples}.journal").unlink(missing_ok=True)  # the cell is saved
-            print(f"{name} x {samples}: {cells[-1]['seconds']:.0f} s", flush=True)
+            print(f"{name} x {samples}: {cell['seconds']:.0f} s", flush=True)
     (args.out / "table.md").write_text(report(cells))
 
 
