@@ -18,8 +18,8 @@ It resumes: finished cells stay in ``results.json``, every scored removal set in
 a killed run goes on where it stopped; a finished cell asked for a search it lacks (``--genetic-samples``)
 runs again with all its searches. Cells run in parallel into other directories (other configurations,
 other machines) join with ``--merge-from DIR ...``. Cost on the 2-core machine: held-out scoring of one set
-is about 110k tokens unpacked (4-7 min of one core with choices packed); greedy at 64 items is about 212
-subset evaluations of 64 items.
+is about 2-3 min of one core (choices packed); greedy at 64 items is 212 subset evaluations of 64 items
+(13-30 min of one core for a task configuration, 67 min for perplexity's 64 x 256-token windows).
 """
 
 from __future__ import annotations
@@ -73,9 +73,10 @@ def test_scorers(evaluator, tokenizer, windows: int, window_tokens: int, test_it
 class HeldOutCache:
     """Held-out scores per removal set, kept in ``heldout.json`` beside the results.
 
-    Held-out scoring is the experiment's dominant cost: every set is a plain forward over 341 cloze items,
-    279 phrase items (about 4 choices of ~45 tokens each) and the perplexity windows, about 110k tokens (an
-    estimated 10-18 min on one core of the 2-core machine). The same set recurs across cells (the random
+    Held-out scoring is a large part of a cell's cost: every set is a plain forward over 341 cloze items,
+    279 phrase items (about 4 choices of ~45 tokens each; packed, each item's prompt runs once) and the
+    perplexity windows (about 2-3 min of one core here, extrapolated from the 48-item figures of
+    ``bench_heldout_packing.py``; 10-18 min unpacked). The same set recurs across cells (the random
     sets are drawn with seed 0 for every cell; dense in every cell; objectives often agree), and the test data
     and model are the same in every cell, so each distinct set is scored once, and a rerun after a kill
     resumes.
