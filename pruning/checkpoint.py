@@ -27,6 +27,7 @@ import datetime as dt
 import json
 import os
 import shutil
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -34,7 +35,7 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
-from depthprune.core.checksums import WEIGHT_PATTERNS, weights_sha256
+from depthprune.core.checksums import WEIGHT_PATTERNS, has_weight_files, weights_sha256
 from depthprune.core.errors import UserError
 from pruning.disk_space import checkpoint_bytes, full_disk_as_user_error
 from pruning.model_sources import GgufSource
@@ -299,6 +300,29 @@ def write_pruned_checkpoint(
         (staging / PRUNING_FILE).write_text(json.dumps(asdict(checkpoint), indent=2) + "\n")
         (staging / "README.md").write_text(model_card(checkpoint))
     return checkpoint
+
+
+def reusable_checkpoint(directory: Path, removed_blocks) -> tuple[PrunedCheckpoint | None, bool]:
+    """What ``prune`` finds in a variant's directory before writing it: ``(checkpoint, False)`` when it holds
+    this removal set with its weights (a resumed run reuses it); ``(None, True)`` when it holds this set's
+    pruning.json without weights (copied from another machine without them, or emptied by hand: it is
+    written again, and replaced, rather than registered unloadable); ``(None, False)`` when there is none.
+
+    Raises:
+        UserError: the directory holds another removal set.
+    """
+    if not (directory / PRUNING_FILE).is_file():
+        return None, False
+    existing = PrunedCheckpoint.read(directory)
+    if list(existing.removed_blocks) != list(removed_blocks):
+        raise UserError(
+            f"{directory} holds removed blocks {existing.removed_blocks}, not {list(removed_blocks)}; "
+            f"pass --overwrite to replace it"
+        )
+    if has_weight_files(directory):
+        return existing, False
+    print(f"{directory} has this variant's pruning.json but no weights: writing them again", file=sys.stderr)
+    return None, True
 
 
 def share_identical_weights(staging: Path, parent: Path, sha256: str) -> bool:

@@ -566,26 +566,14 @@ def variant_record(
 
 def _checkpoint_for(plan: PrunePlan, search: str, record: VariantRecord):
     """Write (or reuse, when it already holds this removal set) the checkpoint of one search."""
-    from depthprune.core.checksums import has_weight_files
-    from pruning.checkpoint import PRUNING_FILE, PrunedCheckpoint, write_pruned_checkpoint
+    from pruning.checkpoint import reusable_checkpoint, write_pruned_checkpoint
 
     directory = plan.checkpoint_dir(search)
     overwrite = plan.config.overwrite
-    if (directory / PRUNING_FILE).is_file() and not overwrite:
-        existing = PrunedCheckpoint.read(directory)
-        if existing.removed_blocks != record.removed_blocks:
-            raise UserError(
-                f"{directory} holds removed blocks {existing.removed_blocks}, not {record.removed_blocks}; "
-                f"pass --overwrite to replace it"
-            )
-        if has_weight_files(directory):
+    if not overwrite:
+        existing, overwrite = reusable_checkpoint(directory, record.removed_blocks)
+        if existing is not None:
             return existing  # a resumed run: the same search already wrote this variant
-        # The same variant's directory without its weights (copied from another machine without them, or
-        # emptied by hand): write the weights again rather than register a checkpoint that cannot load.
-        print(
-            f"{directory} has this variant's pruning.json but no weights: writing them again", file=sys.stderr
-        )
-        overwrite = True
     return write_pruned_checkpoint(
         plan.model, record.removed_blocks, directory, variant=record, overwrite=overwrite
     )
