@@ -36,7 +36,7 @@ def timed(scorer, removed) -> tuple[float, torch.Tensor, float]:
     started = time.perf_counter()
     scored = heldout.choice_scores(scorer, removed)
     seconds = time.perf_counter() - started
-    return seconds, torch.cat([scores for _, scores in scored]), heldout.choice_accuracy(scorer, removed)[0]
+    return seconds, torch.cat([scores for _, scores in scored]), heldout.accuracy_of(scored)[0]
 
 
 def main() -> None:

@@ -75,8 +75,13 @@ def choice_accuracy(scorer: SubsetEvaluator, removed: frozenset[int]) -> tuple[f
     """``(accuracy, chance)`` of the model without ``removed`` on a multiple-choice scorer's items: an item
     is right when its correct choice has the highest ℓ (mean answer-token log-probability); chance is the
     mean of 1 / choices."""
+    return accuracy_of(choice_scores(scorer, removed))
+
+
+def accuracy_of(scored: list[tuple[CalibrationBatch, torch.Tensor]]) -> tuple[float, float]:
+    """``(accuracy, chance)`` from :func:`choice_scores`' output (see :func:`choice_accuracy`)."""
     correct, chance, items = 0, 0.0, 0
-    for batch, scores in choice_scores(scorer, removed):
+    for batch, scores in scored:
         for item in range(batch.num_samples):
             rows = (batch.sequence_item == item).nonzero()[:, 0]
             best = rows[torch.argmax(scores[rows])]
