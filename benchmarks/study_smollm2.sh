@@ -140,7 +140,9 @@ part() {
           --out "$OUT/kl"
       fi ;;
     reading)
-      "$PYTHON" benchmarks/study_reading.py "$OUT" --write
+      # the main reading includes the cross-controls' table when they were run (the `cross` part)
+      cross=(); if [ -f "$OUT/cross-controls/study.json" ]; then cross=(--cross "$OUT/cross-controls"); fi
+      "$PYTHON" benchmarks/study_reading.py "$OUT" "${cross[@]}" --write
       if [ -d "$OUT/kl" ]; then "$PYTHON" benchmarks/study_reading.py "$OUT/kl" --write; fi ;;
     check)
       # issue 29's acceptance: task_ce and task_margin cells, none with truncated items

@@ -173,6 +173,63 @@ def test_cross_controls_name_what_changes_and_keep_baselines_apart():
     assert rows["perplexity on pydoc", "task_margin on pydoc-cloze"]["baselines"] == pytest.approx(7 / 11)
 
 
+def test_cross_controls_of_one_data_spec_change_only_the_objective_and_say_what_each_saw():
+    specs = (
+        ("perplexity", "pydoc", 32),
+        ("perplexity", "text:/d/pydoc-cloze-as-text.jsonl", 32),
+        ("task_margin", "pydoc-cloze", 128),
+        ("task_ce", "pydoc-cloze", 128),
+    )
+    masks = {"pydoc": range(9), "text": range(1, 10), "task_margin": range(3, 12), "task_ce": range(20, 29)}
+
+    def mask(objective, data):
+        return masks.get(objective) or masks["text" if data.startswith("text:") else "pydoc"]
+
+    def cross(**recorded):
+        cells = [
+            cell(objective, data, 9, search, mask(objective, data), 10, 80, **recorded)
+            for objective, data, _ in specs
+            for search in STUDY_SEARCHES
+        ]
+        summary = {
+            "calibrations": [{"objective": o, "data": d, "seq_len": n} for o, d, n in specs],
+        }
+        return {"summary": summary, "cells": cells}
+
+    facts = reading_facts(synthetic_study(), cross(data_seed=5, truncated_items=0, draw=5))
+    rows = {(r["first"], r["second"]): r for r in facts["cross"]}
+    assert rows["task_ce on pydoc-cloze", "task_margin on pydoc-cloze"]["changes"] == "objective_only"
+    assert rows["task_ce on pydoc-cloze", "task_margin on pydoc-cloze"]["seven"] == 0.0
+    assert rows["perplexity on pydoc", "perplexity on text:pydoc-cloze-as-text.jsonl"]["seven"] == 0.8
+    text = render_reading(facts)
+    assert "the objective only (the same items)" in text and "(seed 0, data seed 5," in text
+    # data: J 0.8; objective via text: J(1..9, 3..11) = 7/11 and J(1..9, 20..28) = 0; objective only: 0
+    assert "J = 0.800 when the data changes, 0.318 when the objective changes" in text
+    assert "0.000 when only the objective changes (the same items): the objective moves the mask more" in text
+    assert "a text instance keeps its first 32 tokens while every question is scored whole" in text
+
+    older = render_reading(reading_facts(synthetic_study(), cross()))
+    assert "an earlier protocol: it records no `data_seed`" in older
+    assert "a question its last tokens before the answer); these cells do not record how many" in older
+
+
+def test_each_task_objective_is_held_to_the_premise_of_trading_perplexity_for_accuracy():
+    study = synthetic_study()
+    bought = [
+        {**c, "objective": "task_ce", "key": c["key"].replace("task_margin", "task_ce"),
+         "metrics": metrics(c["metrics"]["wikitext2/perplexity"], 95)}
+        for c in study["cells"]
+        if c["objective"] == "task_margin"
+    ]  # fmt: skip
+    study["cells"] += bought
+    text = render_reading(reading_facts(study))
+    # M = 9: margin 70..76 against perplexity 80..86; task_ce 95 everywhere
+    assert "task_margin on qa-b are 10.0 points less accurate" in text
+    assert "task_margin did not buy accuracy here, **against the premise of task calibration**" in text
+    assert "task_ce on qa-b are 12.0 points more accurate" in text
+    assert "task_ce bought accuracy with perplexity, the premise of task calibration." in text
+
+
 def test_a_disagreement_on_the_papers_budget_is_stated_as_one():
     study = synthetic_study()
     for cell in study["cells"]:  # perplexity now falls as accuracy rises in every cell: ρ = +1 everywhere

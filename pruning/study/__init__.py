@@ -8,6 +8,8 @@
 * :mod:`~pruning.study.figures` — one function per figure (PNG);
 * :mod:`~pruning.study.report` — the report itself (Markdown, HTML);
 * :mod:`~pruning.study.reading` — the reading, generated from ``study.json`` (like-for-like with the paper);
+* :mod:`~pruning.study.cross_reading` — its cross-controls part (one search under two configurations);
+* :mod:`~pruning.study.reading_basis` — what both stand on (the paper's facts and budgets, cell provenance);
 * :mod:`~pruning.study.healing` — ``study --heal``: each distinct mask healed once, before/after sections;
 * :mod:`~pruning.study.worker` — ``study --worker``: cells claimed from the registry's work queue.
 """

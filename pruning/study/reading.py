@@ -30,54 +30,21 @@ import math
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass
-from itertools import combinations
 from pathlib import Path
 
+from depthprune.core.objectives import MULTIPLE_CHOICE, get_objective
 from pruning.study import statistics as study_stats
+from pruning.study.cross_reading import cross_facts, cross_text, text_seq_len
+from pruning.study.reading_basis import (
+    PAPER,
+    STUDY_SEARCHES,
+    PaperFacts,
+    budget_label,
+    configuration,
+    paper_budgets,
+    provenance_facts,
+)
 from pruning.study.tables import average_perplexity, fmt, mean_accuracy, short_data
-
-STUDY_SEARCHES = ("one_shot", "greedy", "beam", "genetic", "bayesian", "cbo", "fast_block_select")
-"""The paper's seven (as :data:`pruning.search.STUDY_SEARCHES`; kept here so reading needs no torch)."""
-
-
-@dataclass(frozen=True)
-class PaperFacts:
-    """The paper's numbers a reading compares with (arXiv 2604.24938)."""
-
-    blocks: int = 32
-    """Blocks of LLaMA3-8B, against which the budgets are stated."""
-    budgets: tuple[int, ...] = (7, 9)
-    """Blocks removed."""
-    movement_configuration_mean: float = 2.06
-    """§5.2: mean |Δ accuracy| (points) when the calibration configuration changes."""
-    movement_search_mean: float = 1.85
-    """§5.2: mean |Δ accuracy| (points) when the search changes."""
-    spearman_negative_cells: tuple[int, int] = (5, 6)
-    """§5.3: cells whose ρ(perplexity rank, accuracy rank) over the seven is negative, of the cells."""
-    variance_margin_m9: float = 0.69
-    """σ² of accuracy (points²) across the seven, LLaMA3 under the margin at M = 9."""
-
-
-PAPER = PaperFacts()
-
-
-def paper_budgets(num_blocks: int, paper: PaperFacts = PAPER) -> dict[int, int]:
-    """``M for this model -> the paper's M`` by the fraction of blocks removed (30 blocks: 7 -> 7, 8 -> 9)."""
-    return {round(budget * num_blocks / paper.blocks): budget for budget in paper.budgets}
-
-
-def data_seed(cell: dict) -> int | None:
-    """The cell's calibration draw: its ``data_seed``, else the key's calibration-seed field (older cells)."""
-    if cell.get("data_seed") is not None:
-        return int(cell["data_seed"])
-    fields = str(cell.get("key", "")).split("|")
-    return int(fields[4]) if len(fields) > 4 and fields[4].isdigit() else None
-
-
-def configuration(cell: dict) -> str:
-    """``objective on data`` (paths shortened to their file name)."""
-    return f"{cell['objective']} on {short_data(cell['data'])}"
 
 
 class Cells:
@@ -119,24 +86,6 @@ class Cells:
 def budget_facts(cells: Cells) -> list[dict]:
     """Each budget with its fraction and the paper's budget it matches (None: an extension)."""
     return [{"drop": m, "fraction": m / cells.num_blocks, "paper": cells.mapping.get(m)} for m in cells.drops]
-
-
-def provenance_facts(cells: Cells) -> dict:
-    """Data seeds (recorded or read from keys), reused cells, truncated items (recorded or not)."""
-    recorded = all("data_seed" in c and c["data_seed"] is not None for c in cells.all)
-    seeds_by_seed = defaultdict(set)
-    for cell in cells.all:
-        seeds_by_seed[cell["seed"]].add(data_seed(cell))
-    draws = sorted({s for found in seeds_by_seed.values() for s in found if s is not None})
-    return {
-        "data_seed_recorded": recorded,
-        "data_seeds": draws,
-        "draw_varies_with_seed": len(draws) > 1,
-        "seeds": sorted(seeds_by_seed),
-        "reused": sum(1 for c in cells.all if c.get("reused_from")),
-        "truncation_recorded": all("truncated_items" in c for c in cells.all),
-        "truncated_items": sum(int(c.get("truncated_items") or 0) for c in cells.all),
-    }
 
 
 def headline_facts(cells: Cells) -> dict:
@@ -294,52 +243,6 @@ def prior_facts(cells: Cells) -> list[dict]:
     ]
 
 
-def _objective_change(first: str, second: str) -> str:
-    """``objective`` when one data spec is a text file of the other's items written out (named after it, as
-    ``text:pydoc-cloze-as-text.jsonl`` after ``pydoc-cloze``), else ``both`` (objective and data)."""
-    for file, other in ((first, second), (second, first)):
-        prefix, _, name = file.partition(":")
-        if prefix == "text" and ":" not in other and Path(name).stem.startswith(other):
-            return "objective"
-    return "both"
-
-
-def cross_facts(cross: dict) -> list[dict]:
-    """Same search, two configurations (seed 0): mean Jaccard over the seven and over the baselines apart,
-    with what changes between the two (the data: same objective; else the objective, and the data spec)."""
-    main = [
-        c
-        for c in cross["cells"]
-        if c["prior"] == "single_block" and c["seed"] == min(x["seed"] for x in cross["cells"])
-    ]
-    by_key = {(configuration(c), c["drop"], c["search"]): c for c in main}
-    objective_of = {configuration(c): c["objective"] for c in main}
-    data_of = {configuration(c): short_data(c["data"]) for c in main}
-    names = sorted(objective_of)
-    rows = []
-    for first, second in combinations(names, 2):
-        changes = (
-            "data"
-            if objective_of[first] == objective_of[second]
-            else _objective_change(data_of[first], data_of[second])
-        )
-        for drop in sorted({c["drop"] for c in main}):
-            row = {"first": first, "second": second, "changes": changes, "drop": drop}
-            for group, searches in (("seven", STUDY_SEARCHES), ("baselines", None)):
-                values = [
-                    study_stats.jaccard(
-                        by_key[first, drop, s]["removed_blocks"], by_key[second, drop, s]["removed_blocks"]
-                    )
-                    for s in sorted({c["search"] for c in main})
-                    if (searches is None) != (s in STUDY_SEARCHES)
-                    and (first, drop, s) in by_key
-                    and (second, drop, s) in by_key
-                ]
-                row[group] = statistics.fmean(values) if values else math.nan
-            rows.append(row)
-    return rows
-
-
 def reading_facts(study: dict, cross: dict | None = None) -> dict:
     """Every number the reading quotes, computed from ``study.json`` (and the cross-controls' one)."""
     cells = Cells(study)
@@ -349,7 +252,7 @@ def reading_facts(study: dict, cross: dict | None = None) -> dict:
         "summary": study["summary"],
         "budgets": budget_facts(cells),
         "like_budgets": cells.like,
-        "provenance": provenance_facts(cells),
+        "provenance": provenance_facts(cells.all),
         "headline": headline_facts(cells),
         "movement": movement_facts(cells),
         "spearman": spearman_facts(cells),
@@ -357,6 +260,8 @@ def reading_facts(study: dict, cross: dict | None = None) -> dict:
         "seed_stability": seed_facts(cells),
         "random_prior": prior_facts(cells),
         "cross": cross_facts(cross) if cross else [],
+        "cross_provenance": provenance_facts(cross["cells"]) if cross else None,
+        "cross_text_seq_len": text_seq_len(cross) if cross else None,
     }
 
 
@@ -365,12 +270,6 @@ def reading_facts(study: dict, cross: dict | None = None) -> dict:
 
 def _percent(value: float) -> str:
     return f"{100 * value:.1f} %"
-
-
-def _budget_label(facts: dict, drop) -> str:
-    """``M = 8 (≈ the paper's 9)`` or ``M = 10 (extension)``."""
-    paper = next((b["paper"] for b in facts["budgets"] if b["drop"] == drop), None)
-    return f"M = {drop} (≈ the paper's {paper})" if paper else f"M = {drop} (extension)"
 
 
 def _list(items: Sequence[str]) -> str:
@@ -389,8 +288,7 @@ def setup_text(facts: dict, paper: PaperFacts) -> list[str]:
     )
     mapping = paper_budgets(n, paper)
     budgets = [
-        f"{_budget_label(facts, b['drop'])}, {_percent(b['fraction'])} of the blocks"
-        for b in facts["budgets"]
+        f"{budget_label(facts, b['drop'])}, {_percent(b['fraction'])} of the blocks" for b in facts["budgets"]
     ]
     missing = [f"{p} (M = {m} for {n} blocks)" for m, p in mapping.items() if m not in facts["like_budgets"]]
     fractions = _list([f"{b} ({_percent(b / paper.blocks)})" for b in paper.budgets])
@@ -471,7 +369,7 @@ def headline_text(facts: dict) -> list[str]:
         elif result["agrees"] is not None:
             verdict += ", as the paper finds" if result["agrees"] else ": **this disagrees with the paper**"
         lines.append(
-            f"{_budget_label(facts, drop)}: J across searches {fmt(result['across_searches'])} "
+            f"{budget_label(facts, drop)}: J across searches {fmt(result['across_searches'])} "
             f"({result['pairs'][0]} pairs), across calibrations {fmt(result['across_calibrations'])} "
             f"({result['pairs'][1]} pairs): {verdict}."
         )
@@ -572,7 +470,7 @@ def quality_text(facts: dict, paper: PaperFacts) -> list[str]:
     for r in rows:
         search, seed, ppl, acc = r["lowest_loss"]
         table.append(
-            f"| {r['configuration']} | {_budget_label(facts, r['drop'])} | {r['variants']} | "
+            f"| {r['configuration']} | {budget_label(facts, r['drop'])} | {r['variants']} | "
             f"{fmt(r['ppl_geomean'], 1)} | {fmt(r['log_ppl_variance'], 3)} | {fmt(r['acc_variance'], 1)} | "
             f"{fmt(r['acc_mean'], 1)} ({fmt(r['acc_best'], 1)}, {fmt(r['acc_worst'], 1)}) | "
             f"{search} ({seed}), {fmt(ppl, 1)}, {fmt(acc, 1)} |"
@@ -598,19 +496,20 @@ def quality_text(facts: dict, paper: PaperFacts) -> list[str]:
         )
     for drop in facts["like_budgets"]:
         at = [r for r in rows if r["drop"] == drop]
-        for margin in (r for r in at if r["objective"] == "task_margin"):
+        for task in (r for r in at if get_objective(r["objective"]).data_kind == MULTIPLE_CHOICE):
             for plain in (r for r in at if r["objective"] == "perplexity"):
-                gap = margin["acc_mean"] - plain["acc_mean"]
-                ratio = margin["ppl_geomean"] / plain["ppl_geomean"]
+                gap = task["acc_mean"] - plain["acc_mean"]
+                ratio = task["ppl_geomean"] / plain["ppl_geomean"]
                 paragraphs.append(
-                    f"At {_budget_label(facts, drop)} the variants of {margin['configuration']} are "
+                    f"At {budget_label(facts, drop)} the variants of {task['configuration']} are "
                     f"{abs(gap):.1f} points {'more' if gap > 0 else 'less'} accurate on average than those "
                     f"of {plain['configuration']}, at {ratio:,.1f}× the perplexity (geometric means)"
                     + (
-                        ": the margin did not buy accuracy here, **against the premise of task-margin "
+                        f": {task['objective']} did not buy accuracy here, **against the premise of task "
                         "calibration** (trading perplexity for task accuracy)."
                         if gap <= 0
-                        else "."
+                        else f": {task['objective']} bought accuracy with perplexity, the premise of task "
+                        "calibration."
                     )
                 )
     return paragraphs
@@ -639,7 +538,7 @@ def prior_text(facts: dict) -> list[str]:
         "|---|---|---|---|---|---|---|---|",
     ]
     table += [
-        f"| {r['configuration']} | {_budget_label(facts, r['drop'])} | {r['search']} | {r['seeds']} | "
+        f"| {r['configuration']} | {budget_label(facts, r['drop'])} | {r['search']} | {r['seeds']} | "
         f"{r['loss_change']:+.4f} | {fmt(r['ppl'][0], 1)} → {fmt(r['ppl'][1], 1)} | "
         f"{fmt(r['acc'][0], 1)} → {fmt(r['acc'][1], 1)} | {r['same_mask']}/{r['seeds']} |"
         for r in rows
@@ -650,52 +549,6 @@ def prior_text(facts: dict) -> list[str]:
         "random ranking instead of the single-block scores, against the same search and seed with the prior "
         "(perplexity as geometric means over the seeds).",
         "\n".join(table),
-    ]
-
-
-def cross_text(facts: dict) -> list[str]:
-    rows = facts["cross"]
-    if not rows:
-        return []
-    table = [
-        "| configuration A | configuration B | what changes | M | J same search, the seven | J, baselines |",
-        "|---|---|---|---|---|---|",
-    ]
-    for r in rows:
-        changes = {
-            "data": "the data",
-            "objective": "the objective (the same source items as text)",
-            "both": "the objective and the data",
-        }[r["changes"]]
-        table.append(
-            f"| {r['first']} | {r['second']} | {changes} | {_budget_label(facts, r['drop'])} | "
-            f"{fmt(r['seven'])} | {fmt(r['baselines'])} |"
-        )
-    paragraphs = [
-        "**Cross-controls** (seed 0, single-block prior): mean Jaccard of one search's masks under two "
-        "configurations, the paper's seven apart from the objective-blind baselines.",
-        "\n".join(table),
-    ]
-    for drop in sorted({r["drop"] for r in rows}):
-        by_change = defaultdict(list)
-        for r in rows:
-            if r["drop"] == drop:
-                by_change[r["changes"]].append(r["seven"])
-        if "data" in by_change and "objective" in by_change:
-            data, objective = statistics.fmean(by_change["data"]), statistics.fmean(by_change["objective"])
-            paragraphs.append(
-                f"{_budget_label(facts, drop)}, the seven: J = {fmt(data)} when the data changes, "
-                f"{fmt(objective)} when the objective changes (and the tokens seen, below): the "
-                f"{'objective' if objective < data else 'data'} moves the mask more."
-            )
-    if not any(r["changes"] == "objective" for r in rows):
-        return paragraphs
-    return paragraphs + [
-        "An objective of another data kind always reads another data spec. Where a text file holds the "
-        "questions written out as text (the SmolLM2 study's cloze items as text), the two objectives share "
-        "the source items but not the text they saw: each drew its items independently, and a long item is "
-        "cut at opposite ends (a text instance keeps its first `seq_len` tokens, a question its last tokens "
-        "before the answer), so that pair changes the objective *and* the tokens seen.",
     ]
 
 
