@@ -15,6 +15,7 @@ from depthprune.testing.cli import run_cli
 from depthprune.testing.data import demo_like_model, random_questions, random_texts, read_jsonl, write_jsonl
 from pruning.calibration.config import CalibrationConfig
 from pruning.calibration.scoring.build import build_evaluator
+from pruning.calibration.scoring.memo import data_sha256
 from pruning.calibration.scoring.shortcuts import plan_boundaries
 
 SAMPLES, SEQ_LEN = 6, 24
@@ -188,6 +189,36 @@ def test_memo_save_and_load(files, evaluators, tmp_path):
     (tmp_path / "bad.json").write_text("{")
     with pytest.raises(UserError, match="not valid JSON"):
         fresh.load_memo(tmp_path / "bad.json")
+
+
+def test_a_memo_of_other_calibration_data_is_set_aside_and_an_older_one_is_used_saying_so(
+    files, tmp_path, capsys
+):
+    """A configuration names its data, not its contents: the same name over other tokens (a file edited, a
+    sampling fix) must not hand back the old scores."""
+    data = tmp_path / "text.jsonl"
+    write_jsonl(data, random_texts(random.Random(5), rows=8, words=50))
+    config = CalibrationConfig("perplexity", f"text:{data}", samples=SAMPLES, seq_len=SEQ_LEN, seed=1)
+    first = build_evaluator(files["model"], config, progress=False, batch_size=4)
+    first.score({1, 4})
+    path = first.save_memo(tmp_path / "memo.json")
+    assert json.loads(path.read_text())["data_sha256"] == data_sha256(first)
+
+    older = json.loads(path.read_text())
+    del older["data_sha256"]
+    (tmp_path / "older.json").write_text(json.dumps(older))
+    again = build_evaluator(files["model"], config, progress=False, batch_size=4)
+    assert again.load_memo(tmp_path / "older.json") >= 1
+    assert "predates calibration-data fingerprints" in capsys.readouterr().err
+
+    write_jsonl(data, random_texts(random.Random(6), rows=8, words=50))  # same name, other contents
+    changed = build_evaluator(files["model"], config, progress=False, batch_size=4)
+    assert data_sha256(changed) != data_sha256(first)
+    assert changed.load_memo(path) == 0 and not path.exists()
+    assert frozenset({1, 4}) not in changed._memo
+    aside = tmp_path / f"memo.other-data-{data_sha256(first)[:12]}.json"
+    assert json.loads(aside.read_text())["scores"]  # set aside whole, not deleted
+    assert "was scored on other calibration data" in capsys.readouterr().err
 
 
 @pytest.mark.slow

@@ -59,6 +59,27 @@ def test_scores_are_read_back_and_a_torn_last_line_is_skipped(tmp_path):
     journal.close()
 
 
+def test_a_journal_of_other_calibration_data_is_set_aside_and_an_older_one_is_read(tmp_path, capsys):
+    path = tmp_path / "memo.journal"
+    journal = MemoJournal(path, KEY, data="a" * 64)
+    journal.append([1], 2.0)
+    journal.close()
+    assert json.loads(path.read_text().splitlines()[0])["data_sha256"] == "a" * 64
+    assert MemoJournal(path, KEY, data="a" * 64).replayed == [([1], 2.0)]
+
+    changed = MemoJournal(path, KEY, data="b" * 64)
+    assert changed.replayed == []
+    assert "was scored on other calibration data" in capsys.readouterr().err
+    assert journal_lines(tmp_path / f"memo.other-data-{'a' * 12}.journal") == [{"removed": [1], "loss": 2.0}]
+    assert json.loads(path.read_text().splitlines()[0])["data_sha256"] == "b" * 64
+    changed.close()
+
+    older = tmp_path / "older.journal"
+    MemoJournal(older, KEY).append([2], 3.0)  # written before the fingerprint: no data_sha256
+    assert MemoJournal(older, KEY, data="c" * 64).replayed == [([2], 3.0)]
+    assert "predates calibration-data fingerprints" in capsys.readouterr().err
+
+
 def test_compaction_keeps_the_header_and_a_clean_close_deletes(tmp_path):
     path = tmp_path / "memo.journal"
     journal = MemoJournal(path, KEY)

@@ -20,6 +20,13 @@ memoised, to ``memo.journal`` next to ``memo.json``:
   the journal by its header alone (a temporary file renamed over it); a kill between the two replays scores
   that ``memo.json`` already has, which is harmless. On a clean end ``prune`` deletes it.
 
+**The data scored.** A calibration configuration names its data (a dataset, a file) but not its contents,
+and those can change under one name: a file edited, a fixed sampling bug, another Python's ``pydoc`` text.
+So ``memo.json`` and the journal's header also carry ``data_sha256``, a fingerprint of the calibration tokens
+the scores were computed on (:func:`data_sha256`). A memo or journal of other tokens is set aside
+(renamed ``*.other-data-<sha>.json``/``.journal``, never deleted) and the run scores afresh, saying so on
+stderr; one written before the fingerprint existed is used as it is, saying that too.
+
 Two ``prune`` processes of one configuration share the run directory, its ``memo.json`` and this journal;
 lines they append do not mix (each is one ``O_APPEND`` write), but what one compacts away while the other
 writes is lost for a crash of the other, as ``memo.json`` is shared the same way.
@@ -28,8 +35,10 @@ writes is lost for a crash of the other, as ``memo.json`` is shared the same way
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
+import sys
 import time
 from collections.abc import Iterable
 from dataclasses import asdict
@@ -41,10 +50,12 @@ from pruning.calibration.scoring.shortcuts import PartialScore
 from pruning.models import validate_removed
 
 __all__ = [
+    "DATA_FIELD",
     "JOURNAL_FORMAT",
     "MEMO_FORMAT",
     "JournalledMemo",
     "MemoJournal",
+    "data_sha256",
     "journal_memo",
     "journalled_memo",
     "load_memo",
@@ -56,6 +67,9 @@ MEMO_FORMAT = 1
 
 JOURNAL_FORMAT = "depthprune-memo-journal/1"
 """``format`` of a journal's header line."""
+
+DATA_FIELD = "data_sha256"
+"""The key of the calibration tokens' fingerprint in ``memo.json`` and the journal's header."""
 
 SYNC_INTERVAL_S = 1.0
 """At most this long between a journalled score and its ``fsync`` (a power cut loses no more)."""
@@ -70,19 +84,24 @@ class MemoJournal:
     Args:
         path: the journal file; created with its header when missing or empty.
         key: what the scores belong to (model, dtype, calibration configuration), as ``memo.json`` has it.
+        data: the fingerprint of the calibration tokens (:func:`data_sha256`); a journal of other tokens is
+            set aside (module doc), one without a fingerprint (older) is read as this data's.
 
     Raises:
         UserError: the file exists with a header of another format or key.
     """
 
-    def __init__(self, path: str | Path, key: dict):
+    def __init__(self, path: str | Path, key: dict, data: str | None = None):
         self.path = Path(path)
         self.header = {"format": JOURNAL_FORMAT, **json.loads(json.dumps(key))}
+        self.data = data
         self.replayed: list[tuple[list[int], float]] = []
         """The scores a killed run left in the journal, read when it was opened."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.is_file() and self.path.stat().st_size > 0:
             self.replayed = self._read()
+        if data is not None:
+            self.header[DATA_FIELD] = data
         # Rewritten whole, so that a line torn by a crash is not continued by the next append.
         self._rewrite(self.replayed)
         self._descriptor = os.open(self.path, os.O_WRONLY | os.O_APPEND)
@@ -94,12 +113,15 @@ class MemoJournal:
             header = json.loads(lines[0])
         except ValueError:
             header = None
+        recorded = header.pop(DATA_FIELD, None) if isinstance(header, dict) else None
         if header != self.header:
             found = header.get("format") if isinstance(header, dict) else "not a journal"
             raise UserError(
                 f"memo journal {str(self.path)!r} belongs to another model or calibration configuration "
                 f"({found}); delete it to start afresh"
             )
+        if not same_data(self.path, recorded, self.data):
+            return []
         scores = []
         for line in lines[1:]:
             try:
@@ -184,7 +206,7 @@ class JournalledMemo(dict):
 
 
 def journalled_memo(
-    path: str | Path, key: dict, memo: dict, num_blocks: int
+    path: str | Path, key: dict, memo: dict, num_blocks: int, data: str | None = None
 ) -> tuple[JournalledMemo, MemoJournal]:
     """``memo`` with the scores a killed run journalled at ``path`` added, journalling from now on.
 
@@ -193,6 +215,7 @@ def journalled_memo(
         key: model, dtype and calibration configuration of the scores (``memo.json``'s).
         memo: the evaluator's memo so far (``memo.json``'s scores included).
         num_blocks: the model's block count (a journalled set is checked against it).
+        data: the fingerprint of the calibration tokens (:func:`data_sha256`).
 
     Returns:
         The memo to use instead, and its journal (``replayed`` lists what was read back).
@@ -200,11 +223,50 @@ def journalled_memo(
     Raises:
         UserError: the journal belongs to another model or configuration, or holds an impossible set.
     """
-    journal = MemoJournal(path, key)
+    journal = MemoJournal(path, key, data)
     entries = dict(memo)
     for removed, loss in journal.replayed:
         entries[validate_removed(removed, num_blocks)] = loss
     return JournalledMemo(entries, journal), journal
+
+
+def data_sha256(evaluator) -> str:
+    """Fingerprint of the calibration tokens ``evaluator`` scores: every tensor of its batches (ids, masks,
+    answer positions and tokens, item layout) in order, as bytes. Equal for equal data on any device."""
+    digest = hashlib.sha256()
+    for batch in evaluator.batches:
+        for name, value in sorted(vars(batch).items()):
+            if hasattr(value, "cpu"):
+                tensor = value.cpu().contiguous()
+                digest.update(f"{name}:{str(tensor.dtype)}:{tuple(tensor.shape)}".encode())
+                digest.update(tensor.numpy().tobytes())
+            else:
+                digest.update(f"{name}={value!r}".encode())
+    return digest.hexdigest()
+
+
+def same_data(path: Path, recorded: str | None, current: str | None) -> bool:
+    """Whether the scores at ``path``, made from tokens fingerprinted ``recorded``, are this run's
+    (``current``); a file of other tokens is set aside and False returned, saying so (module doc)."""
+    if current is None:
+        return True
+    if recorded is None:
+        print(
+            f"{path} predates calibration-data fingerprints: its scores are used as this data's "
+            f"(delete it to score afresh)",
+            file=sys.stderr,
+        )
+        return True
+    if recorded == current:
+        return True
+    aside = path.with_name(f"{path.stem}.other-data-{recorded[:12]}{path.suffix}")
+    os.replace(path, aside)
+    print(
+        f"{path} was scored on other calibration data (the data changed under the same configuration): "
+        f"set aside as {aside.name}; scoring afresh",
+        file=sys.stderr,
+    )
+    return False
 
 
 def memo_key(evaluator) -> dict:
@@ -219,6 +281,7 @@ def save_memo(evaluator, path: str | Path) -> Path:
     payload = {
         "format": MEMO_FORMAT,
         **memo_key(evaluator),
+        DATA_FIELD: data_sha256(evaluator),
         "scores": [
             {"removed": sorted(removed), "loss": loss}
             for removed, loss in sorted(evaluator._memo.items(), key=lambda kv: sorted(kv[0]))
@@ -243,6 +306,7 @@ def save_memo(evaluator, path: str | Path) -> Path:
 
 def load_memo(evaluator, path: str | Path) -> int:
     """Add the scores of a :func:`save_memo` file; returns how many were read (its bounds not counted).
+    A file of other calibration tokens is set aside and nothing is read (module doc).
 
     Raises:
         UserError: the file is missing, malformed, or belongs to another model or configuration.
@@ -260,6 +324,8 @@ def load_memo(evaluator, path: str | Path) -> int:
     for key, value in expected.items():
         if payload.get(key) != value:
             raise UserError(f"memo {str(path)!r} was made for {key} {payload.get(key)!r}, not {value!r}")
+    if not same_data(path, payload.get(DATA_FIELD), data_sha256(evaluator)):
+        return 0
     for entry in payload["scores"]:
         evaluator._memo[validate_removed(entry["removed"], evaluator.num_blocks)] = float(entry["loss"])
     for entry in payload.get("bounds", []):
@@ -282,7 +348,7 @@ def journal_memo(evaluator, path: str | Path) -> MemoJournal:
         The :class:`MemoJournal`: compact it after :func:`save_memo`.
     """
     evaluator._memo, journal = journalled_memo(
-        path, memo_key(evaluator), evaluator._memo, evaluator.num_blocks
+        path, memo_key(evaluator), evaluator._memo, evaluator.num_blocks, data_sha256(evaluator)
     )
     for removed, _ in journal.replayed:
         evaluator._bounds.pop(frozenset(removed), None)  # a value read back supersedes a bound
