@@ -221,6 +221,15 @@ def test_a_memo_of_other_calibration_data_is_set_aside_and_an_older_one_is_used_
     assert "was scored on other calibration data" in capsys.readouterr().err
 
 
+def test_the_data_fingerprint_follows_the_samples_not_their_batching(files, evaluators):
+    for objective in ("perplexity", "task_margin"):
+        batched = evaluators(objective)  # batch_size 4
+        alone = build_evaluator(files["model"], config_for(files, objective), progress=False, batch_size=1)
+        assert len(alone.batches) > len(batched.batches)
+        assert data_sha256(alone) == data_sha256(batched)
+    assert data_sha256(evaluators("perplexity")) != data_sha256(evaluators("task_margin"))
+
+
 @pytest.mark.slow
 def test_residual_gradients_match_finite_differences(files):
     """dL_s/dα_i by central differences on a float64 copy, for every sample and block."""

@@ -40,6 +40,7 @@ import json
 import os
 import sys
 import time
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
@@ -231,18 +232,32 @@ def journalled_memo(
 
 
 def data_sha256(evaluator) -> str:
-    """Fingerprint of the calibration tokens ``evaluator`` scores: every tensor of its batches (ids, masks,
-    answer positions and tokens, item layout) in order, as bytes. Equal for equal data on any device."""
-    digest = hashlib.sha256()
+    """Fingerprint of the calibration samples ``evaluator`` scores, independent of how they are batched (a
+    smaller GPU plans smaller batches over the same scores): each text window's tokens, or each question's
+    choices with their answer positions and tokens and which one is correct, digested one sample at a time
+    and combined in sorted order (a mean loss does not depend on the order of its samples)."""
+    samples = []
     for batch in evaluator.batches:
-        for name, value in sorted(vars(batch).items()):
-            if hasattr(value, "cpu"):
-                tensor = value.cpu().contiguous()
-                digest.update(f"{name}:{str(tensor.dtype)}:{tuple(tensor.shape)}".encode())
-                digest.update(tensor.numpy().tobytes())
-            else:
-                digest.update(f"{name}={value!r}".encode())
-    return digest.hexdigest()
+        ids, mask = batch.input_ids.cpu(), batch.token_mask.cpu()
+        rows = [ids[row][mask[row]].tolist() for row in range(ids.shape[0])]
+        if batch.sequence_item is None:
+            samples += [_digest(tokens) for tokens in rows]
+            continue
+        answers = defaultdict(list)
+        for row, position, token in zip(
+            batch.answer_rows.tolist(), batch.answer_positions.tolist(), batch.answer_tokens.tolist()
+        ):
+            answers[row].append([position, token])
+        correct = set(batch.correct_sequence.tolist())
+        choices = defaultdict(list)
+        for row, item in enumerate(batch.sequence_item.tolist()):
+            choices[item].append(_digest([rows[row], answers[row], row in correct]))
+        samples += [_digest(sorted(found)) for found in choices.values()]
+    return _digest(sorted(samples))
+
+
+def _digest(value) -> str:
+    return hashlib.sha256(json.dumps(value, separators=(",", ":")).encode()).hexdigest()
 
 
 def same_data(path: Path, recorded: str | None, current: str | None) -> bool:
