@@ -71,8 +71,11 @@ registry_workers() {
   case "${DEVICE:-auto}" in cuda*) share=(--workers-per-gpu "$count") ;; esac
   mkdir -p "$OUT"
   for worker in $(seq 1 "$count"); do
+    # --keep-weights none: 379 checkpoints of 423 MB would not fit this machine's disk; each variant keeps
+    # its numbers and the command that writes its weights again (not part of the queue key)
     OMP_NUM_THREADS="${WORKER_THREADS:-1}" "$DEPTHPRUNE" study "${WORKER[@]}" --worker --lease-seconds 90 \
-      --device "${DEVICE:-auto}" "${share[@]}" --out "$OUT" > "$OUT/worker$worker.log" 2>&1 &
+      --device "${DEVICE:-auto}" "${share[@]}" --keep-weights "${KEEP_WEIGHTS:-none}" --out "$OUT" \
+      > "$OUT/worker$worker.log" 2>&1 &
     pids+=($!)
   done
   wait "${pids[@]}"

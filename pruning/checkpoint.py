@@ -35,8 +35,16 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
-from depthprune.core.checksums import WEIGHT_PATTERNS, has_weight_files, weights_sha256
+from depthprune.core.checksums import (
+    WEIGHT_PATTERNS,
+    WEIGHTS_RELEASED,
+    has_weight_files,
+    released_weights,
+    weights_sha256,
+    weights_were_released,
+)
 from depthprune.core.errors import UserError
+from depthprune.core.files import write_text_atomically
 from pruning.disk_space import checkpoint_bytes, full_disk_as_user_error
 from pruning.model_sources import GgufSource
 from pruning.models import load_config, resolve, validate_removed
@@ -257,6 +265,8 @@ def write_pruned_checkpoint(
     import depthprune
 
     out = Path(out).expanduser()
+    if not overwrite and weights_were_released(out):
+        return restore_weights(out, model, removed_blocks, revision=revision, dtype=dtype)
     if out.exists() and not overwrite and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"{out} already exists; choose another --out or pass --overwrite")
     base_source = resolve(model, revision).source
@@ -360,6 +370,71 @@ def share_identical_weights(staging: Path, parent: Path, sha256: str) -> bool:
             return False
         return True
     return False
+
+
+def release_weights(directory: str | Path, base_model: str, removed_blocks, reason: str) -> int:
+    """Delete the weight files of the checkpoint in ``directory`` on purpose, leaving its pruning.json,
+    config, tokenizer and a :data:`~depthprune.core.checksums.WEIGHTS_RELEASED` note that says why and how
+    to write them again (the same blocks removed from the same base model give the same weights). The note
+    is written first, so a kill in between leaves a directory that says what happened.
+
+    Returns:
+        Bytes freed on this file system (0 for files that another checkpoint still links).
+    """
+    directory = Path(directory)
+    files = sorted({path for pattern in WEIGHT_PATTERNS for path in directory.glob(pattern)})
+    if not files:
+        return 0
+    removed = ",".join(str(block) for block in sorted(removed_blocks))
+    dtype = json.loads((directory / "config.json").read_text()).get("torch_dtype") or "float32"
+    note = {
+        "reason": reason,
+        "weights_sha256": weights_sha256(directory),
+        "rebuild": f"depthprune checkpoint --model {base_model} --remove {removed} --dtype {dtype} "
+        f"--out {directory}",
+    }
+    write_text_atomically(directory / WEIGHTS_RELEASED, json.dumps(note, indent=2) + "\n")
+    freed = sum(path.stat().st_size for path in files if path.stat().st_nlink == 1)
+    for path in files:
+        path.unlink()
+    return freed
+
+
+def restore_weights(
+    directory: Path, model: str, removed_blocks, *, revision: str | None = None, dtype: str | None = None
+) -> PrunedCheckpoint:
+    """Write again the weights :func:`release_weights` deleted from ``directory``, leaving every other file
+    (pruning.json, the registry's manifest) as it was; the weights must hash to the released ones.
+
+    Raises:
+        UserError: another removal set, or weights that differ from the released ones (another base model
+            revision or dtype).
+    """
+    existing = PrunedCheckpoint.read(directory)
+    removed = sorted(int(block) for block in removed_blocks)
+    if list(existing.removed_blocks) != removed:
+        raise UserError(
+            f"{directory} held removed blocks {existing.removed_blocks}, not {removed}; give its own blocks"
+        )
+    expected = released_weights(directory)["weights_sha256"]
+    model_dir, _ = resolve_model_dir(model, revision)
+    causal_lm = _without_blocks(model_dir, existing.kept_to_original, dtype)
+    staging = Path(tempfile.mkdtemp(prefix=".restore-", dir=directory.parent))
+    try:
+        causal_lm.save_pretrained(staging)
+        actual = weights_sha256(staging)
+        if actual != expected:
+            raise UserError(
+                f"the weights written again for {directory} hash to {actual[:12]}, not the released "
+                f"{expected[:12]}: another base model revision or dtype; nothing was changed"
+            )
+        for pattern in WEIGHT_PATTERNS:
+            for path in staging.glob(pattern):
+                os.replace(path, directory / path.name)
+        (directory / WEIGHTS_RELEASED).unlink()
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return existing
 
 
 def _variant_to_write(

@@ -541,6 +541,16 @@ WorkersPerGpuOption = Annotated[
 ]
 """``study --workers-per-gpu``."""
 
+KeepWeightsOption = Annotated[
+    str,
+    typer.Option(
+        help="all: every variant keeps its weights. none: a variant's weight files are deleted once its "
+        "evaluation is recorded (the directory keeps its pruning.json and the command that writes them "
+        "again), for grids whose checkpoints would not fit on disk."
+    ),
+]
+"""``study --keep-weights``."""
+
 StudyObjectivesOption = Annotated[
     str, typer.Option(help="Calibration objectives, comma-separated: perplexity, task_margin, kl.")
 ]
@@ -670,6 +680,7 @@ def study(
     worker: StudyWorkerOption = False,
     lease_seconds: LeaseSecondsOption = 120.0,
     workers_per_gpu: WorkersPerGpuOption = 1,
+    keep_weights: KeepWeightsOption = "all",
     dry_run: DryRunOption = False,
     gpus: GpusOption = None,
     gpu_memory_gib: GpuMemoryOption = None,
@@ -696,7 +707,7 @@ def study(
         search_request,
         groups.StudyEvaluation(suite, engine, eval_limit, eval_seq_len, heal_spec, heal_data),
         groups.Placement(checkpoints, registry, dtype, device),
-        groups.StudyRunOptions(out, not as_json, worker, lease_seconds, workers_per_gpu),
+        groups.StudyRunOptions(out, not as_json, worker, lease_seconds, workers_per_gpu, keep_weights),
     )
     _run_study(config, PlanRequest(dry_run, gpus, gpu_memory_gib, as_json), executor, ray_address)
 

@@ -194,6 +194,8 @@ class StudyRunOptions:
     """``--lease-seconds``: when a killed worker's cell is taken over."""
     workers_per_gpu: int = 1
     """``--workers-per-gpu``: worker processes sharing one card (each plans for its share)."""
+    keep_weights: str = "all"
+    """``--keep-weights``: ``none`` deletes a variant's weights once it is evaluated."""
 
 
 def study_config(
@@ -241,4 +243,5 @@ def study_config(
         worker=run.worker,
         lease_seconds=run.lease_seconds,
         workers_per_gpu=run.workers_per_gpu,
+        keep_weights=run.keep_weights,
     )

@@ -406,29 +406,28 @@ def test_report_names_the_model_as_the_user_did(tiny_demo_like):
     assert model_name({"model": "/home/models/demo-dac43d3e160a"}) == "demo-dac43d3e160a"  # older reports
 
 
+def tiny_study(model, tmp_path, samples: int, **extra):
+    """A study of the tiny model under perplexity alone, one_shot and greedy at M = 2; ``samples`` keeps its
+    calibration apart from the other tests' in the session's registry."""
+    from pruning.study.plan import StudyConfig
+
+    settings = dict(
+        model=str(model), drops=(2,), objectives=("perplexity",), searches=("one_shot", "greedy"),
+        samples=samples, seq_len=32, engine="torch", eval_seq_len=32, out=tmp_path / "report",
+        checkpoints=tmp_path / "variants", progress=False,
+    )  # fmt: skip
+    return StudyConfig(**{**settings, **extra})
+
+
 def test_a_fresh_report_finds_every_seed_of_a_deterministic_search_in_the_registry(
     tiny_demo_like, tmp_path, capsys
 ):
     """Each seed of a deterministic search is its own calibration draw, so its own registry row, found again
     by a report in a new directory (a report recomputed seed 0 once, when one row served both seeds)."""
-    from pruning.study.plan import StudyConfig
     from pruning.study.run import run_study
     from registry import open_registry
 
-    config = StudyConfig(
-        model=str(tiny_demo_like),
-        drops=(2,),
-        objectives=("perplexity",),
-        searches=("one_shot", "greedy"),
-        seeds=(0, 1),
-        samples=3,  # a calibration no other test of the session's registry uses
-        seq_len=32,
-        engine="torch",
-        eval_seq_len=32,
-        out=tmp_path / "report",
-        checkpoints=tmp_path / "variants",
-        progress=False,
-    )
+    config = tiny_study(tiny_demo_like, tmp_path, samples=3, seeds=(0, 1))
     run_study(config)
     variants = [v for v in open_registry().list_variants() if v.calibration["samples"] == 3]
     assert {(v.search, v.calibration["seed"]): v.search_options["seeds"] for v in variants} == {
@@ -445,26 +444,52 @@ def test_a_fresh_report_finds_every_seed_of_a_deterministic_search_in_the_regist
 def test_a_study_evaluates_the_offline_suite(tiny_demo_like, tmp_path):
     """`--suite offline` (what a real model has without the hub) evaluated nothing: its metrics were not
     counted, so every variant looked evaluated already."""
-    from pruning.study.plan import StudyConfig
     from pruning.study.run import run_study
 
-    config = StudyConfig(
-        model=str(tiny_demo_like),
-        drops=(2,),
-        objectives=("perplexity",),
-        searches=("one_shot", "greedy"),
-        samples=2,  # a calibration no other test of the session's registry uses
-        seq_len=32,
-        suites=("offline",),
-        engine="torch",
-        eval_limit=2,
-        eval_seq_len=32,
-        out=tmp_path / "report",
-        checkpoints=tmp_path / "variants",
-        progress=False,
-    )
+    config = tiny_study(tiny_demo_like, tmp_path, samples=2, suites=("offline",), eval_limit=2)
     report = run_study(config)
     study = json.loads((report / "study.json").read_text())
     expected = {"pydoc/perplexity", "pydoc_cloze/acc", "pydoc_cloze/acc_norm"}
     assert set(study["dense"]) == expected
     assert all(set(cell["metrics"]) == expected for cell in study["cells"])
+
+
+def test_keep_weights_none_releases_evaluated_weights_and_a_rerun_finds_every_cell(
+    tiny_demo_like, tmp_path, capsys
+):
+    """A grid whose checkpoints would not fit on disk keeps each variant's numbers and the way back to its
+    weights, not the weights: a rerun reuses every cell, serving says how to write the weights again, and
+    that command writes the registered weights."""
+    from depthprune.core.checksums import WEIGHTS_RELEASED, has_weight_files
+    from depthprune.core.errors import UserError
+    from depthprune.testing.cli import run_cli
+    from pruning.study.run import run_study
+    from registry import open_registry
+
+    config = tiny_study(tiny_demo_like, tmp_path, samples=5, keep_weights="none")
+    report = run_study(config)
+    cells = json.loads((report / "study.json").read_text())["cells"]
+    assert all(cell["metrics"] for cell in cells)
+    registry = open_registry()
+    variants = [registry.resolve(cell["variant"]) for cell in cells]
+    for variant in variants:
+        assert not has_weight_files(variant.checkpoint_path)
+        assert (Path(variant.checkpoint_path) / WEIGHTS_RELEASED).is_file()
+        assert (Path(variant.checkpoint_path) / "pruning.json").is_file()
+
+    config.out, config.progress = tmp_path / "report-again", True
+    capsys.readouterr()
+    run_study(config)
+    assert "2 cells, 2 already done, 0 to run" in capsys.readouterr().out
+
+    with pytest.raises(
+        UserError, match=r"were not kept \(study --keep-weights none: evaluated\); write them"
+    ):
+        registry.verify_checkpoint(variants[0])
+    rebuild = json.loads((Path(variants[0].checkpoint_path) / WEIGHTS_RELEASED).read_text())["rebuild"]
+    code, _, err = run_cli(*rebuild.replace("--dtype float32", "--dtype bfloat16").split()[1:])
+    assert code == 2 and "not the released" in err and "nothing was changed" in err
+    assert not has_weight_files(variants[0].checkpoint_path)
+    code, _, err = run_cli(*rebuild.split()[1:])
+    assert code == 0, err
+    registry.verify_checkpoint(variants[0])  # the same weights, byte for byte

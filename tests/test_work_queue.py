@@ -358,7 +358,7 @@ def test_the_study_key_ignores_where_a_worker_writes_and_runs(tmp_path):
 
     same = key(out=tmp_path / "a", device="cuda:0", worker=True, lease_seconds=5, engine="vllm")
     assert same == key(out=tmp_path / "b", device="cpu", registry_url="sqlite:///x.db", progress=False)
-    assert same == key(device="cuda", worker=True, engine="torch", workers_per_gpu=6)
+    assert same == key(device="cuda", worker=True, engine="torch", workers_per_gpu=6, keep_weights="none")
     assert key(seeds=(0, 1)) != same
     assert key(samples=32) != same
 

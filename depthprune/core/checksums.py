@@ -7,10 +7,32 @@ from pathlib import Path
 
 WEIGHT_PATTERNS = ("*.safetensors", "*.bin")
 
+WEIGHTS_RELEASED = "weights-released.json"
+"""Left in a checkpoint directory whose weights were deleted on purpose once evaluated (``study
+--keep-weights none``): why, the weights' sha256, and the command that writes them again."""
+
+
+def released_weights(directory: str | Path) -> dict | None:
+    """What :data:`WEIGHTS_RELEASED` in ``directory`` says, when its weights were released on purpose."""
+    import json
+
+    marker = Path(directory) / WEIGHTS_RELEASED
+    try:
+        found = json.loads(marker.read_text())
+    except (OSError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
 
 def has_weight_files(directory: str | Path) -> bool:
     """Whether ``directory`` holds any weight file (a checkpoint copied without its weights holds none)."""
     return any(next(Path(directory).glob(pattern), None) is not None for pattern in WEIGHT_PATTERNS)
+
+
+def weights_were_released(directory: str | Path) -> bool:
+    """Whether ``directory``'s weights were deleted on purpose (a :data:`WEIGHTS_RELEASED` note, no weight
+    file), not lost."""
+    return released_weights(directory) is not None and not has_weight_files(directory)
 
 
 def weights_sha256(directory: str | Path) -> str:

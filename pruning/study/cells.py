@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from depthprune.core.checksums import has_weight_files
+from depthprune.core.checksums import has_weight_files, released_weights, weights_were_released
 from depthprune.core.errors import UserError
 from pruning.study.plan import Cell, StudyPlan, cell_prune_config
 
@@ -142,7 +142,8 @@ def find_in_registry(registry, model: str, cell: Cell) -> CellResult | None:
             and (options.get("timing") or "shared") == cell.timing
             and options.get("protected", []) == list(cell.protected)
             and variant.checkpoint_path
-            and has_weight_files(variant.checkpoint_path)  # not a copy that left its weights elsewhere
+            # not a copy that left its weights elsewhere; weights released once evaluated are no loss
+            and (has_weight_files(variant.checkpoint_path) or weights_were_released(variant.checkpoint_path))
         ):
             return result_of_variant(cell, variant)
     return None
@@ -342,6 +343,12 @@ def evaluate_all(
             else:
                 if config.progress:
                     print(f"study: evaluating {name} ({number}/{len(todo)})", flush=True)
+                if weights_were_released(info.checkpoint_path):
+                    rebuild = released_weights(info.checkpoint_path).get("rebuild", "depthprune checkpoint")
+                    raise UserError(
+                        f"{name} needs evaluating under these settings, but its weights were not kept "
+                        f"(--keep-weights none); write them again with `{rebuild}` and rerun"
+                    )
                 prepared = prepared or prepare_data(suites, plan.demo_dir)
                 results = evaluate_model(info.checkpoint_path, suites, prepared, settings)
                 if sha256:
@@ -354,7 +361,25 @@ def evaluate_all(
             save(metrics.get("dense", {}))
     for result in done.values():
         result.metrics = metrics.get(result.variant, result.metrics)
+    if config.keep_weights == "none":
+        release_evaluated(
+            plan, {name: info for name, info in targets.items() if name != "dense"}, metrics, expected
+        )
     return metrics.get("dense", {})
+
+
+def release_evaluated(plan: StudyPlan, targets: dict[str, Any], metrics: dict, expected: int) -> None:
+    """``--keep-weights none``: delete the weight files of every variant whose evaluation is recorded
+    (:func:`pruning.checkpoint.release_weights`: the directory says how to write them again)."""
+    from pruning.checkpoint import release_weights
+
+    for name, info in targets.items():
+        path = getattr(info, "checkpoint_path", None)
+        if not path or len(metrics.get(name, {})) < expected or not Path(path).is_dir():
+            continue
+        freed = release_weights(path, plan.model, info.removed_blocks, "study --keep-weights none: evaluated")
+        if freed and plan.config.progress:
+            print(f"study: {name} evaluated; its weights released ({freed / 2**30:.2f} GiB)", flush=True)
 
 
 def _expected_metric_count(suites: list[str]) -> int:

@@ -116,6 +116,10 @@ def check_heal_options(config) -> None:
 # ------------------------------------------------------------------------------------------------ healing
 
 
+KEEP_WEIGHTS = ("all", "none")
+"""``study --keep-weights`` values."""
+
+
 @dataclass
 class StudyConfig:
     """One study: the grid, how to evaluate, where to write."""
@@ -190,6 +194,10 @@ class StudyConfig:
     taken over after this long)."""
     workers_per_gpu: int = 1
     """Worker mode on CUDA: workers sharing one card; each plans its cells' memory for its 1/N share."""
+    keep_weights: str = "all"
+    """``all``: every variant's checkpoint keeps its weights. ``none``: a variant's weight files are deleted
+    once its evaluation is recorded (its directory keeps pruning.json, config, tokenizer and a note with the
+    command that writes them again), for grids whose checkpoints would not fit on disk."""
     heal: str | None = None
     """``METHOD:STEPS`` (``lora:200``, ``distill:200``): heal every distinct mask and report before vs after
     healing (:mod:`pruning.study.healing`); None = no healing."""
@@ -230,6 +238,8 @@ class StudyConfig:
         if not self.lease_seconds > 0:
             raise UserError(f"--lease-seconds must be positive, got {self.lease_seconds}")
         check_workers_per_gpu(self)
+        if self.keep_weights not in KEEP_WEIGHTS:
+            raise UserError(f"--keep-weights must be {' or '.join(KEEP_WEIGHTS)}, got {self.keep_weights!r}")
         check_heal_options(self)
         from pruning.calibration.data.items import SAMPLINGS
 

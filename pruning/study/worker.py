@@ -60,6 +60,7 @@ LOCAL_FIELDS = frozenset(
         "worker",
         "lease_seconds",
         "workers_per_gpu",
+        "keep_weights",
     }
 )
 """StudyConfig fields that say how or where one worker runs, not what the study is: not in the queue key."""
