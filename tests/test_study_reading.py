@@ -262,3 +262,30 @@ def test_write_reading_rerenders_the_report_around_it(tmp_path):
     with pytest.raises(UserError, match="healing"):
         write_reading(tmp_path / "healed")
     assert not (tmp_path / "healed" / "reading.md").exists()
+
+
+def test_with_each_seed_its_own_draw_the_reading_measures_how_far_the_draw_moves_the_mask():
+    study = synthetic_study(data_seed=0)
+    redrawn = []
+    for first in study["cells"]:
+        shifted = (
+            [block + 1 for block in first["removed_blocks"]] if first["search"] != "streamline" else None
+        )
+        again = cell(
+            first["objective"], first["data"], first["drop"], first["search"],
+            shifted or first["removed_blocks"], 10, 80, seed=1, data_seed=1, draw=1,
+        )  # fmt: skip
+        redrawn.append(again)
+    study["cells"] += redrawn
+    study["summary"]["seeds"] = [0, 1]
+    facts = reading_facts(study)
+    rows = {row["drop"]: row for row in facts["seed_stability"]["across_draws"]}
+    assert rows[9]["seven"] == pytest.approx(0.8) and rows[9]["seven_pairs"] == 14  # {0..8} vs {1..9}
+    assert rows[12]["seven"] == pytest.approx(11 / 13) and rows[12]["baselines"] == 1.0
+    text = render_reading(facts)
+    assert "**The calibration draw (what the seeds vary).**" in text
+    assert (
+        "M = 9 (≈ the paper's 9): J across draws 0.800 for the seven (14 pairs) (across searches within a "
+        "draw 1.000, across calibrations 0.000: the draw moves the mask more than the search, less than the "
+        "calibration), 1.000 for the baselines" in text
+    )

@@ -217,7 +217,29 @@ def seed_facts(cells: Cells) -> dict:
     for cell in cells.main:
         masks[(configuration(cell), cell["drop"], cell["search"])].add(tuple(sorted(cell["removed_blocks"])))
     changed = {key: len(found) for key, found in masks.items() if len(found) > 1}
-    return {"groups": len(masks), "changed": changed}
+    return {"groups": len(masks), "changed": changed, "across_draws": draw_facts(cells)}
+
+
+def draw_facts(cells: Cells) -> list[dict]:
+    """Mean Jaccard of one search's masks across seeds (same configuration and M): with each seed its own
+    calibration draw, how far the draw moves the mask; the seven and the baselines apart, per M."""
+    by_search = defaultdict(list)
+    for cell in cells.main:
+        by_search[(cell["drop"], cell["search"], configuration(cell))].append(cell["removed_blocks"])
+    rows = []
+    for drop in cells.drops:
+        row = {"drop": drop}
+        for group, members in (("seven", True), ("baselines", False)):
+            values = [
+                study_stats.pairwise_jaccard(found)
+                for (m, search, _), found in by_search.items()
+                if m == drop and (search in STUDY_SEARCHES) == members and len(found) > 1
+            ]
+            pairs = sum(v.pairs for v in values)
+            row[group] = sum(v.mean * v.pairs for v in values) / pairs if pairs else math.nan
+            row[f"{group}_pairs"] = pairs
+        rows.append(row)
+    return rows
 
 
 def prior_facts(cells: Cells) -> list[dict]:
@@ -520,12 +542,47 @@ def seeds_text(facts: dict) -> list[str]:
     if len(facts["summary"]["seeds"]) < 2:
         return []
     changed = sorted(found["changed"].items())
-    listed = "; ".join(f"{s} ({c}, M = {m}): {k} masks" for (c, m, s), k in changed)
-    fixed = "" if facts["provenance"]["draw_varies_with_seed"] else " with the calibration draw fixed"
+    if not facts["provenance"]["draw_varies_with_seed"]:
+        listed = "; ".join(f"{s} ({c}, M = {m}): {k} masks" for (c, m, s), k in changed)
+        return [
+            f"**Seed stability.** {len(changed)} of {found['groups']} (configuration, M, search) found more "
+            f"than one mask over the seeds with the calibration draw fixed: {listed or 'none'}."
+        ]
+    by_drop = facts["headline"]["by_drop"]
+    sentences = []
+    for row in found["across_draws"]:
+        headline = by_drop.get(str(row["drop"]), {})
+        compared = (
+            f" (across searches within a draw {fmt(headline['across_searches'])}, across calibrations "
+            f"{fmt(headline['across_calibrations'])}{_draw_verdict(row['seven'], headline)})"
+            if headline and row["seven_pairs"]
+            else ""
+        )
+        sentences.append(
+            f"{budget_label(facts, row['drop'])}: J across draws {fmt(row['seven'])} for the seven "
+            f"({row['seven_pairs']} pairs){compared}, {fmt(row['baselines'])} for the baselines"
+        )
     return [
-        f"**Seed stability.** {len(changed)} of {found['groups']} (configuration, M, search) found more than "
-        f"one mask over the seeds{fixed}: {listed or 'none'}."
+        "**The calibration draw (what the seeds vary).** Each seed draws its own calibration samples, so one "
+        "search's masks under one configuration differ across seeds by the draw (and, for a stochastic "
+        f"search, its seed): {len(changed)} of {found['groups']} (configuration, M, search) found more than "
+        "one mask. Mean Jaccard of one search's masks across the draws, against the headline's: "
+        + "; ".join(sentences)
+        + "."
     ]
+
+
+def _draw_verdict(across_draws: float, headline: dict) -> str:
+    """``: the draw moves the mask more than the search, less than the calibration`` (a lower J: more)."""
+    parts = []
+    for name, value in (
+        ("the search", headline["across_searches"]),
+        ("the calibration", headline["across_calibrations"]),
+    ):
+        if math.isnan(value) or math.isnan(across_draws) or value == across_draws:
+            continue
+        parts.append(f"{'more' if across_draws < value else 'less'} than {name}")
+    return f": the draw moves the mask {', '.join(parts)}" if parts else ""
 
 
 def prior_text(facts: dict) -> list[str]:
