@@ -66,16 +66,18 @@ WORKER=(
 )
 
 registry_workers() {
-  local count="${WORKERS:-2}" pids=() share=()
+  # registry_workers DIR STUDY-ARGUMENTS...: $WORKERS workers on that grid's queue, reporting into DIR
+  local out="$1" count="${WORKERS:-2}" pids=() share=()
+  shift
   # on a named CUDA card the workers share it: each plans for 1/count of its memory
   case "${DEVICE:-auto}" in cuda*) share=(--workers-per-gpu "$count") ;; esac
-  mkdir -p "$OUT"
+  mkdir -p "$out"
   for worker in $(seq 1 "$count"); do
     # --keep-weights none: 379 checkpoints of 423 MB would not fit this machine's disk; each variant keeps
     # its numbers and the command that writes its weights again (not part of the queue key)
-    OMP_NUM_THREADS="${WORKER_THREADS:-1}" "$DEPTHPRUNE" study "${WORKER[@]}" --worker --lease-seconds 90 \
-      --device "${DEVICE:-auto}" "${share[@]}" --keep-weights "${KEEP_WEIGHTS:-none}" --out "$OUT" \
-      > "$OUT/worker$worker.log" 2>&1 &
+    OMP_NUM_THREADS="${WORKER_THREADS:-1}" "$DEPTHPRUNE" study "$@" --worker --lease-seconds 90 \
+      --device "${DEVICE:-auto}" "${share[@]}" --keep-weights "${KEEP_WEIGHTS:-none}" --out "$out" \
+      > "$out/worker$worker.log" 2>&1 &
     pids+=($!)
   done
   wait "${pids[@]}"
@@ -131,7 +133,7 @@ for line in sys.stdin:
 part() {
   case "$1" in
     objectives) mkdir -p "$OUT/parts"; objectives_two_at_a_time ;;
-    workers) registry_workers ;;
+    workers) registry_workers "$OUT" "${WORKER[@]}" ;;
     perplexity | task_margin | task_ce | kl) mkdir -p "$OUT/parts"; objective_part "$1" ;;
     report)
       # one study over every objective that ran; kl's grid has no CBO, so its report is its part's own
@@ -164,9 +166,12 @@ PY
       # Cross-controls (seed 0): perplexity on the margin's items written as text. Those documents are shorter
       # than the 32-token instances only rarely (25-125 tokens), and each instance keeps its first 32 tokens
       # while a question keeps all of its tokens: the generated reading says so.
+      # With WORKERS set, as registry workers (the cells the main grid ran under seed 0 are found there).
       cloze_as_text
-      "$DEPTHPRUNE" study "${COMMON[@]}" --data "pydoc,pydoc-cloze,text:$CLOZE_TEXT" --seeds 0 --cross-controls \
-        --objectives perplexity,task_margin,task_ce --searches "$SEARCHES_ALL" --out "$OUT/cross-controls"
+      cross=("${COMMON[@]}" --data "pydoc,pydoc-cloze,text:$CLOZE_TEXT" --seeds 0 --cross-controls
+             --objectives perplexity,task_margin,task_ce --searches "$SEARCHES_ALL" --dtype float32)
+      if [ -n "${WORKERS:-}" ]; then registry_workers "$OUT/cross-controls" "${cross[@]}"
+      else "$DEPTHPRUNE" study "${cross[@]}" --out "$OUT/cross-controls"; fi
       "$PYTHON" benchmarks/study_reading.py "$OUT/cross-controls" --cross "$OUT/cross-controls" --write ;;
     *) echo "unknown part $1: objectives, workers, perplexity, task_margin, task_ce, kl, report, reading, check or cross" >&2
        exit 2 ;;
