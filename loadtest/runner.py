@@ -189,6 +189,12 @@ RoundPrompts = Sequence[Prompt] | Mapping[str, Sequence[Prompt]]
 """A round's prompts: one list for every arm, or ``arm -> its own list`` (distinct prompts per arm)."""
 
 
+async def pause_between_arms(seconds: float) -> None:
+    """The quiet ``--arm-gap`` seconds before an arm of another model (its own name, so a test replaces this
+    pause alone, not every ``asyncio.sleep`` of the process)."""
+    await asyncio.sleep(seconds)
+
+
 async def run_round(
     client: aiohttp.ClientSession,
     targets: dict[str, str],
@@ -221,7 +227,7 @@ async def run_round(
         arm_prompts = prompts[arm] if isinstance(prompts, Mapping) else prompts
         model = (model_names or {}).get(arm, arm)
         if config.arm_gap_s and model != previous_model:  # the A/A arm right after dense: same engine
-            await asyncio.sleep(config.arm_gap_s)
+            await pause_between_arms(config.arm_gap_s)
         previous_model = model
         if config.settle_requests:
             await settle(client, targets[arm], model, arm_prompts[: config.settle_requests], config)

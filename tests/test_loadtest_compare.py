@@ -309,7 +309,7 @@ def test_the_pause_between_arms_comes_only_after_another_model(monkeypatch, gap)
         events.append(("run", model))
         return RunResult(model=model, round=kwargs["round_index"], rate=math.inf, duration_s=1.0, requests=[])
 
-    monkeypatch.setattr(runner.asyncio, "sleep", sleep)
+    monkeypatch.setattr(runner, "pause_between_arms", sleep)
     monkeypatch.setattr(runner, "settle", settle)
     monkeypatch.setattr(runner, "timed_run", timed_run)
     arms = ["dense", "dense (A/A)", "v1", "v2"]
