@@ -168,8 +168,9 @@ PY
       # while a question keeps all of its tokens: the generated reading says so.
       # With WORKERS set, as registry workers (the cells the main grid ran under seed 0 are found there).
       cloze_as_text
-      cross=("${COMMON[@]}" --data "pydoc,pydoc-cloze,text:$CLOZE_TEXT" --seeds 0 --cross-controls
-             --objectives perplexity,task_margin,task_ce --searches "$SEARCHES_ALL" --dtype float32)
+      # The paper's budgets only (CROSS_DROPS): the later --drop wins over COMMON's.
+      cross=("${COMMON[@]}" --drop "${CROSS_DROPS:-7,8}" --data "pydoc,pydoc-cloze,text:$CLOZE_TEXT" --seeds 0
+             --cross-controls --objectives perplexity,task_margin,task_ce --searches "$SEARCHES_ALL" --dtype float32)
       if [ -n "${WORKERS:-}" ]; then registry_workers "$OUT/cross-controls" "${cross[@]}"
       else "$DEPTHPRUNE" study "${cross[@]}" --out "$OUT/cross-controls"; fi
       "$PYTHON" benchmarks/study_reading.py "$OUT/cross-controls" --cross "$OUT/cross-controls" --write ;;
