@@ -44,16 +44,11 @@ class PlanRequest:
 
 
 def model_config(model: str) -> dict:
-    """config.json of a hub id or directory; an embedded name or a GGUF file is resolved (converted) first."""
-    try:
-        return read_model_config(model)
-    except UserError:
-        from pruning.model_sources import resolve_model
+    """config.json of a hub id or directory; an embedded name or a GGUF file is resolved (converted) first,
+    so that its name is never asked of the hub (five network retries offline before the fallback)."""
+    from pruning.model_sources import resolve_model
 
-        resolved = resolve_model(model, progress=False).model
-        if resolved == model:
-            raise
-        return read_model_config(resolved)
+    return read_model_config(resolve_model(model, progress=False).model)
 
 
 def _needed(device: str, request: PlanRequest) -> bool:

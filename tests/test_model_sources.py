@@ -134,6 +134,15 @@ def test_embedded_name_resolves_through_the_installed_distribution(tiny_gguf, ho
     assert resolved.source.label == "smollm2-135m"
     assert load_config("smollm2-135m").num_hidden_layers == 6
 
+    # the memory planner reads it from the converted checkpoint, never asking the hub for the name first
+    # (offline, huggingface_hub retried five times, about 25 s, before the fallback)
+    import huggingface_hub
+
+    from pruning.run_planning import model_config
+
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda *a, **k: pytest.fail("asked the hub"))
+    assert model_config("smollm2-135m")["num_hidden_layers"] == 6
+
 
 def test_missing_embedded_package_is_one_line_naming_the_install(home, monkeypatch):
     def not_installed(name):
