@@ -25,16 +25,16 @@
 # Every part is a `depthprune study` over part of the grid; a cell or an evaluation already in the registry
 # is never recomputed, so any part can be re-run after a kill and `report` only collects.
 #
-# Expected wall time (an estimate, not run): the previous run's searches cost 0.082 s per subset per 32-token
-# text window and 0.127 s per subset per question of at most 32 tokens on one core (36 and 56 min for about
-# 3,300 subsets per M with the draw shared by the seeds). Now every seed is its own draw (no memo shared
-# between seeds), three budgets, whole questions (about 1.5x the tokens): about 1,700 subsets per (objective,
-# M, seed) gives perplexity ~85 min, task_margin ~3.2 h and task_ce ~3.2 h of one core, ~3.7 h on the 2 cores
-# with two objectives at a time, plus ~45 min of evaluation (about 250 distinct variants x 20 s / 2 cores):
-# about 4.5 h in all, ~6 h with WITH_KL=1 (KL costs about perplexity's twice). To fit about 90 minutes, pin
-# the draw (DATA_SEED=0: deterministic searches then run once and their other seeds' cells are copied,
-# reused_from; roughly a third of the subsets) and drop the extension (DROPS=7,8): about 1.5-2 h, but the
-# seeds then measure the search only, not the data draw.
+# Measured (2026-11-25/26, the committed report; float32, registry workers sharing one queue): the 101
+# perplexity cells at M = 7 and 8 (and 17 at M = 10) ran on one H100 as six workers in 7.5 minutes; the other
+# 278 cells (the rest of perplexity at M = 10, every task_margin and task_ce cell) ran on this machine's 2
+# cores as two workers, one thread each: 61 s per task cell per core on average, search and evaluation
+# (40 items per task) together, about 4.7 h of one core. On CPU alone the whole grid is about 6 core-hours:
+# about 3 h with both cores. To fit about 90 minutes, pin the draw (DATA_SEED=0: deterministic searches then
+# run once and their other seeds' cells are copied, reused_from; roughly a third of the cells) and drop the
+# extension (DROPS=7,8), but the seeds then measure the search only, not the data draw. WITH_KL=1 adds KL
+# (about perplexity's cost twice). The cross-controls (`cross`, the paper's budgets, seed 0) add 20 perplexity
+# cells on the cloze items as text; the others are the grid's seed-0 cells, found in the registry.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEPTHPRUNE="${DEPTHPRUNE:-.venv/bin/depthprune}"
