@@ -28,9 +28,9 @@
 # Measured (2026-11-25/26, the committed report; float32, registry workers sharing one queue): the 101
 # perplexity cells at M = 7 and 8 (and 17 at M = 10) ran on one H100 as six workers in 7.5 minutes; the other
 # 278 cells (the rest of perplexity at M = 10, every task_margin and task_ce cell) ran on this machine's 2
-# cores as two workers, one thread each: 61 s per task cell per core on average, search and evaluation
-# (40 items per task) together, about 4.7 h of one core. On CPU alone the whole grid is about 6 core-hours:
-# about 3 h with both cores. To fit about 90 minutes, pin the draw (DATA_SEED=0: deterministic searches then
+# cores as two workers, one thread each: 63 s per cell per core on average, search and evaluation (40 items
+# per task) together, 4.9 h of one core. On CPU alone the whole grid is about 6.5 core-hours: about 3.3 h
+# with both cores. To fit about 90 minutes, pin the draw (DATA_SEED=0: deterministic searches then
 # run once and their other seeds' cells are copied, reused_from; roughly a third of the cells) and drop the
 # extension (DROPS=7,8), but the seeds then measure the search only, not the data draw. WITH_KL=1 adds KL
 # (about perplexity's cost twice). The cross-controls (`cross`, the paper's budgets, seed 0) add 20 perplexity
