@@ -36,12 +36,11 @@ from functools import partial
 from pathlib import Path
 
 from depthprune.core.checksums import (
-    WEIGHT_PATTERNS,
     WEIGHTS_RELEASED,
     has_weight_files,
     released_weights,
+    weight_files,
     weights_sha256,
-    weights_were_released,
 )
 from depthprune.core.errors import UserError
 from depthprune.core.files import write_text_atomically
@@ -265,8 +264,9 @@ def write_pruned_checkpoint(
     import depthprune
 
     out = Path(out).expanduser()
-    if not overwrite and weights_were_released(out):
-        return restore_weights(out, model, removed_blocks, revision=revision, dtype=dtype)
+    released = None if overwrite else released_weights(out)
+    if released is not None:
+        return restore_weights(out, released, model, removed_blocks, revision=revision, dtype=dtype)
     if out.exists() and not overwrite and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"{out} already exists; choose another --out or pass --overwrite")
     base_source = resolve(model, revision).source
@@ -357,8 +357,8 @@ def share_identical_weights(staging: Path, parent: Path, sha256: str) -> bool:
             continue
         if recorded != sha256:
             continue
-        ours = sorted(path.name for pattern in WEIGHT_PATTERNS for path in staging.glob(pattern))
-        theirs = sorted(path.name for pattern in WEIGHT_PATTERNS for path in directory.glob(pattern))
+        ours = [path.name for path in weight_files(staging)]
+        theirs = [path.name for path in weight_files(directory)]
         if ours != theirs or weights_sha256(directory) != sha256:
             continue
         try:
@@ -382,7 +382,7 @@ def release_weights(directory: str | Path, base_model: str, removed_blocks, reas
         Bytes freed on this file system (0 for files that another checkpoint still links).
     """
     directory = Path(directory)
-    files = sorted({path for pattern in WEIGHT_PATTERNS for path in directory.glob(pattern)})
+    files = weight_files(directory)
     if not files:
         return 0
     removed = ",".join(str(block) for block in sorted(removed_blocks))
@@ -394,17 +394,26 @@ def release_weights(directory: str | Path, base_model: str, removed_blocks, reas
         f"--out {directory}",
     }
     write_text_atomically(directory / WEIGHTS_RELEASED, json.dumps(note, indent=2) + "\n")
-    freed = sum(path.stat().st_size for path in files if path.stat().st_nlink == 1)
+    freed = 0
     for path in files:
+        found = path.stat()
+        freed += found.st_size if found.st_nlink == 1 else 0  # another checkpoint's link keeps the bytes
         path.unlink()
     return freed
 
 
 def restore_weights(
-    directory: Path, model: str, removed_blocks, *, revision: str | None = None, dtype: str | None = None
+    directory: Path,
+    released: dict,
+    model: str,
+    removed_blocks,
+    *,
+    revision: str | None = None,
+    dtype: str | None = None,
 ) -> PrunedCheckpoint:
-    """Write again the weights :func:`release_weights` deleted from ``directory``, leaving every other file
-    (pruning.json, the registry's manifest) as it was; the weights must hash to the released ones.
+    """Write again the weights :func:`release_weights` deleted from ``directory`` (``released``: its note),
+    leaving every other file (pruning.json, the registry's manifest) as it was; the weights must hash to the
+    released ones.
 
     Raises:
         UserError: another removal set, or weights that differ from the released ones (another base model
@@ -416,7 +425,7 @@ def restore_weights(
         raise UserError(
             f"{directory} held removed blocks {existing.removed_blocks}, not {removed}; give its own blocks"
         )
-    expected = released_weights(directory)["weights_sha256"]
+    expected = released["weights_sha256"]
     model_dir, _ = resolve_model_dir(model, revision)
     causal_lm = _without_blocks(model_dir, existing.kept_to_original, dtype)
     staging = Path(tempfile.mkdtemp(prefix=".restore-", dir=directory.parent))
@@ -428,9 +437,8 @@ def restore_weights(
                 f"the weights written again for {directory} hash to {actual[:12]}, not the released "
                 f"{expected[:12]}: another base model revision or dtype; nothing was changed"
             )
-        for pattern in WEIGHT_PATTERNS:
-            for path in staging.glob(pattern):
-                os.replace(path, directory / path.name)
+        for path in weight_files(staging):
+            os.replace(path, directory / path.name)
         (directory / WEIGHTS_RELEASED).unlink()
     finally:
         shutil.rmtree(staging, ignore_errors=True)

@@ -21,7 +21,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from depthprune.core.checksums import WEIGHT_PATTERNS, released_weights, weights_sha256, weights_were_released
+from depthprune.core.checksums import WEIGHT_PATTERNS, released_weights, weights_sha256
 from depthprune.core.errors import UserError
 
 MODEL_FILE_PATTERNS = (
@@ -116,8 +116,8 @@ def check_model_files(
     directory = Path(directory)
     if not directory.is_dir():
         raise UserError(f"checkpoint of {label!r} is missing: {directory} is not a directory")
-    if weights_were_released(directory):
-        released = released_weights(directory)
+    released = released_weights(directory)
+    if released is not None:
         raise UserError(
             f"the weights of {label!r} were not kept ({released.get('reason', 'released')}); write them "
             f"again with `{released.get('rebuild', 'depthprune checkpoint')}`"

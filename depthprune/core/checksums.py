@@ -13,7 +13,8 @@ WEIGHTS_RELEASED = "weights-released.json"
 
 
 def released_weights(directory: str | Path) -> dict | None:
-    """What :data:`WEIGHTS_RELEASED` in ``directory`` says, when its weights were released on purpose."""
+    """What :data:`WEIGHTS_RELEASED` in ``directory`` says when its weights were deleted on purpose (the note
+    there and no weight file), not lost; None otherwise."""
     import json
 
     marker = Path(directory) / WEIGHTS_RELEASED
@@ -21,7 +22,7 @@ def released_weights(directory: str | Path) -> dict | None:
         found = json.loads(marker.read_text())
     except (OSError, ValueError):
         return None
-    return found if isinstance(found, dict) else None
+    return found if isinstance(found, dict) and not has_weight_files(directory) else None
 
 
 def has_weight_files(directory: str | Path) -> bool:
@@ -29,10 +30,9 @@ def has_weight_files(directory: str | Path) -> bool:
     return any(next(Path(directory).glob(pattern), None) is not None for pattern in WEIGHT_PATTERNS)
 
 
-def weights_were_released(directory: str | Path) -> bool:
-    """Whether ``directory``'s weights were deleted on purpose (a :data:`WEIGHTS_RELEASED` note, no weight
-    file), not lost."""
-    return released_weights(directory) is not None and not has_weight_files(directory)
+def weight_files(directory: str | Path) -> list[Path]:
+    """The weight files of a checkpoint directory, in name order."""
+    return sorted({path for pattern in WEIGHT_PATTERNS for path in Path(directory).glob(pattern)})
 
 
 def weights_sha256(directory: str | Path) -> str:
@@ -41,8 +41,7 @@ def weights_sha256(directory: str | Path) -> str:
     Raises:
         FileNotFoundError: when the directory holds no weight file.
     """
-    directory = Path(directory)
-    files = sorted({path for pattern in WEIGHT_PATTERNS for path in directory.glob(pattern)})
+    files = weight_files(directory)
     if not files:
         raise FileNotFoundError(f"no weight files (*.safetensors, *.bin) in {directory}")
     digest = hashlib.sha256()

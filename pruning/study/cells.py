@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from depthprune.core.checksums import has_weight_files, released_weights, weights_were_released
+from depthprune.core.checksums import has_weight_files, released_weights
 from depthprune.core.errors import UserError
 from pruning.study.plan import Cell, StudyPlan, cell_prune_config
 
@@ -143,7 +143,10 @@ def find_in_registry(registry, model: str, cell: Cell) -> CellResult | None:
             and options.get("protected", []) == list(cell.protected)
             and variant.checkpoint_path
             # not a copy that left its weights elsewhere; weights released once evaluated are no loss
-            and (has_weight_files(variant.checkpoint_path) or weights_were_released(variant.checkpoint_path))
+            and (
+                has_weight_files(variant.checkpoint_path)
+                or released_weights(variant.checkpoint_path) is not None
+            )
         ):
             return result_of_variant(cell, variant)
     return None
@@ -343,8 +346,9 @@ def evaluate_all(
             else:
                 if config.progress:
                     print(f"study: evaluating {name} ({number}/{len(todo)})", flush=True)
-                if weights_were_released(info.checkpoint_path):
-                    rebuild = released_weights(info.checkpoint_path).get("rebuild", "depthprune checkpoint")
+                released = released_weights(info.checkpoint_path)
+                if released is not None:
+                    rebuild = released.get("rebuild", "depthprune checkpoint")
                     raise UserError(
                         f"{name} needs evaluating under these settings, but its weights were not kept "
                         f"(--keep-weights none); write them again with `{rebuild}` and rerun"

@@ -230,14 +230,14 @@ def draw_facts(cells: Cells) -> list[dict]:
     for drop in cells.drops:
         row = {"drop": drop}
         for group, members in (("seven", True), ("baselines", False)):
-            values = [
-                study_stats.pairwise_jaccard(found)
-                for (m, search, _), found in by_search.items()
-                if m == drop and (search in STUDY_SEARCHES) == members and len(found) > 1
-            ]
-            pairs = sum(v.pairs for v in values)
-            row[group] = sum(v.mean * v.pairs for v in values) / pairs if pairs else math.nan
-            row[f"{group}_pairs"] = pairs
+            pooled = study_stats.pooled_pairwise_jaccard(
+                [
+                    found
+                    for (m, search, _), found in by_search.items()
+                    if m == drop and (search in STUDY_SEARCHES) == members
+                ]
+            )
+            row[group], row[f"{group}_pairs"] = pooled.mean, pooled.pairs
         rows.append(row)
     return rows
 

@@ -235,7 +235,11 @@ def data_sha256(evaluator) -> str:
     """Fingerprint of the calibration samples ``evaluator`` scores, independent of how they are batched (a
     smaller GPU plans smaller batches over the same scores): each text window's tokens, or each question's
     choices with their answer positions and tokens and which one is correct, digested one sample at a time
-    and combined in sorted order (a mean loss does not depend on the order of its samples)."""
+    and combined in sorted order (a mean loss does not depend on the order of its samples). Computed once
+    per evaluator (its samples never change), though every save, load and journal records it."""
+    known = getattr(evaluator, "_data_sha256", None)
+    if known is not None:
+        return known
     samples = []
     for batch in evaluator.batches:
         ids, mask = batch.input_ids.cpu(), batch.token_mask.cpu()
@@ -253,7 +257,8 @@ def data_sha256(evaluator) -> str:
         for row, item in enumerate(batch.sequence_item.tolist()):
             choices[item].append(_digest([rows[row], answers[row], row in correct]))
         samples += [_digest(sorted(found)) for found in choices.values()]
-    return _digest(sorted(samples))
+    evaluator._data_sha256 = _digest(sorted(samples))
+    return evaluator._data_sha256
 
 
 def _digest(value) -> str:
