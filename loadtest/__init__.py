@@ -6,6 +6,7 @@ Run ``depthprune loadtest --help``. Importing this package pulls in neither torc
 from loadtest.arrivals import arrival_offsets
 from loadtest.benchmark import Benchmark, Measurement, SweepConfig, build_result
 from loadtest.blocks import block_counts
+from loadtest.capacity import CapacityConfig, CapacitySearch, search_capacity
 from loadtest.client import RequestResult, completion_payload, served_models, stream_completion
 from loadtest.compare import BlockCounts, geometric_mean, ratios_to_baseline, speedup_summary
 from loadtest.config import LoadConfig
@@ -14,16 +15,20 @@ from loadtest.prompts import Prompt, build_prompts
 from loadtest.report import markdown_report, write_report
 from loadtest.runner import RunResult, interleaved_rounds, timed_run
 from loadtest.session import LoadTestPlan, run_loadtest
+from loadtest.slo import Slo, parse_slo
 
 __all__ = [
     "Benchmark",
     "BlockCounts",
+    "CapacityConfig",
+    "CapacitySearch",
     "LoadConfig",
     "LoadTestPlan",
     "Measurement",
     "Prompt",
     "RequestResult",
     "RunResult",
+    "Slo",
     "SweepConfig",
     "arrival_offsets",
     "block_counts",
@@ -34,9 +39,11 @@ __all__ = [
     "geometric_mean",
     "interleaved_rounds",
     "markdown_report",
+    "parse_slo",
     "parse_goodput",
     "ratios_to_baseline",
     "run_loadtest",
+    "search_capacity",
     "served_models",
     "speedup_summary",
     "stream_completion",

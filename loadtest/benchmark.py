@@ -262,6 +262,24 @@ def summarize_measurement(
     return models, comparison, aa
 
 
+def result_header(*, target: str, targets: dict[str, str], config: LoadConfig, baseline: str, tokenizer: str):
+    """What every result starts with: the tool, when, where, on what hardware, with which load settings."""
+    from depthprune import __version__
+
+    return {
+        "tool": "depthprune loadtest",
+        "depthprune_version": __version__,
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "target": target,
+        "targets": targets,
+        "hardware": hardware_description(),
+        "backend": "openai-completions (streaming)",
+        "settings": config.as_dict(),
+        "tokenizer": tokenizer,
+        "baseline": baseline,
+    }
+
+
 def build_result(
     *,
     target: str,
@@ -286,23 +304,12 @@ def build_result(
         steady: The measurement at the fixed steady-state rate, if one ran.
         steady_precision: Its stopping record.
     """
-    from depthprune import __version__
-
     models, comparison, aa = summarize_measurement(measurement, config, baseline, counts, aa_arm)
-    result = {
-        "tool": "depthprune loadtest",
-        "depthprune_version": __version__,
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "target": target,
-        "targets": targets,
-        "hardware": hardware_description(),
-        "backend": "openai-completions (streaming)",
-        "settings": {
-            **config.as_dict(),
-            "measured_rate": "inf" if math.isinf(measurement.rate) else measurement.rate,
-        },
-        "tokenizer": tokenizer,
-        "baseline": baseline,
+    result = result_header(
+        target=target, targets=targets, config=config, baseline=baseline, tokenizer=tokenizer
+    )
+    result["settings"]["measured_rate"] = "inf" if math.isinf(measurement.rate) else measurement.rate
+    result |= {
         "rounds": len(next(iter(models.values()))["rounds"]) if models else 0,
         "precision": precision,
         "models": models,

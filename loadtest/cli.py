@@ -5,6 +5,11 @@ intervals are ±3 %)::
 
     depthprune loadtest --target http://127.0.0.1:8000 --models dense,ppl-best --aa \\
         --num-prompts 64 --output-len 64 --report-dir reports/ --save-result result.json
+
+Capacity at a latency objective (each arm's highest Poisson rate meeting every objective,
+:mod:`loadtest.capacity`)::
+
+    depthprune loadtest --models dense,ppl-best --aa --slo "ttft_p99_ms=500,tpot_p99_ms=50" --time-budget 900
 """
 
 from __future__ import annotations
@@ -20,11 +25,13 @@ import typer
 from depthprune.core.errors import UserError
 from depthprune.core.options import JsonOption, RegistryOption, SeedOption
 from loadtest.benchmark import SweepConfig
+from loadtest.capacity import CapacityConfig
 from loadtest.compare import parse_blocks_overrides
 from loadtest.config import LoadConfig
 from loadtest.metrics import parse_goodput
 from loadtest.report import markdown_report
 from loadtest.session import LoadTestPlan, run_loadtest
+from loadtest.slo import parse_slo
 
 
 def parse_rate(text: str) -> float:
@@ -191,6 +198,45 @@ SaveRegistryOption = Annotated[
 ReportDirOption = Annotated[
     Path | None, typer.Option(help="Write loadtest.md and PNG plots into this directory.")
 ]
+SloOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Capacity at these latency objectives instead of saturation, e.g. "
+        "'ttft_p99_ms=500,tpot_p99_ms=50[,e2e_p99_ms=4000]': each arm's highest Poisson rate meeting all."
+    ),
+]
+SloReplicatesOption = Annotated[
+    int, typer.Option(help="With --slo: most repeats of the whole rate search (intervals come from them).")
+]
+SloStartOption = Annotated[
+    float | None, typer.Option(help="With --slo: first rate tried (default: one request stream's rate).")
+]
+ArmGapOption = Annotated[
+    float,
+    typer.Option(
+        help="Seconds to pause before an arm's run when the run before it sent another model, so that "
+        "engine is idle first (0 = none; docs/benchmarks.md).",
+    ),
+]
+SettleOption = Annotated[
+    int, typer.Option(help="Unmeasured short requests to an arm right before each of its runs.")
+]
+
+LOAD_OPTION_FIELDS = {
+    "arm_gap": "arm_gap_s",
+    "time_budget": "time_budget_s",
+    "request_timeout": "request_timeout_s",
+    "max_run_time": "max_run_s",
+}
+"""``loadtest`` parameter -> :class:`LoadConfig` field, where the names differ (the rest are equal)."""
+
+
+def load_config(options: dict) -> LoadConfig:
+    """The :class:`LoadConfig` of ``loadtest``'s parameters (``options``: its ``locals()``)."""
+    fields = {LOAD_OPTION_FIELDS.get(name, name): value for name, value in options.items()}
+    slos, percentiles = parse_latency_targets(options["goodput"] or [], options["percentiles"])
+    fields.update(rate=parse_rate(options["rate"]), goodput_slos_ms=slos, percentiles=percentiles)
+    return LoadConfig(**{name: fields[name] for name in LoadConfig.__dataclass_fields__})
 
 
 def loadtest(
@@ -203,16 +249,8 @@ def loadtest(
     input_len: InputLenOption = 128,
     output_len: OutputLenOption = 64,
     warmup: Annotated[int, typer.Option(help="Unmeasured warm-up requests per model.")] = 2,
-    settle_requests: Annotated[
-        int, typer.Option(help="Unmeasured short requests to an arm right before each of its runs.")
-    ] = 2,
-    arm_gap: Annotated[
-        float,
-        typer.Option(
-            help="Seconds to pause before an arm's run when the run before it sent another model, so that "
-            "engine is idle first (0 = none; docs/benchmarks.md).",
-        ),
-    ] = 2.0,
+    settle_requests: SettleOption = 2,
+    arm_gap: ArmGapOption = 2.0,
     seed: SeedOption = 0,
     prompts: PromptsOption = "synthetic",
     rounds: RoundsOption = 3,
@@ -223,6 +261,9 @@ def loadtest(
     steady_fraction: SteadyFractionOption = 0.5,
     goodput: GoodputOption = None,
     percentiles: Annotated[str, typer.Option(help="Comma-separated latency percentiles.")] = "90,99",
+    slo: SloOption = None,
+    slo_replicates: SloReplicatesOption = 4,
+    slo_start_rate: SloStartOption = None,
     sweep: SweepOption = False,
     sweep_start: SweepStartOption = None,
     sweep_steps: Annotated[int, typer.Option(help="Most rates a sweep tries.")] = 8,
@@ -243,49 +284,38 @@ def loadtest(
     Sends OpenAI completion requests with ignore_eos so every model generates the same tokens, times every
     streamed token, and reports TTFT, TPOT, ITL and E2E latency (mean, median, std, percentiles), request and
     token throughput and goodput with the key names of `vllm bench serve`; then each variant's ratio to the
-    dense model, with its 95 % interval, next to the ideal N/(N-M) speedup of removing M of N blocks.
+    dense model, with its 95 % interval, next to the ideal N/(N-M) speedup of removing M of N blocks. With
+    --slo: each model's capacity (highest Poisson rate meeting every objective) and its ratio to dense.
     """
+    config = load_config(dict(locals()))
     target = check_url(target, "--target")
-    slos, percentile_values = parse_latency_targets(goodput or [], percentiles)
-    config = LoadConfig(
-        rate=parse_rate(rate),
-        burstiness=burstiness,
-        max_concurrency=max_concurrency,
-        num_prompts=num_prompts,
-        input_len=input_len,
-        output_len=output_len,
-        warmup=warmup,
-        settle_requests=settle_requests,
-        arm_gap_s=arm_gap,
-        seed=seed,
-        rounds=rounds,
-        max_rounds=max_rounds,
-        target_precision=target_precision,
-        time_budget_s=time_budget,
-        aa=aa,
-        steady_fraction=steady_fraction,
-        prompts=prompts,
-        ignore_eos=ignore_eos,
-        goodput_slos_ms=slos,
-        percentiles=percentile_values,
-        request_timeout_s=request_timeout,
-        max_run_s=max_run_time,
-    )
+    if slo is not None and sweep:
+        raise UserError("--slo and --sweep are two different searches: give one")
+    capacity = None
+    if slo is not None:
+        capacity = CapacityConfig(parse_slo(slo), start_rate=slo_start_rate, max_replicates=slo_replicates)
     sweep_config = SweepConfig(start_rate=sweep_start, max_steps=sweep_steps) if sweep else None
     outputs = ResultOptions(registry, save_registry, save_result, report_dir)
-    plan = _plan(target, config, sweep_config, TargetOptions(models, blocks, tokenizer, api_key), outputs)
+    targets = TargetOptions(models, blocks, tokenizer, api_key)
+    plan = _plan(target, config, sweep_config, capacity, targets, outputs)
     result = run_loadtest(plan)
     typer.echo(json.dumps(result, indent=2) if as_json else markdown_report(result))
 
 
 def _plan(
-    target: str, config: LoadConfig, sweep: SweepConfig | None, targets: TargetOptions, outputs: ResultOptions
+    target: str,
+    config: LoadConfig,
+    sweep: SweepConfig | None,
+    capacity: CapacityConfig | None,
+    targets: TargetOptions,
+    outputs: ResultOptions,
 ) -> LoadTestPlan:
     """The :class:`~loadtest.session.LoadTestPlan` of one command line (parses ``--models``, ``--blocks``)."""
     return LoadTestPlan(
         target=target,
         config=config,
         sweep=sweep,
+        capacity=capacity,
         targets=parse_models(targets.models, target),
         blocks_overrides=parse_blocks_overrides(targets.blocks or []),
         tokenizer_dir=targets.tokenizer,

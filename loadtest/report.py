@@ -2,13 +2,15 @@
 
 Files written into the report directory: ``loadtest.md``, ``latency_percentiles.png`` (per latency
 family, the mean/median/percentiles of each model), ``throughput.png`` (measured output throughput
-next to the ideal N/(N-M) times the dense model's), and with ``--sweep`` ``throughput_vs_rate.png``.
+next to the ideal N/(N-M) times the dense model's), and with ``--sweep`` ``throughput_vs_rate.png``; with
+``--slo``, the capacity plots of :mod:`loadtest.capacity_report` instead.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from loadtest.capacity_report import capacity_markdown, write_capacity_plots
 from loadtest.compare import AA_KEYS
 from loadtest.intervals import RatioEstimate, format_ratio, from_json, speedup_text
 from loadtest.metrics import percentile_key
@@ -23,7 +25,10 @@ def _fmt(value, digits: int = 1) -> str:
 
 
 def markdown_report(result: dict) -> str:
-    """The Markdown summary of a result (per-model metrics, then each variant against the baseline)."""
+    """The Markdown summary of a result (per-model metrics, then each variant against the baseline), or of a
+    capacity search (``--slo``: :func:`loadtest.capacity_report.capacity_markdown`)."""
+    if "capacity" in result:
+        return capacity_markdown(result)
     lines = [_load_line(result), "", *_metrics_table(result)]
     if result.get("comparison") or result.get("aa"):
         lines += ["", *_comparison_table(result)]
@@ -283,4 +288,6 @@ def write_report(result: dict, directory: str | Path) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     markdown = directory / "loadtest.md"
     markdown.write_text(markdown_report(result))
+    if "capacity" in result:
+        return [markdown, *write_capacity_plots(result, directory)]
     return [markdown] + write_plots(result, directory)

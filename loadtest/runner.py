@@ -36,6 +36,10 @@ class RunResult:
     """Wall seconds from the start of sending to the last completion."""
     requests: list[RequestResult] = field(default_factory=list)
     """Per-request measurements, in sending order."""
+    started: float = 0.0
+    """``time.perf_counter()`` when the schedule began (request ``i`` was due at ``started + offsets[i]``)."""
+    offsets: list[float] = field(default_factory=list)
+    """The arrival schedule: seconds after ``started`` at which each request was due."""
 
     def metrics(self, config: LoadConfig) -> dict:
         """The ``vllm bench serve`` summary of this run."""
@@ -127,15 +131,9 @@ async def timed_run(
     for task in tasks:
         if not task.cancelled() and task.exception() is not None:
             raise task.exception()
-    filled = [
-        result
-        if result is not None
-        else RequestResult(
-            error_kind="run_time_limit", error=f"still open after the run limit of {config.max_run_s:g} s"
-        )
-        for result in results
-    ]
-    return RunResult(model=model, round=round_index, rate=rate, duration_s=duration, requests=filled)
+    cut = f"still open after the run limit of {config.max_run_s:g} s"
+    filled = [result or RequestResult(error_kind="run_time_limit", error=cut) for result in results]
+    return RunResult(model, round_index, rate, duration, filled, started=start, offsets=offsets)
 
 
 async def warm_up(
@@ -202,7 +200,7 @@ async def run_round(
     config: LoadConfig,
     round_index: int,
     *,
-    rate: float | None = None,
+    rate: float | Mapping[str, float] | None = None,
     model_names: Mapping[str, str] | None = None,
     on_request_done: Callable[[], None] | None = None,
 ) -> list[RunResult]:
@@ -214,7 +212,8 @@ async def run_round(
         prompts: The round's prompts (see :data:`RoundPrompts`).
         config: Load settings.
         round_index: Which round (picks the order, seeds the arrival times).
-        rate: Request rate overriding ``config.rate``.
+        rate: Request rate overriding ``config.rate``, or ``arm -> its rate``: then an arm not listed sits
+            this round out (the capacity search, :mod:`loadtest.capacity`, whose arms finish apart).
         model_names: ``arm -> model name sent in requests``; an arm not listed sends its own name (the A/A
             arm sends the baseline's).
         on_request_done: Called after each request.
@@ -224,6 +223,9 @@ async def run_round(
     """
     runs, previous_model = [], None
     for arm in round_order(list(targets), round_index):
+        if isinstance(rate, Mapping) and arm not in rate:
+            continue
+        arm_rate = rate[arm] if isinstance(rate, Mapping) else rate
         arm_prompts = prompts[arm] if isinstance(prompts, Mapping) else prompts
         model = (model_names or {}).get(arm, arm)
         if config.arm_gap_s and model != previous_model:  # the A/A arm right after dense: same engine
@@ -237,7 +239,7 @@ async def run_round(
             model,
             arm_prompts,
             config,
-            rate=rate,
+            rate=arm_rate,
             round_index=round_index,
             on_request_done=on_request_done,
         )

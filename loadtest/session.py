@@ -31,8 +31,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from depthprune.core.errors import UserError
-from loadtest.benchmark import AA_ARM_SUFFIX, Benchmark, SweepConfig, build_result, run
+from loadtest.benchmark import AA_ARM_SUFFIX, Benchmark, SweepConfig, build_result, result_header, run
 from loadtest.blocks import block_counts
+from loadtest.capacity import CapacityConfig, CapacitySearch, search_capacity
+from loadtest.capacity_stats import capacity_section
 from loadtest.client import RequestResult, served_models
 from loadtest.compare import BlockCounts
 from loadtest.config import LoadConfig
@@ -51,6 +53,8 @@ __all__ = ["LoadTestPlan", "run_loadtest"]
 
 STEADY_BUDGET_SPLIT = 0.6
 """Share of ``--time-budget`` the saturation phase may use when a steady-state phase follows."""
+REPORT_RESERVE_S = 15.0
+"""Seconds of ``--time-budget`` the capacity search leaves for the result and its plots."""
 
 
 @dataclass
@@ -65,6 +69,8 @@ class LoadTestPlan:
     """The load every model gets."""
     sweep: SweepConfig | None = None
     """Step the rate up to saturation instead of measuring at ``config.rate``; None = one rate."""
+    capacity: CapacityConfig | None = None
+    """``--slo``: search each arm's capacity at the objectives instead (:mod:`loadtest.capacity`)."""
     blocks_overrides: dict[str, BlockCounts] = field(default_factory=dict)
     """``--blocks``: block counts that override the registry's and ``/v1/models``'."""
     tokenizer_dir: Path | None = None
@@ -126,6 +132,7 @@ def run_loadtest(plan: LoadTestPlan) -> dict:
             warm-up request failed.
     """
     config = plan.config
+    started = time.monotonic()
     cards = check_models_served(plan.targets, plan.api_key)
     registry = open_registry_or_none(plan.registry_url, plan.save_registry or plan.registry_url is not None)
     counts = block_counts(
@@ -160,7 +167,9 @@ def run_loadtest(plan: LoadTestPlan) -> dict:
         tokenizer=tokenizer.description,
         aa_arm=plan.aa_arm,
     )
-    if plan.sweep is not None:
+    if plan.capacity is not None:
+        result = measure_capacity(benchmark, plan, prompts, warm, common, started)
+    elif plan.sweep is not None:
         first_rate = plan.sweep.start_rate or _single_stream_rate(warm.get(plan.baseline, []), config)
         per_round = [prompts.of_round("s", r) for r in range(config.rounds)]
         steps, stop_reason = run(benchmark.sweep(per_round, plan.sweep, plan.baseline, first_rate))
@@ -299,6 +308,35 @@ def measure(benchmark: Benchmark, plan: LoadTestPlan, prompts: RoundPromptPlan) 
     return outcome
 
 
+def measure_capacity(
+    benchmark: Benchmark,
+    plan: LoadTestPlan,
+    prompts: RoundPromptPlan,
+    warm: dict[str, list[RequestResult]],
+    common: dict,
+    started: float,
+) -> dict:
+    """The capacity search of ``plan.capacity`` (:mod:`loadtest.capacity`) and its result dict.
+
+    The search must end ``--time-budget`` seconds after ``started`` (the command's start), less
+    :data:`REPORT_RESERVE_S` for the report.
+    """
+    capacity = plan.capacity
+    first_rate = capacity.start_rate or _single_stream_rate(warm.get(plan.baseline, []), plan.config)
+    search = CapacitySearch(capacity, first_rate)
+    reserve = min(REPORT_RESERVE_S, plan.config.time_budget_s / 10)
+    deadline = started + plan.config.time_budget_s - reserve
+
+    def prompts_of_step(replicate: int, step: int) -> dict[str, list[Prompt]]:
+        return prompts.of_round(f"c{replicate}.", step)
+
+    run(search_capacity(benchmark, prompts_of_step, search, deadline))
+    header_keys = ("target", "targets", "config", "baseline", "tokenizer")
+    result = result_header(**{key: common[key] for key in header_keys})
+    result["capacity"] = capacity_section(search, plan.baseline, common["counts"], plan.aa_arm)
+    return result
+
+
 def warm_up(benchmark: Benchmark, prompts: list[Prompt]) -> dict[str, list[RequestResult]]:
     """Send the warm-up requests; a model whose every warm-up request failed is a UserError."""
     warm = run(benchmark.warm_up(prompts)) if prompts else {}
@@ -319,9 +357,12 @@ def store_in_registry(registry, result: dict) -> dict[str, str]:
         "target": result["target"],
         "baseline": result["baseline"],
         "tokenizer": result["tokenizer"],
-        "models": list(result["models"]),
+        "models": list(result["targets"]),
     }
-    for model, metrics in result["models"].items():
+    if "capacity" in result:
+        settings["slo"] = result["capacity"]["slo"]
+    per_model = result.get("models") or result.get("capacity", {}).get("arms", {})
+    for model, metrics in per_model.items():
         if model.endswith(AA_ARM_SUFFIX):
             outcome[model] = "the A/A control (not stored)"
             continue
@@ -331,7 +372,7 @@ def store_in_registry(registry, result: dict) -> dict[str, str]:
             outcome[model] = "not in the registry"
             continue
         stored = {key: value for key, value in metrics.items() if key != "rounds"}
-        stored.update(result["comparison"].get(model, {}))
+        stored.update(result.get("comparison", {}).get(model, {}))
         registry.add_serving_benchmark(model, settings=settings, metrics=stored, hardware=result["hardware"])
         outcome[model] = "stored"
     return outcome

@@ -182,3 +182,20 @@ def test_real_run_through_the_gateway(gateway):
     assert comparison["fraction_of_ideal_speedup"] == pytest.approx(
         comparison["output_throughput_speedup"] / 1.5
     )
+
+
+def test_real_capacity_search_is_short_and_complete(vllm_tiny_server):
+    """``--slo`` against the real engine: one replicate at a loose objective, within a short budget."""
+    code, out, err = run_cli(
+        "loadtest", "--target", vllm_tiny_server, "--models", "dense,copy", "--aa", "--slo",
+        "ttft_p99_ms=5000,tpot_p99_ms=2000", "--slo-replicates", "1", "--num-prompts", "8",
+        "--input-len", "8", "--output-len", "4", "--warmup", "1", "--time-budget", "40", "--json",
+        "--no-save-registry",
+    )  # fmt: skip
+    assert code == 0, err
+    capacity = json.loads(out)["capacity"]
+    assert set(capacity["arms"]) == {"dense", "copy", "dense (A/A)"}
+    for entry in capacity["arms"].values():
+        low, high = entry["capacity_rps_ci95"]
+        assert low <= entry["capacity_rps"] <= high
+    assert all(step["requested_rps"] > 0 and "achieved_rps" in step for step in capacity["steps"])

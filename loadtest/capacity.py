@@ -1,0 +1,310 @@
+"""Capacity at a latency objective: per arm, the highest Poisson request rate at which every SLO holds.
+
+``depthprune loadtest --slo "ttft_p99_ms=500,tpot_p99_ms=50"`` runs this instead of the saturation rounds.
+Each arm (dense, its A/A arm, each variant) has its own rate search (:class:`loadtest.bracket.Bracket`), and
+the arms take their steps **interleaved**: step ``k`` runs every arm whose search is still open once, at its
+own next rate, in row ``k`` of the balanced order the saturation test uses (:mod:`loadtest.order`), with the
+same pause and settling requests between engines (:func:`loadtest.runner.run_round`). Each step is open
+loop: Poisson arrivals (``--burstiness`` shapes them) at the requested rate, ``rate x step_seconds``
+requests (at least ``min_step_requests``, at most ``--num-prompts``), fresh prompts tagged per arm.
+
+A step records the requested and the achieved rate (requests sent / seconds from the schedule's start to
+the last send) and the arrival lag (send time - due time, p50/p99/max). When the achieved rate falls more
+than ``client_shortfall`` (10 %) short of the requested one, the *client* was the bottleneck: the step does
+not count, and the search does not go at or above that rate.
+
+**Replicates.** The whole search runs again, ``max_replicates`` times or until ``--time-budget`` would be
+overrun: each replicate is an independent repetition with new prompts and arrival times, started near the
+previous replicate's capacity (dithered by up to half the resolution, so replicates do not land on one grid)
+with a finer step. Replicate ``r`` gives every arm a capacity and every arm a paired ratio to the baseline
+(the arms were measured interleaved, step by step, so slow drift of the machine hits all arms alike);
+:mod:`loadtest.capacity_stats` turns the replicates into intervals. A replicate is not started when three
+steps at the last capacities would overrun the budget, and no step is started that would: a replicate cut
+that way is kept in the JSON, marked incomplete, and not counted.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+
+from depthprune.core.errors import UserError
+from loadtest.bracket import Bracket
+from loadtest.metrics import compute_metrics
+from loadtest.prompts import Prompt
+from loadtest.runner import RunResult, make_client, run_round
+from loadtest.slo import Slo
+
+STEP_PERCENTILES = (50.0, 90.0, 99.0)
+"""Percentiles every step records of TTFT, TPOT, ITL and E2E (plus any the SLO names)."""
+
+
+@dataclass
+class CapacityConfig:
+    """How ``--slo`` searches each arm's capacity."""
+
+    slo: Slo
+    """The objectives every counted step is judged by."""
+    start_rate: float | None = None
+    """First rate of the first replicate, req/s; None = one request stream's rate (1 / warm-up E2E)."""
+    factor: float = 2.0
+    """Expansion step of the first replicate (later ones step by ``1 + 2 x resolution``)."""
+    resolution: float = 0.1
+    """A replicate's search ends when its bracket is this tight (high / low <= 1 + resolution)."""
+    floor_fraction: float = 0.25
+    """The lowest rate tried is this fraction of the start rate; a miss there is capacity 0 at this SLO."""
+    step_seconds: float = 10.0
+    """A step sends ``rate x step_seconds`` requests, within ``[min_step_requests, --num-prompts]``."""
+    min_step_requests: int = 16
+    """Fewest requests per step (a p99 of fewer is the maximum)."""
+    max_replicates: int = 4
+    """Most replicates of the whole search (the time budget may end it sooner)."""
+    client_shortfall: float = 0.10
+    """A step whose achieved rate is more than this fraction below the requested one does not count."""
+    max_steps: int = 12
+    """Most steps of one arm in one replicate."""
+
+    def __post_init__(self):
+        if self.start_rate is not None and not (0 < self.start_rate < math.inf):
+            raise UserError(f"--slo-start-rate must be a positive number of req/s, got {self.start_rate}")
+        if not 1 <= self.max_replicates <= 50:
+            raise UserError(f"--slo-replicates must be in 1..50, got {self.max_replicates}")
+        if not 0 < self.resolution < 1:
+            raise UserError(f"the capacity resolution must be in (0, 1), got {self.resolution}")
+        if self.factor <= 1 or not 0 < self.floor_fraction <= 1 or self.step_seconds <= 0:
+            raise UserError(
+                "the capacity factor must be above 1, the floor in (0, 1], the step time positive"
+            )
+        if self.min_step_requests < 1 or not 0 < self.client_shortfall < 1:
+            raise UserError("the capacity search needs at least 1 request per step and a shortfall in (0, 1)")
+
+    def percentiles(self) -> tuple[float, ...]:
+        """The percentiles each step records."""
+        return tuple(sorted(set(STEP_PERCENTILES) | set(self.slo.percentiles)))
+
+
+@dataclass
+class Replicate:
+    """One complete (or budget-cut) search of every arm."""
+
+    index: int
+    """0, 1, ..."""
+    brackets: dict[str, Bracket]
+    """``arm -> its search`` (passes, misses, capacity, why it ended)."""
+    steps: list[dict] = field(default_factory=list)
+    """Every step of every arm, in the order they ran (:func:`step_record`)."""
+    complete: bool = True
+    """False when the time budget ended it before every arm's search was over."""
+
+
+@dataclass
+class CapacitySearch:
+    """Every replicate, and why the search stopped."""
+
+    config: CapacityConfig
+    """The search settings."""
+    first_rate: float
+    """The first replicate's start rate."""
+    replicates: list[Replicate] = field(default_factory=list)
+    """In the order they ran."""
+    stop_reason: str = ""
+    """Why no further replicate ran."""
+
+
+def step_record(run: RunResult, arm: str, capacity: CapacityConfig, output_len: int) -> dict:
+    """What the JSON keeps of one arm's step: rates, arrival lag, goodput, SLO verdict, percentiles.
+
+    ``slo_met`` is None (and ``counted`` False) when the client was the bottleneck.
+    """
+    metrics = compute_metrics(
+        run.requests,
+        run.duration_s,
+        goodput_slos_ms=capacity.slo.goodput_slos_ms,
+        percentiles=capacity.percentiles(),
+    )
+    sent = [
+        (result.start_time, run.started + due)
+        for result, due in zip(run.requests, run.offsets)
+        if result.start_time > 0
+    ]
+    last_send = max((send for send, _ in sent), default=run.started)
+    achieved = len(sent) / (last_send - run.started) if last_send > run.started else math.inf
+    lags_ms = np.array([max(0.0, send - due) * 1000.0 for send, due in sent] or [0.0])
+    client_limited = achieved < (1 - capacity.client_shortfall) * run.rate
+    met = None if client_limited else capacity.slo.met(metrics)
+    latency = {
+        key: value
+        for key, value in metrics.items()
+        if key.startswith(("p", "mean_", "median_")) and key.endswith("_ms")
+    }
+    return {
+        "arm": arm,
+        "step": run.round,
+        "requested_rps": run.rate,
+        "achieved_rps": achieved,
+        "arrival_lag_p50_ms": float(np.percentile(lags_ms, 50)),
+        "arrival_lag_p99_ms": float(np.percentile(lags_ms, 99)),
+        "arrival_lag_max_ms": float(lags_ms.max()),
+        "client_limited": client_limited,
+        "counted": met is not None,
+        "slo_met": met,
+        "margins": capacity.slo.margins(metrics) if metrics["completed"] else None,
+        "requests": len(run.requests),
+        "completed": metrics["completed"],
+        "failed": metrics["failed"],
+        "errors": metrics["errors"],
+        "duration_s": run.duration_s,
+        "request_throughput": metrics["request_throughput"],
+        "goodput_rps": metrics["request_goodput"],
+        "output_throughput": metrics["output_throughput"],
+        "output_len": output_len,
+        **latency,
+    }
+
+
+def step_requests(rate: float, capacity: CapacityConfig, num_prompts: int) -> int:
+    """Requests of a step at ``rate``: ``rate x step_seconds`` within ``[min_step_requests, num_prompts]``."""
+    wanted = math.ceil(rate * capacity.step_seconds)
+    return max(min(wanted, num_prompts), min(capacity.min_step_requests, num_prompts))
+
+
+def latency_bound_s(slo: Slo, output_len: int) -> float | None:
+    """The longest a request meeting every objective can take, when the objectives bound it (else None)."""
+    targets = {objective.family: objective.target_ms / 1000 for objective in slo.objectives}
+    if "e2e" in targets:
+        return targets["e2e"]
+    per_token = targets.get("tpot", targets.get("itl"))
+    if per_token is None:
+        return None
+    return targets.get("ttft", 0.0) + per_token * output_len
+
+
+def new_bracket(search: CapacitySearch, previous: Replicate | None, arm_index: int, arm: str, seed: int):
+    """The search of ``arm`` in a new replicate: from the first rate, or dithered near its last capacity."""
+    capacity = search.config
+    floor = search.first_rate * capacity.floor_fraction
+    if previous is None:
+        return Bracket(search.first_rate, floor, capacity.factor, capacity.resolution, capacity.max_steps)
+    last = previous.brackets[arm]
+    center = last.capacity if last.capacity > 0 else floor
+    dither = np.random.default_rng([seed, previous.index + 1, arm_index]).uniform(-0.5, 0.5)
+    start = max(floor, center * (1 + capacity.resolution) ** dither)
+    finer = 1 + 2 * capacity.resolution
+    return Bracket(start, floor, finer, capacity.resolution, capacity.max_steps)
+
+
+class StepClock:
+    """Predicts how long the next step will take, from the steps so far, so the budget is not overrun."""
+
+    def __init__(self, arm_gap_s: float):
+        self.overhead_s = 2.0 + arm_gap_s
+        """Seconds a step takes beyond its arrival schedule (drain, settling, the pause), last measured."""
+
+    def predict(self, schedule_s: list[float]) -> float:
+        """Seconds a step of arms with these schedule lengths will take."""
+        return sum(schedule_s) + len(schedule_s) * self.overhead_s
+
+    def observe(self, schedule_s: list[float], wall_s: float) -> None:
+        """Learn from a step that took ``wall_s`` for these schedule lengths."""
+        if schedule_s:
+            self.overhead_s = max(0.0, (wall_s - sum(schedule_s)) / len(schedule_s))
+
+
+StepPrompts = Callable[[int, int], Mapping[str, list[Prompt]]]
+"""``(replicate, step) -> arm -> prompts`` (``--num-prompts`` of them; a step takes the first it needs)."""
+
+
+async def search_capacity(benchmark, prompts_of_step: StepPrompts, search: CapacitySearch, deadline: float):
+    """Run replicates of the interleaved search until ``max_replicates`` or the deadline; fills ``search``.
+
+    Args:
+        benchmark: the :class:`loadtest.benchmark.Benchmark` (arms, load settings, client, model names).
+        prompts_of_step: prompts of each arm at each step.
+        search: the settings and first rate; its ``replicates`` and ``stop_reason`` are filled in.
+        deadline: ``time.monotonic()`` by which the search must be over.
+    """
+    config, capacity = benchmark.config, search.config
+    arms = list(benchmark.targets)
+    runner = StepRunner(benchmark, prompts_of_step, capacity, deadline)
+    bar = benchmark.progress("capacity replicates", capacity.max_replicates) if benchmark.progress else None
+    async with make_client(config, benchmark.api_key) as client:
+        for index in range(capacity.max_replicates):
+            previous = search.replicates[-1] if search.replicates else None
+            if previous is not None and not runner.has_time_for(previous):
+                search.stop_reason = (
+                    f"--time-budget {config.time_budget_s:g} s: no time for another replicate"
+                )
+                break
+            brackets = {arm: new_bracket(search, previous, i, arm, config.seed) for i, arm in enumerate(arms)}
+            replicate = Replicate(index, brackets)
+            search.replicates.append(replicate)
+            await runner.run_replicate(client, replicate)
+            if bar:
+                bar.update()
+            if not replicate.complete:
+                search.stop_reason = f"--time-budget {config.time_budget_s:g} s spent in replicate {index}"
+                break
+    if bar:
+        bar.close()
+    search.stop_reason = search.stop_reason or f"--slo-replicates {capacity.max_replicates} reached"
+    return search
+
+
+class StepRunner:
+    """Runs the interleaved steps of a replicate within the deadline (see the module docstring)."""
+
+    def __init__(self, benchmark, prompts_of_step: StepPrompts, capacity: CapacityConfig, deadline: float):
+        self.benchmark, self.prompts_of_step, self.capacity = benchmark, prompts_of_step, capacity
+        self.deadline = deadline
+        self.clock = StepClock(benchmark.config.arm_gap_s)
+        self.step = 0
+        """Steps so far over every replicate: picks the arm order and seeds the arrival times."""
+
+    def requests(self, rate: float) -> int:
+        """Requests of one arm's step at ``rate``."""
+        return step_requests(rate, self.capacity, self.benchmark.config.num_prompts)
+
+    def has_time_for(self, previous: Replicate) -> bool:
+        """Whether three steps at the capacities ``previous`` found (its floor where 0) fit the deadline."""
+        rates = [bracket.capacity or bracket.floor for bracket in previous.brackets.values()]
+        predicted = self.clock.predict([self.requests(rate) / rate for rate in rates])
+        return time.monotonic() + 3 * predicted <= self.deadline
+
+    async def run_replicate(self, client, replicate: Replicate) -> None:
+        """Steps until every arm's search is over, or the next step would overrun the deadline."""
+        config = self.benchmark.config
+        while rates := {arm: rate for arm, b in replicate.brackets.items() if (rate := b.next_rate())}:
+            wanted = {arm: self.requests(rate) for arm, rate in rates.items()}
+            schedule = [wanted[arm] / rate for arm, rate in rates.items()]
+            if time.monotonic() + self.clock.predict(schedule) > self.deadline:
+                replicate.complete = False
+                return
+            prompts = self.prompts_of_step(replicate.index, self.step)
+            began = time.monotonic()
+            runs = await run_round(
+                client,
+                self.benchmark.targets,
+                {arm: list(prompts[arm][: wanted[arm]]) for arm in rates},
+                replace(config, max_run_s=_run_limit(self.capacity, config, rates, wanted)),
+                self.step,
+                rate=rates,
+                model_names=self.benchmark.model_names,
+            )
+            self.clock.observe(schedule, time.monotonic() - began)
+            for run in runs:
+                record = step_record(run, run.model, self.capacity, config.output_len)
+                replicate.brackets[run.model].record(run.rate, record["slo_met"])
+                replicate.steps.append({"replicate": replicate.index, **record})
+            self.step += 1
+
+
+def _run_limit(capacity: CapacityConfig, config, rates: dict[str, float], wanted: dict[str, int]) -> float:
+    """Seconds one arm's step may run: its schedule plus room for its last request to finish within the SLO
+    several times over (a request still open then has certainly missed it)."""
+    bound = latency_bound_s(capacity.slo, config.output_len)
+    tail = config.max_run_s if bound is None else max(10.0, 3 * bound)
+    return min(config.max_run_s, max(wanted[arm] / rate for arm, rate in rates.items()) + tail)
