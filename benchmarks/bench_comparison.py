@@ -67,7 +67,7 @@ def write_models(out: Path) -> tuple[Path, Path]:
         AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16).save_pretrained(dense)
         tiny_tokenizer().save_pretrained(dense)
     if not (variant / "pruning.json").is_file():
-        from pruning.checkpoint import write_pruned_checkpoint
+        from pruning.model.checkpoint import write_pruned_checkpoint
 
         write_pruned_checkpoint(str(dense), REMOVED, variant, overwrite=True)
     return dense, variant

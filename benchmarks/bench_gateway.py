@@ -33,7 +33,7 @@ from docs_section import write_section  # benchmarks/, on sys.path when run as a
 
 from depthprune.testing.models import save_tiny_model
 from depthprune.testing.servers import running_gateway
-from pruning.model_sources import resolve_model
+from pruning.model.sources import resolve_model
 from server.backends import Backend
 from server.settings import BackendSpec, VllmOptions
 

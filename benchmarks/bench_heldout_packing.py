@@ -1,8 +1,8 @@
 """Held-out accuracy with each item's choices packed against one row per choice (docs/benchmarks.md).
 
 Scores the first ``--items`` ``test`` items of ``pydoc-cloze`` and ``pydoc-phrase`` on SmolLM2-135M, dense
-and with blocks removed, both ways (:func:`pruning.heldout.choice_scores`: packed is the default; one row
-per choice is what held-out scoring did before), and prints the seconds, the accuracies and the largest
+and with blocks removed, both ways (:func:`pruning.pipeline.heldout.choice_scores`: packed is the default; one
+row per choice is what held-out scoring did before), and prints the seconds, the accuracies and the largest
 difference of any choice's score. Run under the heavy-job slot (torch's threads: ``OMP_NUM_THREADS``)::
 
     /work/bin/heavy .venv/bin/python benchmarks/bench_heldout_packing.py --items 48
@@ -16,13 +16,13 @@ from unittest import mock
 
 import torch
 
-import pruning.heldout as heldout
+import pruning.pipeline.heldout as heldout
 from pruning.calibration.config import CalibrationConfig
 from pruning.calibration.data.items import ChoiceSamples
 from pruning.calibration.data.specs import load_choice_items
 from pruning.calibration.scoring.build import build_evaluator
 from pruning.calibration.scoring.packing import as_run_batch
-from pruning.model_sources import resolve_model
+from pruning.model.sources import resolve_model
 
 REMOVED_SETS = (frozenset(), frozenset({3, 4, 5, 12, 14, 16, 17, 25}))
 """Dense, and the perplexity one-shot set of docs/objectives.md (4 items)."""

@@ -3,8 +3,9 @@ when served, and does ``depthprune loadtest`` agree with ``vllm bench serve`` on
 
 What it does (every process it starts is stopped at the end):
 1. takes the demo model (``depthprune.demo.model.ensure_demo_model()``) or ``--model DIR``;
-2. writes a variant without round(N/4) evenly spread blocks (``pruning.checkpoint.write_pruned_checkpoint``),
-   or serves the checkpoints given as ``--variant NAME=DIR`` (e.g. a searched variant and its healed child);
+2. writes a variant without round(N/4) evenly spread blocks
+   (``pruning.model.checkpoint.write_pruned_checkpoint``), or serves the checkpoints given as ``--variant
+   NAME=DIR`` (e.g. a searched variant and its healed child);
 3. starts one vLLM CPU server per model with identical settings, and the depthprune gateway in front
    (``depthprune serve --variants dense=URL,v25=URL``; ``--direct`` skips the gateway);
 4. in each of ``--rounds`` rounds, measures every model at saturation (all requests at once) with the
@@ -263,7 +264,7 @@ def prepare_models(args: argparse.Namespace, out: Path) -> BenchModels:
 
         model_dir = Path(ensure_demo_model())
     else:
-        from pruning.model_sources import resolve_model
+        from pruning.model.sources import resolve_model
 
         model_dir = Path(resolve_model(args.model).model).resolve()
     num_blocks = json.loads((model_dir / "config.json").read_text())["num_hidden_layers"]
@@ -272,7 +273,7 @@ def prepare_models(args: argparse.Namespace, out: Path) -> BenchModels:
         removed = removed_blocks_for(num_blocks, args.removed_fraction)
         variant_dir = out / f"v{round(100 * len(removed) / num_blocks)}"
         if not (variant_dir / "pruning.json").is_file():
-            from pruning.checkpoint import write_pruned_checkpoint
+            from pruning.model.checkpoint import write_pruned_checkpoint
 
             write_pruned_checkpoint(str(model_dir), removed, variant_dir, overwrite=True)
         variants = [ServedVariant(variant_dir.name, variant_dir, removed)]

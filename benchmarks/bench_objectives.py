@@ -39,9 +39,9 @@ from pruning.calibration.data.items import ChoiceSamples
 from pruning.calibration.data.sampling import sample_stream_windows
 from pruning.calibration.data.specs import load_choice_items, load_documents
 from pruning.calibration.scoring.build import build_evaluator
-from pruning.heldout import choice_accuracy, naive_scorer
-from pruning.model_sources import resolve_model
-from pruning.prune import run_searches
+from pruning.model.sources import resolve_model
+from pruning.pipeline.heldout import choice_accuracy, naive_scorer
+from pruning.pipeline.prune import run_searches
 
 CONFIGURATIONS = {
     "perplexity": ("perplexity", "pydoc", {"sampling": "stream"}),  # 64 x 256-token windows exist

@@ -157,7 +157,7 @@ def evaluator(objective: str, results: Path, force: bool) -> dict:
     ``bench-evaluator --model`` takes a directory or hub id only (not ``smollm2-135m``), so it gets the
     converted checkpoint that ``smollm2-135m`` resolves to.
     """
-    from pruning.model_sources import resolve_model
+    from pruning.model.sources import resolve_model
 
     checkpoint = resolve_model(MODEL).model
     arguments = ["bench-evaluator", "--model", str(checkpoint), "--objective", objective]

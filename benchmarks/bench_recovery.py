@@ -41,7 +41,7 @@ from docs_section import write_section  # benchmarks/, on sys.path when run as a
 from depthprune.core.checksums import weights_sha256
 from depthprune.testing.models import save_tiny_model
 from depthprune.testing.servers import running_gateway
-from pruning.checkpoint import write_pruned_checkpoint
+from pruning.model.checkpoint import write_pruned_checkpoint
 
 SECTION = "## Recovery"
 PROMPT = " ".join(f"w{i}" for i in range(10, 26))  # 16 words of the tiny tokenizer's vocabulary

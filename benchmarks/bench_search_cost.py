@@ -2,7 +2,8 @@
 
 For each objective and each of the paper's seven searches (one_shot, greedy, beam, genetic, bayesian, cbo,
 fast_block_select) the search runs alone on a freshly built evaluator (cold memo, standalone timing; through
-``pruning.prune.run_searches``, so the single-block prior counts for the searches that use it), once per mode:
+``pruning.pipeline.prune.run_searches``, so the single-block prior counts for the searches that use it), once
+per mode:
 
 * ``naive`` — a full forward per candidate (SLEB): every kept block, the LM head on every position, no
   cache, no memo;
@@ -42,7 +43,7 @@ from docs_section import DOCS, write_section  # benchmarks/, on sys.path when ru
 
 from pruning.calibration.config import CalibrationConfig
 from pruning.calibration.scoring.build import build_evaluator
-from pruning.prune import canonical_model, run_searches
+from pruning.pipeline.prune import canonical_model, run_searches
 from pruning.search import STUDY_SEARCHES
 
 SECTION = "## Search cost: exact shortcuts"
@@ -420,7 +421,7 @@ def run_all(args, argv) -> list[dict]:
     """Every objective of ``args``, saved to ``--json`` after each search."""
     torch.set_num_threads(args.threads)
     model, family = resolve(args)
-    from pruning.models import load_config
+    from pruning.model.blocks import load_config
 
     num_blocks = int(load_config(model).num_hidden_layers)
     args.drop = args.drop or max(1, math.floor(num_blocks / 4))

@@ -27,7 +27,7 @@ from depthprune.demo.model import ensure_demo_model
 from depthprune.demo.recipe import RECIPES
 from pruning.calibration.config import CalibrationConfig
 from pruning.calibration.scoring.build import build_evaluator
-from pruning.prune import parse_searches, run_searches
+from pruning.pipeline.prune import parse_searches, run_searches
 
 SECTION = "## Searches"
 

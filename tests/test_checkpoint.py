@@ -13,8 +13,8 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 from depthprune.core.checksums import weights_sha256
 from depthprune.core.errors import UserError
 from depthprune.testing.generation import transformers_greedy, vllm_greedy
-from pruning.checkpoint import PrunedCheckpoint, staged_directory, write_pruned_checkpoint
-from pruning.models import BlockStack
+from pruning.model.blocks import BlockStack
+from pruning.model.checkpoint import PrunedCheckpoint, staged_directory, write_pruned_checkpoint
 from registry.records import VariantRecord
 
 ARCHITECTURES = ["llama", "qwen3", "mistral", "gemma3_text"]
@@ -97,7 +97,7 @@ def test_pruning_json_carries_the_variant_record(tiny_model_dirs, tmp_path):
 def test_qwen_max_window_layers_follows_kept_blocks(tmp_path):
     from transformers import Qwen3Config
 
-    from pruning.checkpoint import slice_per_layer_config
+    from pruning.model.checkpoint import slice_per_layer_config
 
     config = Qwen3Config(num_hidden_layers=6, use_sliding_window=True, sliding_window=8, max_window_layers=3)
     assert config.layer_types[2:4] == ["full_attention", "sliding_attention"]

@@ -187,7 +187,7 @@ def sentence_logprob(model, tokenizer, sentence):
 
 def test_sentence_items_margin_by_hand():
     from depthprune.testing.models import tiny_model, tiny_tokenizer
-    from pruning.models import BlockStack
+    from pruning.model.blocks import BlockStack
 
     model, tokenizer = tiny_model("llama", seed=1), tiny_tokenizer()
     items = [

@@ -139,7 +139,7 @@ def test_demo_suite_accuracy_equals_hand_computed(demo_like_dir):
     results = {
         (r.task, r.metric): r for r in evaluate_model(str(demo_like_dir), ["demo"], prepared, settings)
     }
-    from pruning.models import load_model
+    from pruning.model.blocks import load_model
 
     model, tokenizer = load_model(str(demo_like_dir))
     correct = 0

@@ -96,7 +96,7 @@ def reference_loss(objective, evaluator, model, dense_model=None):
 def test_score_equals_the_written_pruned_checkpoint(files, evaluators, objective, tmp_path):
     from transformers import AutoModelForCausalLM
 
-    from pruning.checkpoint import write_pruned_checkpoint
+    from pruning.model.checkpoint import write_pruned_checkpoint
 
     evaluator = evaluators(objective)
     removed = frozenset({1, 4})
@@ -389,7 +389,7 @@ def test_packed_choices_equal_per_choice_and_the_pruned_checkpoint(
     """
     from transformers import AutoModelForCausalLM
 
-    from pruning.checkpoint import write_pruned_checkpoint
+    from pruning.model.checkpoint import write_pruned_checkpoint
 
     model = str(tiny_model_dirs(architecture))
     removed_sets = [frozenset({1, 4}), frozenset({0}), frozenset({5}), frozenset({2, 3, 5})]
@@ -418,7 +418,7 @@ def test_packed_choices_equal_per_choice_and_the_pruned_checkpoint(
 def test_held_out_accuracy_packs_choices_and_agrees_with_one_row_per_choice(demo_tiny_dir, monkeypatch):
     """Held-out accuracy runs each item's choices as one packed sequence (the prompt once) and gives every
     choice the score of one row per choice (the trained demo model: a random one barely reads positions)."""
-    import pruning.heldout as heldout
+    import pruning.pipeline.heldout as heldout
     from pruning.calibration.scoring.packing import as_run_batch
 
     model = str(demo_tiny_dir)

@@ -18,7 +18,7 @@ import pytest
 
 from depthprune.core.errors import UserError
 from depthprune.testing.data import random_texts, write_jsonl
-from pruning.disk_space import full_disk_as_user_error, human_bytes, is_disk_full
+from pruning.model.disk_space import full_disk_as_user_error, human_bytes, is_disk_full
 
 FULL = "Error while serializing: I/O error: No space left on device (os error 28)"
 
@@ -157,8 +157,8 @@ def test_prune_on_a_full_disk_is_one_line_and_leaves_nothing(
 def test_heal_writer_on_a_full_disk_leaves_nothing(tiny_model_dirs, tmp_path, monkeypatch):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from pruning.checkpoint import PrunedCheckpoint, write_pruned_checkpoint
     from pruning.healing.merge import write_healed_checkpoint
+    from pruning.model.checkpoint import PrunedCheckpoint, write_pruned_checkpoint
 
     parent = tmp_path / "parent"
     calibration = {"objective": "perplexity"}

@@ -17,9 +17,9 @@ from safetensors.torch import load_file
 from transformers import AutoModelForCausalLM
 
 from depthprune.testing.gguf_files import write_tiny_gguf
-from pruning.checkpoint import PrunedCheckpoint
-from pruning.model_sources import resolve_model
-from pruning.models import BlockStack
+from pruning.model.blocks import BlockStack
+from pruning.model.checkpoint import PrunedCheckpoint
+from pruning.model.sources import resolve_model
 
 
 @pytest.fixture

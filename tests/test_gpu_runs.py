@@ -53,7 +53,7 @@ def test_open_engine_passes_the_planned_cards_to_either_engine(monkeypatch, tmp_
 
 
 def test_eval_gpus_follow_the_plans_tensor_parallel_choice():
-    from pruning.run_planning import eval_gpus
+    from pruning.runtime.plans import eval_gpus
 
     large = plan_eval(public_config(LLAMA_70B), "m", "bfloat16", gpus(8, 80), "vllm", 2048)
     small = plan_eval(public_config(LLAMA_8B), "m", "bfloat16", gpus(8, 80), "vllm", 2048)
@@ -65,8 +65,8 @@ def test_eval_gpus_follow_the_plans_tensor_parallel_choice():
 
 def test_study_cells_take_the_planners_batch_like_prune(tmp_path):
     from pruning.calibration.config import CalibrationConfig
-    from pruning.prune import PruneConfig
-    from pruning.run_planning import planned_for_device
+    from pruning.pipeline.prune import PruneConfig
+    from pruning.runtime.plans import planned_for_device
 
     model = public_config_dir(LLAMA_8B, tmp_path)
     calibration = CalibrationConfig("perplexity", "c4", samples=64, seq_len=2048)
@@ -84,7 +84,7 @@ def test_study_cells_take_the_planners_batch_like_prune(tmp_path):
 
 
 def test_several_gpus_are_refused_where_fewer_are_visible(tmp_path, monkeypatch):
-    import pruning.run_planning as run_planning
+    import pruning.runtime.plans as run_planning
 
     model = public_config_dir(LLAMA_70B, tmp_path)
     args = ["prune", "--model", model, "--objective", "perplexity", "--data", "c4", "--drop", "2"]
@@ -109,3 +109,23 @@ def test_a_study_cell_runs_prune_on_the_studys_cards():
     config = cell_prune_config(study, "m", cell, ("one_shot",), progress=False)
     assert (config.device, config.gpus, config.drop, config.seed) == ("cuda:1", 2, 2, 3)
     assert config.random_prior and config.searches == ("one_shot",)
+
+
+def test_the_plan_keeps_the_dense_reference_of_any_objective_with_a_kl_weight(tmp_path):
+    """The planner reads the objective's facts, not its name: ``task_ce --kl-weight`` keeps the KL reference
+    like ``kl`` does, ``task_ce`` alone does not."""
+    from pruning.calibration.config import CalibrationConfig
+    from pruning.pipeline.prune import PruneConfig
+    from pruning.runtime.plans import _calibration_sizes
+
+    model = str(public_config_dir(LLAMA_8B, tmp_path))
+
+    def plan_of(calibration):
+        sizes = _calibration_sizes(PruneConfig(model, calibration, 7, ("greedy",)), ("greedy",))
+        return plan_prune(public_config(LLAMA_8B), "m", "bfloat16", gpus(1, 80), sizes)
+
+    with_kl = plan_of(CalibrationConfig("task_ce", "commonsense170k", kl_weight=0.5))
+    plain = plan_of(CalibrationConfig("task_ce", "commonsense170k"))
+    kl = plan_of(CalibrationConfig("kl", "c4"))
+    assert "kl_reference" in with_kl.choices and "kl_reference" in kl.choices
+    assert "kl_reference" not in plain.choices

@@ -23,12 +23,12 @@ from depthprune.core.errors import UserError
 from depthprune.core.settings import home_dir
 from pruning.calibration.data.sampling import text_windows
 from pruning.calibration.data.specs import load_documents
-from pruning.checkpoint import PrunedCheckpoint, write_pruned_checkpoint
 from pruning.healing.config import HealConfig
 from pruning.healing.heal import PARENT_RECORD_FIELDS, heal, plan_heal
 from pruning.healing.losses import teacher_top_k, token_losses
 from pruning.healing.merge import merged_model, write_healed_checkpoint
 from pruning.healing.train import trainable_model
+from pruning.model.checkpoint import PrunedCheckpoint, write_pruned_checkpoint
 from registry import open_registry
 from registry.records import VariantRecord
 

@@ -131,3 +131,47 @@ def test_depthprune_modules_used_below_the_shell_reach_none_of_it_back():
         assert not module.startswith(("depthprune.cli", "depthprune.testing")), (
             f"library code imports {module}"
         )
+
+
+SHELL_FOLDER = "depthprune/cli"
+
+
+def module_folder(name: str, path: Path) -> str:
+    """The folder a module lives in, relative to the root; a ``__main__`` module counts with the shell."""
+    if path.stem == "__main__":
+        return SHELL_FOLDER
+    return path.parent.relative_to(ROOT).as_posix()
+
+
+def folder_graph() -> tuple[dict[str, set[str]], dict[tuple[str, str], list[str]]]:
+    """Folders and the folders their modules import, with the module imports behind each edge."""
+    modules = module_names()
+    graph: dict[str, set[str]] = {}
+    reasons: dict[tuple[str, str], list[str]] = {}
+    for name, targets in import_graph().items():
+        source = module_folder(name, modules[name])
+        graph.setdefault(source, set())
+        for target in targets:
+            folder = module_folder(target, modules[target])
+            if folder != source:
+                graph[source].add(folder)
+                reasons.setdefault((source, folder), []).append(f"{name} -> {target}")
+    return graph, reasons
+
+
+def test_the_folder_graph_counts_each_module_where_it_lives():
+    """A module's imports are its folder's; ``depthprune/__main__.py`` is the shell's."""
+    graph, reasons = folder_graph()
+    assert "pruning/model" in graph["pruning/calibration/scoring"]
+    assert ("depthprune/cli", "depthprune/cli") not in reasons
+    assert SHELL_FOLDER not in graph["depthprune"]
+
+
+def test_no_folder_imports_a_folder_that_imports_it_back():
+    """Folders are rooms with one-way doors (house style 17), function-level imports included."""
+    graph, reasons = folder_graph()
+    cycle = find_cycle(graph)
+    assert cycle is None, "folder cycle: " + "; ".join(
+        f"{source} -> {target} ({', '.join(reasons[source, target][:3])})"
+        for source, target in zip(cycle, cycle[1:])
+    )

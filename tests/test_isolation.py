@@ -1,5 +1,5 @@
-"""One GPU job per process (pruning.isolation): results and errors come back, an out-of-memory error is
-permanent, and the parent's memory is back at its baseline after every job (measured by RSS on CPU)."""
+"""One GPU job per process (pruning.runtime.isolation): results and errors come back, an out-of-memory error
+is permanent, and the parent's memory is back at its baseline after every job (measured by RSS on CPU)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import random
 import pytest
 
 from depthprune.testing.processes import fail_with, hold_memory, resident_bytes
-from pruning.isolation import OutOfMemory, run_in_own_process
+from pruning.runtime.isolation import OutOfMemory, run_in_own_process
 from registry.work_queue import PERMANENT_PREFIX
 
 MIB = 1024 * 1024

@@ -42,3 +42,17 @@ def test_no_source_file_is_over_800_lines():
     }
     assert len(sizes) > 100
     assert {path: lines for path, lines in sizes.items() if lines > 800} == {}
+
+
+def test_no_function_in_the_product_packages_is_over_80_lines():
+    """Functions stay short enough to read whole (house style 16): signature, docstring and body together."""
+    import ast
+
+    sizes = {}
+    for folder in ("pruning", "registry", "server", "loadtest", "depthprune"):
+        for path in (ROOT / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    sizes[f"{path.relative_to(ROOT)}:{node.name}"] = node.end_lineno - node.lineno + 1
+    assert len(sizes) > 500
+    assert {name: lines for name, lines in sizes.items() if lines > 80} == {}

@@ -16,11 +16,11 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-import pruning.model_sources as model_sources
+import pruning.model.sources as model_sources
 from depthprune.core.errors import UserError
 from depthprune.testing.gguf_files import CHAT_TEMPLATE, write_tiny_gguf
-from pruning.model_sources import EMBEDDED_MODELS, read_source, resolve_model
-from pruning.models import load_config, load_model
+from pruning.model.blocks import load_config, load_model
+from pruning.model.sources import EMBEDDED_MODELS, read_source, resolve_model
 
 
 def write_stub_gguf(path: Path, architecture: str) -> Path:
@@ -138,7 +138,7 @@ def test_embedded_name_resolves_through_the_installed_distribution(tiny_gguf, ho
     # (offline, huggingface_hub retried five times, about 25 s, before the fallback)
     import huggingface_hub
 
-    from pruning.run_planning import model_config
+    from pruning.runtime.plans import model_config
 
     monkeypatch.setattr(huggingface_hub, "hf_hub_download", lambda *a, **k: pytest.fail("asked the hub"))
     assert model_config("smollm2-135m")["num_hidden_layers"] == 6
@@ -256,8 +256,8 @@ def test_cli_reports_bad_gguf_in_one_line(home, tmp_path, run_cli):
 
 
 def test_checkpoint_of_a_gguf_names_its_source_and_keeps_parity(tiny_gguf, home, tmp_path):
-    from pruning.checkpoint import PrunedCheckpoint, write_pruned_checkpoint
-    from pruning.models import BlockStack
+    from pruning.model.blocks import BlockStack
+    from pruning.model.checkpoint import PrunedCheckpoint, write_pruned_checkpoint
 
     path, reference = tiny_gguf
     removed = [1, 4]
@@ -277,7 +277,7 @@ def test_checkpoint_of_a_gguf_names_its_source_and_keeps_parity(tiny_gguf, home,
 
 
 def test_prune_runs_on_a_gguf(tiny_gguf, home, tmp_path, run_cli):
-    from pruning.checkpoint import PrunedCheckpoint
+    from pruning.model.checkpoint import PrunedCheckpoint
 
     path, _ = tiny_gguf
     text = tmp_path / "text.txt"

@@ -7,7 +7,7 @@ import torch
 
 from depthprune.core.errors import UserError
 from depthprune.testing.models import tiny_model
-from pruning.models import BlockStack, parse_block_list, validate_removed
+from pruning.model.blocks import BlockStack, parse_block_list, validate_removed
 
 ARCHITECTURES = ["llama", "qwen2", "qwen3", "mistral", "gemma3_text"]
 

@@ -13,7 +13,7 @@ from pruning.calibration.config import CalibrationConfig
 from pruning.calibration.data.items import ChoiceItem, ChoiceSamples, TextSamples
 from pruning.calibration.objectives import OBJECTIVES, configured_loss, loss_of
 from pruning.calibration.objectives.batches import make_batches, truncated_items
-from pruning.models import BlockStack
+from pruning.model.blocks import BlockStack
 
 
 @pytest.fixture(scope="module")
@@ -243,14 +243,18 @@ def test_a_long_item_is_refused_with_the_length_needed_or_cut_from_the_left_when
 
 
 def test_every_registered_objective_has_its_loss_module_and_no_module_is_unregistered():
-    """The registry line and the loss module go together: OBJECTIVES[name] <-> objectives/<name>.py."""
+    """The registry lines and the loss module go together: OBJECTIVES[name] <-> LOSSES[name] <->
+    objectives/<name>.py."""
     from pathlib import Path
 
     import pruning.calibration.objectives as package
 
+    assert set(package.LOSSES) == set(OBJECTIVES)
     for name, objective in OBJECTIVES.items():
-        assert objective.name == name and callable(loss_of(objective))
-    modules = {path.stem for path in Path(package.__file__).parent.glob("*.py")} - {"__init__", "batches"}
+        assert objective.name == name and loss_of(objective) is package.LOSSES[name]
+        assert package.LOSSES[name].__module__ == f"{package.__name__}.{name}"
+    helpers = {"__init__", "batches", "show"}
+    modules = {path.stem for path in Path(package.__file__).parent.glob("*.py")} - helpers
     assert modules == set(OBJECTIVES)
 
 
@@ -267,13 +271,19 @@ def test_objective_facts_drive_synonyms_and_help():
 
 
 def test_pipeline_and_searches_never_compare_an_objective_name():
-    """prune.py and the searches ask an objective's facts; no objective name appears in them as a string."""
+    """prune.py, the searches and the memory planner ask an objective's facts; no objective name appears
+    in them as a string."""
     import ast
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1] / "pruning"
+    root = Path(__file__).resolve().parents[1]
     names = {name for objective in OBJECTIVES.values() for name in objective.names}
-    for path in [root / "prune.py", *sorted((root / "search").glob("*.py"))]:
+    planner = [root / "pruning/runtime/plans.py", *sorted((root / "depthprune/planning").glob("*.py"))]
+    for path in [
+        root / "pruning/pipeline/prune.py",
+        *sorted((root / "pruning/search").glob("*.py")),
+        *planner,
+    ]:
         constants = {
             node.value
             for node in ast.walk(ast.parse(path.read_text()))

@@ -270,7 +270,7 @@ def reference_accuracy(model_dir, items) -> float:
     """Plain torch: the share of items whose correct word has the highest log-likelihood after the passage."""
     import torch
 
-    from pruning.models import load_model
+    from pruning.model.blocks import load_model
 
     model, tokenizer = load_model(str(model_dir))
     correct = 0

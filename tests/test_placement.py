@@ -53,7 +53,7 @@ def owner(name: str, mapping: dict[str, str]) -> list[str]:
 @pytest.mark.parametrize("cards", [4, 8])
 @pytest.mark.parametrize("name", list(PUBLIC_MODELS))
 def test_device_map_of_public_models_places_every_block_once_within_each_card(name, cards):
-    from pruning.placement import device_map
+    from pruning.model.placement import device_map
 
     config = transformers_config(name)
     devices = [f"cuda:{index}" for index in range(cards)]
@@ -95,7 +95,7 @@ def test_seventy_billion_on_four_cards_is_balanced():
 
 def test_spread_devices_are_consecutive_cards_and_need_cuda():
     from depthprune.core.errors import UserError
-    from pruning.placement import spread_devices
+    from pruning.model.placement import spread_devices
 
     assert spread_devices("cuda:2", 3) == ["cuda:2", "cuda:3", "cuda:4"]
     assert spread_devices("cuda", 2) == ["cuda:0", "cuda:1"]
@@ -106,7 +106,7 @@ def test_spread_devices_are_consecutive_cards_and_need_cuda():
 
 def _prune(model_dir: Path, out: Path, text: Path, gpus: int):
     from pruning.calibration.config import CalibrationConfig
-    from pruning.prune import PruneConfig, prune
+    from pruning.pipeline.prune import PruneConfig, prune
 
     config = PruneConfig(
         model=str(model_dir),
@@ -124,8 +124,8 @@ def _prune(model_dir: Path, out: Path, text: Path, gpus: int):
 def test_prune_through_the_device_map_path_checkpoints_byte_identically(
     tiny_model_dirs, tmp_path, monkeypatch
 ):
-    import pruning.models as models
-    import pruning.placement as placement
+    import pruning.model.blocks as models
+    import pruning.model.placement as placement
 
     model_dir = tiny_model_dirs("qwen3")
     text = tmp_path / "text.txt"
@@ -161,7 +161,7 @@ def test_prune_through_the_device_map_path_checkpoints_byte_identically(
 
 
 def test_spread_block_arguments_are_copied_once_per_card():
-    from pruning.models import _on_device
+    from pruning.model.blocks import _on_device
 
     cpu = torch.device("cpu")
     mask, cos, sin = torch.ones(2, 2), torch.zeros(3), torch.zeros(3)

@@ -97,7 +97,7 @@ def test_prune_plans_of_public_models(name, count, gib, fits):
 
 
 def test_a_small_card_gets_a_smaller_calibration_batch_and_kl_is_chunked():
-    sizes = CalibrationSizes(objective="kl", searches=("cbo",))
+    sizes = CalibrationSizes(keeps_dense_reference=True, searches=("cbo",))
     small = plan_prune(public_config(LLAMA_8B), "m", "bfloat16", gpus(1, 40), sizes)
     large = plan_prune(public_config(LLAMA_8B), "m", "bfloat16", gpus(2, 80), sizes)
     assert small.choices["calibration_batch"] < large.choices["calibration_batch"] <= 8

@@ -76,7 +76,7 @@ class SampledObjective(SyntheticObjective):
 
 
 def test_standalone_runs_each_search_on_a_cold_objective():
-    from pruning.prune import run_searches, run_standalone
+    from pruning.pipeline.prune import run_searches, run_standalone
 
     made: list[CountingObjective] = []
 
@@ -105,7 +105,7 @@ def test_standalone_runs_each_search_on_a_cold_objective():
 
 def test_timing_is_checked_and_recorded_in_the_study_summary(tiny_model_dirs, tmp_path):
     from pruning.calibration.config import CalibrationConfig
-    from pruning.prune import PruneConfig
+    from pruning.pipeline.prune import PruneConfig
     from pruning.study.plan import StudyConfig, plan_study, plan_summary
 
     calibration = CalibrationConfig("perplexity", "demo:text", samples=4, seq_len=32)
@@ -133,7 +133,7 @@ def test_timing_is_checked_and_recorded_in_the_study_summary(tiny_model_dirs, tm
 def test_prune_standalone_on_a_tiny_model_is_cold_and_recorded(tiny_model_dirs, tmp_path):
     from pruning.calibration.config import CalibrationConfig
     from pruning.calibration.scoring.build import build_evaluator
-    from pruning.prune import PruneConfig, prune, run_searches
+    from pruning.pipeline.prune import PruneConfig, prune, run_searches
 
     data = write_jsonl(tmp_path / "text.jsonl", random_texts(random.Random(1), rows=6, words=60))
     calibration = CalibrationConfig("perplexity", f"text:{data}", samples=4, seq_len=32)
@@ -301,7 +301,7 @@ def test_random_prior_ranks_protected_blocks_last():
 
 def test_protect_reaches_the_plan_and_the_checkpoint_identity(tiny_model_dirs, tmp_path):
     from pruning.calibration.config import CalibrationConfig
-    from pruning.prune import PruneConfig, plan_prune
+    from pruning.pipeline.prune import PruneConfig, plan_prune
 
     calibration = CalibrationConfig("perplexity", "demo:text", samples=4, seq_len=32)
 

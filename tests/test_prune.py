@@ -14,7 +14,7 @@ from depthprune.testing.cli import run_cli
 from depthprune.testing.data import random_questions, random_texts, write_jsonl
 from depthprune.testing.objectives import SyntheticObjective
 from pruning.calibration.config import CalibrationConfig
-from pruning.prune import (
+from pruning.pipeline.prune import (
     PruneConfig,
     parse_option_assignments,
     parse_searches,
@@ -161,7 +161,7 @@ def test_run_searches_shares_the_prior_and_counts_per_search():
 @pytest.mark.slow
 def test_prune_all_on_a_tiny_model_writes_and_registers(files, tmp_path):
     from pruning.calibration.scoring.build import build_evaluator
-    from pruning.checkpoint import PrunedCheckpoint
+    from pruning.model.checkpoint import PrunedCheckpoint
     from registry import open_registry
 
     out = tmp_path / "variants"
@@ -283,7 +283,7 @@ def test_several_searches_are_scored_on_validation_data_and_the_lowest_is_select
     """``--validation mc:PATH``: every line carries validation_loss and fit, exactly one is selected (the
     lowest), the quality record reaches the registry and pruning.json; an item longer than --seq-len is one
     line naming the length needed."""
-    from pruning.checkpoint import PrunedCheckpoint
+    from pruning.model.checkpoint import PrunedCheckpoint
     from registry import open_registry
 
     rng = random.Random(5)

@@ -17,9 +17,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
-from pruning.checkpoint import PrunedCheckpoint, write_pruned_checkpoint
-from pruning.model_sources import resolve_model
-from pruning.models import BlockStack, load_model
+from pruning.model.blocks import BlockStack, load_model
+from pruning.model.checkpoint import PrunedCheckpoint, write_pruned_checkpoint
+from pruning.model.sources import resolve_model
 
 pytestmark = pytest.mark.slow
 

@@ -1,5 +1,5 @@
 """End to end: ``depthprune serve`` with the real vLLM CPU engine serving a dense tiny Llama and a pruned
-variant of it (``pruning.checkpoint.write_pruned_checkpoint``), both resolved from a registry, called
+variant of it (``pruning.model.checkpoint.write_pruned_checkpoint``), both resolved from a registry, called
 through the official ``openai`` client, streaming included. One gateway for the session (two engine starts).
 
 Run: ``.venv/bin/python -m pytest tests/test_server_vllm.py -q``
@@ -31,7 +31,7 @@ EXACT = {"ignore_eos": True}  # exactly max_tokens tokens, whatever the random m
 def served_gateway(tiny_model_dirs, tmp_path_factory):
     """``(base URL, startup summary)`` of ``depthprune serve`` over a registry with dense and ppl-best."""
     from depthprune.core.checksums import weights_sha256
-    from pruning.checkpoint import write_pruned_checkpoint
+    from pruning.model.checkpoint import write_pruned_checkpoint
     from registry import open_registry
 
     dense = tiny_model_dirs("llama")

@@ -55,7 +55,7 @@ later complete the bounds the rankings left."""
 def test_every_search_selects_and_reports_the_same_with_and_without_shortcuts(demo_tiny_dir, objective):
     """Seeds 0-2 of both the calibration draw and the searches; the panel on one evaluator per mode, as
     ``prune --search all`` runs it; fewer block-forwards with the shortcuts."""
-    from pruning.prune import run_searches
+    from pruning.pipeline.prune import run_searches
 
     assert set(STUDY_SEARCHES) < set(PANEL)
     for seed in range(3):

@@ -1,6 +1,6 @@
 """The ``depthprune`` console script: one command, subcommands that are plain typed functions.
 
-Each subcommand lives next to the code it drives (``pruning.cli``, ``registry.cli``, ``server.cli``,
+Each subcommand lives next to the code it drives (``pruning.cli.commands``, ``registry.cli``, ``server.cli``,
 ``loadtest.cli``); this module only assembles them. Those modules import their heavy engines (torch,
 vLLM) inside the functions, so ``depthprune --help`` and the registry commands stay fast.
 
@@ -19,13 +19,13 @@ from depthprune.core.errors import UserError
 # name -> "module:attribute"; an attribute that is a typer.Typer becomes a command group.
 COMMANDS = {
     "demo-model": "depthprune.cli.demo_model:demo_model",
-    "checkpoint": "pruning.cli:checkpoint",
-    "prune": "pruning.cli:prune",
-    "heal": "pruning.cli:heal",
-    "bench-evaluator": "pruning.calibration.scoring.bench_cli:bench_evaluator",
-    "eval": "pruning.cli:evaluate",
-    "study": "pruning.cli:study",
-    "data": "pruning.data_cli:app",
+    "checkpoint": "pruning.cli.commands:checkpoint",
+    "prune": "pruning.cli.commands:prune",
+    "heal": "pruning.cli.commands:heal",
+    "bench-evaluator": "pruning.cli.bench:bench_evaluator",
+    "eval": "pruning.cli.commands:evaluate",
+    "study": "pruning.cli.commands:study",
+    "data": "pruning.cli.data:app",
     "variants": "registry.cli:app",
     "serve": "server.cli:serve",
     "experiments": "server.experiments_cli:app",

@@ -341,7 +341,7 @@ def prepare_model(config: DemoConfig) -> Path | str:
     """The checkpoint every step loads: the demo model, a GGUF's cached conversion, or the model as given."""
     if config.model == DEMO_MODEL:
         return build_model(config)
-    from pruning.model_sources import resolve_model
+    from pruning.model.sources import resolve_model
 
     say(config, f"model {config.model} (a GGUF is converted once to float32, then reused from the cache)")
     resolved = resolve_model(config.model)
@@ -353,7 +353,7 @@ def prepare_model(config: DemoConfig) -> Path | str:
 
 def read_num_blocks(model_dir: Path | str) -> int:
     """N, the number of transformer blocks, from the model's config (no weights loaded)."""
-    from pruning.models import load_config
+    from pruning.model.blocks import load_config
 
     return int(load_config(str(model_dir)).num_hidden_layers)
 
@@ -361,7 +361,7 @@ def read_num_blocks(model_dir: Path | str) -> int:
 def prune_variants(config: DemoConfig, plan: DemoPlan, model_dir: Path | str, registry) -> dict[str, list]:
     """``objective -> [VariantOutcome per search]``; aliases the best of each objective."""
     from pruning.calibration.config import CalibrationConfig
-    from pruning.prune import PruneConfig, canonical_model, prune
+    from pruning.pipeline.prune import PruneConfig, canonical_model, prune
     from registry.selection import best_for_objective
 
     outcomes = {}

@@ -2,7 +2,7 @@
 
 ``pruning`` and its sub-packages re-export their public names (``from pruning import prune``), as optuna's
 packages do, but most of them pull in torch and transformers. Resolving each name on first attribute access
-(PEP 562) keeps ``import pruning.cli`` — and so ``depthprune --help`` — fast.
+(PEP 562) keeps ``import pruning.cli.commands`` — and so ``depthprune --help`` — fast.
 """
 
 from __future__ import annotations

@@ -4,13 +4,14 @@ An objective is what "the pruned model got worse" means, as one loss per calibra
 better). This module holds only its *facts* — the data it scores, how low a per-sample loss can go, whether
 its gradient vanishes at the dense model, its display name and the short names users type — so that the
 server (which must not import ``pruning``) and the pruning pipeline read them from the same table. The loss
-itself is computed by the module of the same name under ``pruning/calibration/objectives/``
-(``pruning.calibration.objectives.<name>.loss``).
+itself is computed by the module of the same name under ``pruning/calibration/objectives/``, listed in
+``pruning.calibration.objectives.LOSSES``.
 
-Adding an objective is one new module plus one line here (docs/architecture.md, "Add an objective"):
+Adding an objective is one new module plus two lines (docs/architecture.md, "Where to change what"):
 
 1. ``pruning/calibration/objectives/<name>.py`` defining ``loss(batch, hidden, head, reference=None)``;
-2. an entry ``"<name>": Objective("<name>", ...)`` in :data:`OBJECTIVES` below.
+2. an entry ``"<name>": Objective("<name>", ...)`` in :data:`OBJECTIVES` below;
+3. an entry ``"<name>": <name>.loss`` in ``pruning.calibration.objectives.LOSSES``.
 
 Every pipeline step, search, CLI help text and the server's synonyms follow from these two.
 """

@@ -38,8 +38,10 @@ class CalibrationSizes:
     """Calibration samples (text windows or choices)."""
     seq_len: int = 2048
     """Tokens per window."""
-    objective: str = "perplexity"
-    """perplexity, task_margin or kl (kl keeps a dense reference)."""
+    keeps_dense_reference: bool = False
+    """Whether the loss compares against the dense model's next-token distribution (an objective whose
+    ``needs_reference`` fact is set, such as ``kl``, or any objective with ``--kl-weight``): the plan then
+    holds that reference beside the boundary cache."""
     searches: tuple[str, ...] = ("greedy",)
     """Searches run (cbo backpropagates through every block)."""
     batch_size: int = 8
@@ -87,7 +89,7 @@ def _calibration_steps(shape: ModelShape, sizes: CalibrationSizes, dtype: str, d
     batch, activation = _calibration_batch(shape, sizes, dtype_bytes, free)
     per_boundary = est.boundary_bytes(shape, sizes.samples, sizes.seq_len, dtype_bytes)
     # The KL reference's final hidden states sit beside the cache when its log-probs do not fit.
-    reference_hidden = per_boundary if sizes.objective == "kl" else 0
+    reference_hidden = per_boundary if sizes.keeps_dense_reference else 0
     device_budget = (
         int(sizes.memory_budget_gb * GIB)
         if sizes.memory_budget_gb is not None
@@ -113,7 +115,7 @@ def _calibration_steps(shape: ModelShape, sizes: CalibrationSizes, dtype: str, d
         "cache_on": cache.where,
     }
     advice = []
-    if sizes.objective == "kl":
+    if sizes.keeps_dense_reference:
         logprobs = est.kl_reference_logprob_bytes(shape, sizes.samples, sizes.seq_len)
         if slots * per_boundary + logprobs <= budget:
             items.append(Item("KL reference (dense log-probs)", logprobs, cache.where))

@@ -3,8 +3,8 @@
 A model larger than one card is split into contiguous runs of blocks, one run per card, with the embedding
 on the first card and the final norm and LM head on the last (a tied head stays with the embedding, whose
 weight it shares). The runs are chosen to make the most loaded card as light as possible, so the planner's
-weights estimate and the real placement are the same numbers. Loading (:mod:`pruning.placement`) turns the
-assignment into the ``device_map`` transformers and accelerate take; nothing here imports torch.
+weights estimate and the real placement are the same numbers. Loading (:mod:`pruning.model.placement`) turns
+the assignment into the ``device_map`` transformers and accelerate take; nothing here imports torch.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-"""Jobs for :func:`pruning.isolation.run_in_own_process` in tests (module-level: a spawned process finds
-them)."""
+"""Jobs for :func:`pruning.runtime.isolation.run_in_own_process` in tests (module-level: a spawned process
+finds them)."""
 
 from __future__ import annotations
 

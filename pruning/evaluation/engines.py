@@ -12,16 +12,12 @@ A pruned variant is an ordinary checkpoint directory, so neither engine knows ab
 from __future__ import annotations
 
 import gc
-import importlib.util
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from depthprune.core.errors import UserError
-
-ENGINES = ("auto", "vllm", "torch")
-# Earlier name of the torch engine, still accepted on the command line.
-ENGINE_ALIASES = {"hf": "torch"}
+from pruning.runtime.engine_choice import cuda_available, resolve_engine
 
 
 @dataclass(frozen=True)
@@ -81,7 +77,7 @@ class TorchEngine:
         max_length: int | None = None,
         gpus: int = 1,
     ):
-        from pruning.models import load_model
+        from pruning.model.blocks import load_model
 
         self.model, self.tokenizer = load_model(model, dtype=dtype, device=device, gpus=gpus)
         self.device = device
@@ -196,7 +192,7 @@ class VllmEngine:
         self.tokenizer = AutoTokenizer.from_pretrained(model)
         self.llm = LLM(
             **vllm_engine_args(
-                model, dtype, model_len, _cuda_available(), memory_fraction, tensor_parallel_size
+                model, dtype, model_len, cuda_available(), memory_fraction, tensor_parallel_size
             )
         )
         # one token of room for the single generated token vLLM always produces
@@ -245,7 +241,7 @@ class VllmEngine:
         """Shut the engine down so the next variant's engine gets the memory."""
         del self.llm
         gc.collect()
-        if _cuda_available():
+        if cuda_available():
             import torch
 
             torch.cuda.empty_cache()
@@ -297,34 +293,6 @@ def cut_at_stop(text: str, stop: Sequence[str]) -> str:
     return text[:cut]
 
 
-def _cuda_available() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available()
-
-
-def vllm_installed() -> bool:
-    """Whether vLLM (GPU or CPU build) can be imported."""
-    return importlib.util.find_spec("vllm") is not None
-
-
-def resolve_engine(engine: str) -> str:
-    """``auto`` -> ``vllm`` when vLLM is installed, else ``torch``; checks the name."""
-    engine = ENGINE_ALIASES.get(engine, engine)
-    if engine not in ENGINES:
-        raise UserError(f"unknown engine {engine!r}; use one of {', '.join(ENGINES)}")
-    if engine == "vllm" and not vllm_installed():
-        raise UserError(
-            "engine 'vllm' requested but vLLM is not installed (install depthprune[cpu] or [gpu]), "
-            "or use --engine torch"
-        )
-    if engine == "auto":
-        return "vllm" if vllm_installed() else "torch"
-    return engine
-
-
 def open_engine(
     model: str,
     engine: str = "auto",
@@ -349,12 +317,12 @@ def open_engine(
     Returns:
         A :class:`VllmEngine` or :class:`TorchEngine`.
     """
-    from pruning.model_sources import resolve_model
+    from pruning.model.sources import resolve_model
 
     engine = resolve_engine(engine)
     model = resolve_model(model).model  # a GGUF file or an embedded name: its converted checkpoint
     if device == "auto":
-        device = os.environ.get("DEPTHPRUNE_DEVICE") or ("cuda" if _cuda_available() else "cpu")
+        device = os.environ.get("DEPTHPRUNE_DEVICE") or ("cuda" if cuda_available() else "cpu")
     if engine == "vllm":
         from depthprune.planning.devices import select_visible_device
 

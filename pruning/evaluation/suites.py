@@ -110,7 +110,7 @@ class EvalSettings:
         for suite in self.suites:
             if suite not in SUITES:
                 raise UserError(f"unknown suite {suite!r}; use one of {', '.join(SUITES)}")
-        from pruning.evaluation.engines import resolve_engine
+        from pruning.runtime.engine_choice import resolve_engine
 
         resolve_engine(self.engine)
         if self.dtype not in ("float32", "bfloat16", "float16"):
@@ -408,7 +408,7 @@ def evaluate_model(
     """
     from pruning.evaluation.engines import open_engine
     from pruning.evaluation.lm_eval_models import EngineLM
-    from pruning.isolation import release_device_memory, run_in_own_process
+    from pruning.runtime.isolation import release_device_memory, run_in_own_process
 
     if _in_own_process(settings):
         portable = replace(prepared, task_manager=None)  # rebuilt there: it does not pickle
@@ -457,7 +457,7 @@ def resolve_targets(names: Sequence[str], registry) -> list[EvalTarget]:
     does not know is registered from its ``pruning.json`` when that names a calibration, else evaluated
     without being recorded.
     """
-    from pruning.model_sources import EMBEDDED_MODELS, resolve_model
+    from pruning.model.sources import EMBEDDED_MODELS, resolve_model
 
     targets = []
     for name in names:
@@ -491,7 +491,7 @@ def _variant_for_directory(directory: Path, registry):
     pruning_file = directory / "pruning.json"
     if not pruning_file.is_file():
         from depthprune.core.checksums import weights_sha256
-        from pruning.models import load_config
+        from pruning.model.blocks import load_config
 
         config = load_config(str(directory))
         registry.register_base_model(
@@ -503,7 +503,7 @@ def _variant_for_directory(directory: Path, registry):
             path=str(directory),
         )
         return registry.resolve(str(directory))
-    from pruning.checkpoint import PrunedCheckpoint
+    from pruning.model.checkpoint import PrunedCheckpoint
 
     checkpoint = PrunedCheckpoint.read(directory)
     if checkpoint.variant is None:
@@ -561,7 +561,7 @@ def evaluate_variants(
         settings: suites and engine.
         registry: an open :class:`registry.Registry` (opened from the default URL when None).
         record: store the results in the registry.
-        plan: a :class:`pruning.run_planning.PlanRequest`: plan memory before loading anything (and exit
+        plan: a :class:`pruning.runtime.plans.PlanRequest`: plan memory before loading anything (and exit
             under ``--dry-run``).
 
     Returns:
@@ -576,7 +576,7 @@ def evaluate_variants(
 
         registry = open_registry()
     if plan is not None:  # before resolving: that may register a directory's base model
-        from pruning.run_planning import eval_gpus, eval_model_paths, plan_eval_run
+        from pruning.runtime.plans import eval_gpus, eval_model_paths, plan_eval_run
 
         memory = plan_eval_run(eval_model_paths(names, registry), settings, plan)
         settings = replace(settings, gpus=eval_gpus(memory))

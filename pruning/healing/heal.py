@@ -25,10 +25,10 @@ from pathlib import Path
 
 from depthprune.core import settings as depthprune_settings
 from depthprune.core.errors import UserError
-from pruning.checkpoint import PRUNING_FILE
 from pruning.healing.config import HealConfig
 from pruning.healing.data import HealingData, load_healing_data
 from pruning.healing.state import DONE_FILE, RUN_FILE, STATE_FILE, TrainingState, run_directory, write_json
+from pruning.model.checkpoint import PRUNING_FILE
 from registry.naming import DENSE, split_qualified
 from registry.records import CHOICE_FIELDS, MEASUREMENT_FIELDS, VariantInfo, VariantRecord
 
@@ -101,7 +101,7 @@ def plan_heal(config: HealConfig, registry) -> HealPlan:
     """
     from transformers import AutoTokenizer
 
-    from pruning.models import load_config
+    from pruning.model.blocks import load_config
 
     parent = _resolve_parent(registry, config)
     model_config = load_config(parent.checkpoint_path)
@@ -156,7 +156,7 @@ def _train_and_write(plan: HealPlan) -> VariantRecord:
     """Train, merge and write the healed checkpoint of ``plan``; returns its record."""
     from pruning.healing.merge import merged_model, write_healed_checkpoint
     from pruning.healing.train import heldout_loss, train, trainable_model, underlying_causal_lm
-    from pruning.models import load_model
+    from pruning.model.blocks import load_model
 
     config = plan.config
     student, _ = load_model(

@@ -6,7 +6,7 @@ It is saved in the parent's own dtype next to its tokenizer and generation confi
 parent's (base model, removed blocks, kept-to-original map, calibration, scores) with this checkpoint's
 path and weights sha256, and under ``variant`` the healed variant's record: the parent's removal record
 plus ``parent`` and ``healing``. The directory is built under a temporary name and renamed into place
-(:func:`pruning.checkpoint.staged_directory`).
+(:func:`pruning.model.checkpoint.staged_directory`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import depthprune
 from depthprune.core.checksums import weights_sha256
-from pruning.checkpoint import PRUNING_FILE, PrunedCheckpoint, model_card, staged_directory
-from pruning.disk_space import checkpoint_bytes, full_disk_as_user_error
-from pruning.models import load_config
+from pruning.model.blocks import load_config
+from pruning.model.checkpoint import PRUNING_FILE, PrunedCheckpoint, model_card, staged_directory
+from pruning.model.disk_space import checkpoint_bytes, full_disk_as_user_error
 from registry.records import VariantRecord
 
 

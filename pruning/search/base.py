@@ -1,7 +1,7 @@
 """The contract between the searches and whatever scores a removal set, plus what every search shares.
 
 A search sees only a :class:`SubsetObjective`: it never touches a model (model plumbing lives in
-:mod:`pruning.models`). The real implementation is
+:mod:`pruning.model.blocks`). The real implementation is
 :class:`pruning.calibration.scoring.evaluator.SubsetEvaluator`; tests use small synthetic objectives.
 
 Every algorithm in this package is one function with one signature::

@@ -24,8 +24,8 @@ random order, because step 3 compares prior increments with true segment costs o
    whose batch of swaps looked good under the surrogate but was worse never costs the result.
 
 Cost: the N prior evaluations (shared), K segment evaluations, one or two per round. Under
-``--timing standalone`` (:mod:`pruning.prune`) the prior is computed before FBS's clock starts and not
-charged to it, as the study's Table 4 does (its FBS time is below one-shot's, which is the prior).
+``--timing standalone`` (:mod:`pruning.pipeline.prune`) the prior is computed before FBS's clock starts and
+not charged to it, as the study's Table 4 does (its FBS time is below one-shot's, which is the prior).
 
 Protected blocks (``--protect``) are left out of the ranking, so they are in neither set nor any segment.
 """

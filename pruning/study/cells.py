@@ -1,7 +1,7 @@
 """The study's cells: pruned, evaluated, and kept in the manifest, each computed once.
 
 :func:`prune_missing` runs the cells neither the study's manifest (``cells.json`` in the report directory) nor
-the registry already holds through :func:`pruning.prune.prune`, one call (one shared evaluator) per
+the registry already holds through :func:`pruning.pipeline.prune.prune`, one call (one shared evaluator) per
 calibration configuration, budget, seed and prior; :func:`evaluate_all` evaluates every variant (and the
 dense model) with :mod:`pruning.evaluation` unless the registry already holds those numbers.
 """
@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
+from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
@@ -99,12 +100,13 @@ def save_manifest(out: Path, plan: StudyPlan, cells: dict[str, CellResult], dens
 
 def truncated_items(variant) -> int:
     """How many calibration items were cut to fit ``seq_len``: the ``truncated_items`` of the variant's
-    calibration record, where :func:`pruning.prune.variant_record` puts it under ``--truncate``; 0 when the
-    record holds none (no ``--truncate``, or a record from before the count was kept).
+    calibration record, where :func:`pruning.pipeline.prune.variant_record` puts it under ``--truncate``; 0
+    when the record holds none (no ``--truncate``, or a record from before the count was kept).
 
     Args:
-        variant: a registry :class:`~registry.VariantInfo` or a :class:`~pruning.prune.VariantOutcome` of
-            ``prune``: both carry the calibration record as registered.
+        variant: a registry :class:`~registry.VariantInfo` or a
+            :class:`~pruning.pipeline.prune.VariantOutcome` of ``prune``: both carry the calibration record as
+            registered.
     """
     return int((variant.calibration or {}).get("truncated_items") or 0)
 
@@ -219,9 +221,9 @@ def _group_missing(missing: list[Cell]) -> list[tuple[Cell, list[Cell]]]:
 
 
 def prune_missing(plan: StudyPlan, missing: list[Cell], done: dict[str, CellResult], save) -> None:
-    """Run the missing cells through :func:`pruning.prune.prune`, one shared evaluator per group."""
-    from pruning.prune import prune
-    from pruning.run_planning import planned_for_device
+    """Run the missing cells through :func:`pruning.pipeline.prune.prune`, one shared evaluator per group."""
+    from pruning.pipeline.prune import prune
+    from pruning.runtime.plans import planned_for_device
 
     config = plan.config
     for first, cells in _group_missing(missing):
@@ -292,14 +294,13 @@ def evaluate_all(
     objectives) are evaluated once: the others get a copy of those results in the registry, since the
     evaluation depends on the weights and the settings only."""
     from pruning.evaluation.suites import (
-        EvalResult,
         EvalSettings,
         evaluate_model,
         expand_suites,
         prepare_data,
         record_results,
     )
-    from pruning.models import load_config
+    from pruning.model.blocks import load_config
 
     config = plan.config
     settings = EvalSettings(
@@ -328,41 +329,21 @@ def evaluate_all(
         if sha256 and len(metrics[name]) >= expected:
             by_weights.setdefault(sha256, recorded[name])
     todo = [name for name in targets if len(metrics[name]) < expected]
-    if todo:
-        prepared = None
-        for number, name in enumerate(todo, start=1):
-            info = targets[name]
-            sha256 = getattr(info, "checkpoint_sha256", None)
-            if sha256 in by_weights:
-                results = [
-                    EvalResult(r.suite, r.task, r.metric, r.value, dict(r.settings or {}))
-                    for r in by_weights[sha256]
-                ]
-                if config.progress:
-                    print(
-                        f"study: {name} has the weights of a variant already evaluated; results copied",
-                        flush=True,
-                    )
-            else:
-                if config.progress:
-                    print(f"study: evaluating {name} ({number}/{len(todo)})", flush=True)
-                released = released_weights(info.checkpoint_path)
-                if released is not None:
-                    rebuild = released.get("rebuild", "depthprune checkpoint")
-                    raise UserError(
-                        f"{name} needs evaluating under these settings, but its weights were not kept "
-                        f"(--keep-weights none); write them again with `{rebuild}` and rerun"
-                    )
-                prepared = prepared or prepare_data(suites, plan.demo_dir)
-                results = evaluate_model(info.checkpoint_path, suites, prepared, settings)
-                if sha256:
-                    by_weights[sha256] = results
-            record_results(registry, info, results)
-            metrics[name] = _as_metrics(results)
-            for result in done.values():
-                if result.variant == name:
-                    result.metrics = metrics[name]
-            save(metrics.get("dense", {}))
+    data = cache(partial(prepare_data, suites, plan.demo_dir))  # read once, and only if a model is evaluated
+
+    def evaluate(checkpoint_path: str) -> list:
+        return evaluate_model(checkpoint_path, suites, data(), settings)
+
+    for number, name in enumerate(todo, start=1):
+        info = targets[name]
+        progress = f"{number}/{len(todo)}" if config.progress else None
+        results = _copied_or_evaluated(name, info, by_weights, evaluate, progress)
+        record_results(registry, info, results)
+        metrics[name] = _as_metrics(results)
+        for result in done.values():
+            if result.variant == name:
+                result.metrics = metrics[name]
+        save(metrics.get("dense", {}))
     for result in done.values():
         result.metrics = metrics.get(result.variant, result.metrics)
     if config.keep_weights == "none":
@@ -372,10 +353,44 @@ def evaluate_all(
     return metrics.get("dense", {})
 
 
+def _copied_or_evaluated(
+    name: str, info, by_weights: dict[str, list], evaluate, progress: str | None
+) -> list:
+    """One model's evaluation results: copied from a model with byte-identical weights when there is one,
+    else ``evaluate(checkpoint_path)`` (remembered under its weights' sha256). ``progress`` (``"3/7"``) says
+    what happens; None prints nothing.
+
+    Raises:
+        UserError: the model needs evaluating but its weights were released (``--keep-weights none``).
+    """
+    from pruning.evaluation.suites import EvalResult
+
+    sha256 = getattr(info, "checkpoint_sha256", None)
+    if sha256 in by_weights:
+        if progress:
+            print(f"study: {name} has the weights of a variant already evaluated; results copied", flush=True)
+        return [
+            EvalResult(r.suite, r.task, r.metric, r.value, dict(r.settings or {})) for r in by_weights[sha256]
+        ]
+    if progress:
+        print(f"study: evaluating {name} ({progress})", flush=True)
+    released = released_weights(info.checkpoint_path)
+    if released is not None:
+        rebuild = released.get("rebuild", "depthprune checkpoint")
+        raise UserError(
+            f"{name} needs evaluating under these settings, but its weights were not kept "
+            f"(--keep-weights none); write them again with `{rebuild}` and rerun"
+        )
+    results = evaluate(info.checkpoint_path)
+    if sha256:
+        by_weights[sha256] = results
+    return results
+
+
 def release_evaluated(plan: StudyPlan, targets: dict[str, Any], metrics: dict, expected: int) -> None:
     """``--keep-weights none``: delete the weight files of every variant whose evaluation is recorded
-    (:func:`pruning.checkpoint.release_weights`: the directory says how to write them again)."""
-    from pruning.checkpoint import release_weights
+    (:func:`pruning.model.checkpoint.release_weights`: the directory says how to write them again)."""
+    from pruning.model.checkpoint import release_weights
 
     for name, info in targets.items():
         path = getattr(info, "checkpoint_path", None)

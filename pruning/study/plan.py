@@ -184,7 +184,7 @@ class StudyConfig:
     """Show progress bars."""
     timing: str = "standalone"
     """Search-cost accounting: ``standalone`` (each search on a cold evaluator, the study's Table 4) or
-    ``shared`` (one evaluator per group of cells, marginal costs); see :mod:`pruning.prune`."""
+    ``shared`` (one evaluator per group of cells, marginal costs); see :mod:`pruning.pipeline.prune`."""
     protect: tuple[str, ...] = ()
     """Blocks no search may remove (``first``, ``last``, indices); empty = none, the study's setting."""
     worker: bool = False
@@ -230,7 +230,7 @@ class StudyConfig:
             raise UserError(f"--data-seed needs a non-negative integer, got {self.data_seed!r}")
         if self.samples < 1:
             raise UserError(f"--samples must be positive, got {self.samples}")
-        from pruning.prune import TIMINGS
+        from pruning.pipeline.prune import TIMINGS
 
         if self.timing not in TIMINGS:
             raise UserError(f"--timing must be one of {', '.join(TIMINGS)}, got {self.timing!r}")
@@ -380,8 +380,8 @@ def plan_study(config: StudyConfig) -> StudyPlan:
         UserError: an impossible budget, data of the wrong kind, an unknown search option.
     """
     from depthprune.demo.paths import find_demo_dir
-    from pruning.models import load_config
-    from pruning.prune import canonical_model, plan_prune
+    from pruning.model.blocks import load_config
+    from pruning.pipeline.prune import canonical_model, plan_prune
     from pruning.search import PRIOR_GUIDED
     from pruning.search.base import resolve_protected
 
@@ -429,7 +429,7 @@ def plan_study(config: StudyConfig) -> StudyPlan:
 
 def cell_prune_config(config: StudyConfig, model: str, cell: Cell, searches: tuple[str, ...], progress: bool):
     """The PruneConfig of one group of cells (same calibration, drop, seed and prior; these ``searches``)."""
-    from pruning.prune import PruneConfig
+    from pruning.pipeline.prune import PruneConfig
 
     return PruneConfig(
         model=model,

@@ -29,7 +29,7 @@ def _run_cell(config, cell_key: str) -> dict:
     """One cell inside a Ray task: its variant's registry id and where it ran."""
     import ray
 
-    from pruning.isolation import OutOfMemory, is_out_of_memory, out_of_memory_message
+    from pruning.runtime.isolation import OutOfMemory, is_out_of_memory, out_of_memory_message
     from pruning.study.plan import plan_study
     from pruning.study.worker import GridCellRunner
     from registry import open_registry

@@ -10,8 +10,8 @@ several workers on one machine), once per GPU or machine::
 Every worker hashes the study's arguments into the same queue key (:func:`study_arguments`; where a worker
 writes its files, its device and engine are not part of it) and enqueues the grid's cells, then one cell for
 the dense model's evaluation, in the registry's work queue (:mod:`registry.work_queue`). Then each worker
-claims one cell at a time, prunes it (one search, through :func:`pruning.prune.prune`) and evaluates the
-variant, while a heartbeat thread renews its lease. A cell done is never run again; a killed worker's cell
+claims one cell at a time, prunes it (one search, through :func:`pruning.pipeline.prune.prune`) and evaluates
+the variant, while a heartbeat thread renews its lease. A cell done is never run again; a killed worker's cell
 is taken over by another worker once its lease (``--lease-seconds``) expires; a cell that raised is marked
 failed, the worker goes on with the others, and the next worker started retries it. The dense cell comes
 last because the first pruned cell registers the dense model: a worker that claims it before any cell is
@@ -121,7 +121,7 @@ class GridCellRunner:
 
 def failure_message(error: Exception) -> str:
     """What a failed cell records: an out-of-memory error is permanent (not retried) and says what to do."""
-    from pruning.isolation import is_out_of_memory, out_of_memory_message
+    from pruning.runtime.isolation import is_out_of_memory, out_of_memory_message
 
     return out_of_memory_message(error) if is_out_of_memory(error) else f"{type(error).__name__}: {error}"
 

@@ -18,7 +18,7 @@ from depthprune.core.errors import UserError
 from pruning.calibration.config import CalibrationConfig
 from pruning.calibration.scoring.build import build_evaluator
 from pruning.calibration.scoring.evaluator import SubsetEvaluator
-from pruning.models import load_config
+from pruning.model.blocks import load_config
 
 
 def check_budget(budget: int, num_blocks: int) -> None:

@@ -11,7 +11,7 @@ from pruning.calibration.config import CalibrationConfig
 from pruning.calibration.data.sampling import load_samples
 from pruning.calibration.objectives.batches import make_batches, truncated_items
 from pruning.calibration.scoring.evaluator import SubsetEvaluator
-from pruning.models import BlockStack, load_config, load_model
+from pruning.model.blocks import BlockStack, load_config, load_model
 
 
 def build_evaluator(
@@ -49,7 +49,7 @@ def build_evaluator(
             text objectives, in naive mode and for attention implementations without 4-D masks).
         shortcuts: cache the boundaries of the sets searches extend, share prefixes within a group of
             sets, and stop ranking candidates at a lower bound (exact; ``False`` scores as before them).
-        gpus: cards to spread the model over from ``device`` on (:func:`pruning.models.load_model`).
+        gpus: cards to spread the model over from ``device`` on (:func:`pruning.model.blocks.load_model`).
 
     Returns:
         A ready :class:`SubsetEvaluator`.

@@ -65,7 +65,7 @@ from pruning.calibration.scoring.shortcuts import (
     trie_order,
 )
 from pruning.calibration.scoring.statistics import EvaluatorStats, input_similarity_sums
-from pruning.models import BlockStack, validate_removed
+from pruning.model.blocks import BlockStack, validate_removed
 
 
 class SubsetEvaluator:

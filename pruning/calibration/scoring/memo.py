@@ -48,7 +48,7 @@ from pathlib import Path
 from depthprune.core.errors import UserError
 from depthprune.core.files import write_atomically, write_text_atomically
 from pruning.calibration.scoring.shortcuts import PartialScore
-from pruning.models import validate_removed
+from pruning.model.blocks import validate_removed
 
 __all__ = [
     "DATA_FIELD",

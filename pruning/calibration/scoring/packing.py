@@ -4,9 +4,9 @@ A multiple-choice item's choice sequences ``"Question: …\\nAnswer: {choice}"``
 sequence per choice and every candidate evaluation recomputes that prompt once per choice. Packed, an item
 is ONE sequence ``[shared prefix][choice 1 rest][choice 2 rest]...`` with a 4-D attention mask (each choice
 sees the prefix and its own earlier tokens, never another choice) and positions that restart at the prefix
-length for every choice (:meth:`pruning.models.BlockStack.segment_attention_mask`), so every answer token's
-log-probability is exactly the one of the choice run alone. The shared prefix is the longest common prefix
-of the item's token sequences (the prompt, plus any answer tokens all choices begin with; a prompt that
+length for every choice (:meth:`pruning.model.blocks.BlockStack.segment_attention_mask`), so every answer
+token's log-probability is exactly the one of the choice run alone. The shared prefix is the longest common
+prefix of the item's token sequences (the prompt, plus any answer tokens all choices begin with; a prompt that
 ``encode_choice`` truncated differently per choice simply shares less).
 
 The objectives keep their per-choice definition: :meth:`RunBatch.objective_hidden` gathers the packed hidden
@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 import torch
 
 from pruning.calibration.objectives.batches import CalibrationBatch
-from pruning.models import BlockStack
+from pruning.model.blocks import BlockStack
 
 
 @dataclass

@@ -29,12 +29,12 @@ import torch
 from torch import nn
 
 from depthprune.core.errors import UserError
-from pruning.architectures import check_supported
-from pruning.model_sources import ResolvedModel, resolve_model
+from pruning.model.architectures import check_supported
+from pruning.model.sources import ResolvedModel, resolve_model
 
 
 def resolve(model: str, revision: str | None = None) -> ResolvedModel:
-    """Resolve a model spec (:func:`pruning.model_sources.resolve_model`); a revision fits hub ids only."""
+    """Resolve a model spec (:func:`pruning.model.sources.resolve_model`); a revision fits hub ids only."""
     resolved = resolve_model(model)
     if resolved.source is not None and revision is not None:
         raise UserError(f"--revision names a hub revision; {model!r} is a GGUF file: leave --revision out")
@@ -46,7 +46,7 @@ def load_config(model: str, revision: str | None = None):
 
     Args:
         model: hub id, local directory, ``PATH.gguf`` or an embedded model name such as ``smollm2-135m``
-            (a GGUF is converted once and cached; see :mod:`pruning.model_sources`).
+            (a GGUF is converted once and cached; see :mod:`pruning.model.sources`).
         revision: hub revision (branch, tag or commit).
     """
     from transformers import AutoConfig
@@ -79,7 +79,7 @@ def load_model(
         device: torch device (with ``gpus`` above 1: the first of the cards).
         revision: hub revision (branch, tag or commit).
         gpus: cards to spread the model over (``device`` and the ones after it), placed by the memory
-            planner (:func:`pruning.placement.device_map`).
+            planner (:func:`pruning.model.placement.device_map`).
         device_map: an explicit ``{module name: device}`` placement instead (overrides ``gpus``).
 
     Returns:
@@ -93,8 +93,8 @@ def load_model(
     if not isinstance(torch_dtype, torch.dtype):
         raise UserError(f"unknown dtype {dtype!r}; use float32, bfloat16 or float16")
     if device_map is None and gpus > 1:
-        from pruning.placement import device_map as planned_map
-        from pruning.placement import spread_devices
+        from pruning.model.placement import device_map as planned_map
+        from pruning.model.placement import spread_devices
 
         device_map = planned_map(config, spread_devices(device, gpus))
     if device_map is None:

@@ -43,7 +43,7 @@ GGUF_MAGIC = b"GGUF"
 SOURCE_FILE = "source.json"
 
 # GGUF ``general.architecture`` -> the transformers ``model_type`` its legacy GGUF loader builds.
-# Only architectures depthprune prunes (pruning.architectures.SUPPORTED_ARCHITECTURES) are listed.
+# Only architectures depthprune prunes (pruning.model.architectures.SUPPORTED_ARCHITECTURES) are listed.
 GGUF_MODEL_TYPES = {
     "llama": "llama",
     "mistral": "mistral",
@@ -263,11 +263,12 @@ def check_gguf_architecture(path: Path, architecture: str, name: str | None = No
     """The transformers ``model_type`` a GGUF of ``architecture`` converts to, or a one-line UserError.
 
     Both conditions must hold: transformers can dequantise the architecture (its GGUF loader lists it), and
-    depthprune can prune the model type it becomes (:data:`pruning.architectures.SUPPORTED_ARCHITECTURES`).
+    depthprune can prune the model type it becomes
+    (:data:`pruning.model.architectures.SUPPORTED_ARCHITECTURES`).
     """
     from transformers.modeling_gguf_pytorch_utils import GGUF_SUPPORTED_ARCHITECTURES
 
-    from pruning.architectures import SUPPORTED_ARCHITECTURES
+    from pruning.model.architectures import SUPPORTED_ARCHITECTURES
 
     prunable = sorted(
         arch

@@ -56,8 +56,8 @@ from depthprune.core.fitness import DEFAULT_MAX_PPL_RATIO
 from depthprune.core.objectives import objective_label
 from depthprune.planning.devices import device_name
 from pruning.calibration.config import CalibrationConfig
-from pruning.disk_space import full_disk_as_user_error, is_disk_full
-from pruning.heldout_selection import HeldOutCache, mark_selected
+from pruning.model.disk_space import full_disk_as_user_error, is_disk_full
+from pruning.pipeline.heldout_selection import HeldOutCache, mark_selected
 from pruning.search import ALL_SEARCHES, OBJECTIVE_CHECKS, OPTIONS, PRIOR_GUIDED, SEARCHES, TrackedObjective
 from pruning.search.base import (
     ProtectedObjective,
@@ -128,7 +128,8 @@ class PruneConfig:
     """Held-out data every outcome is scored on (``validation_loss``, ``selected``); None = the calibration
     source's held-out part (:mod:`pruning.calibration.data.validation`)."""
     max_ppl_ratio: float = DEFAULT_MAX_PPL_RATIO
-    """Quality gate's K: held-out perplexity above K x dense makes a variant unfit (:mod:`pruning.heldout`).
+    """Quality gate's K: held-out perplexity above K x dense makes a variant unfit
+    (:mod:`pruning.pipeline.heldout`).
     """
 
     def __post_init__(self):
@@ -260,7 +261,7 @@ def parse_option_assignments(assignments: list[str], searches: tuple[str, ...]) 
 
 def slug(text: str, limit: int = 40) -> str:
     """A file-name-safe short form of a model id or path (a converted GGUF: its embedded or file name)."""
-    from pruning.model_sources import read_source
+    from pruning.model.sources import read_source
 
     source = read_source(text) if Path(text).is_dir() else None
     text = source.label if source is not None else text
@@ -272,9 +273,9 @@ def canonical_model(model: str) -> str:
     """Local directories as absolute paths (so a run keyed by model matches from any directory).
 
     A GGUF file or an embedded model name (``smollm2-135m``) becomes the directory of its converted
-    checkpoint (:func:`pruning.model_sources.resolve_model`), which every engine loads.
+    checkpoint (:func:`pruning.model.sources.resolve_model`), which every engine loads.
     """
-    from pruning.model_sources import resolve_model
+    from pruning.model.sources import resolve_model
 
     model = resolve_model(model).model
     path = Path(model).expanduser()
@@ -335,7 +336,7 @@ def plan_prune(config: PruneConfig) -> PrunePlan:
     Raises:
         UserError: an impossible budget, a bad option, an unsupported or missing model.
     """
-    from pruning.models import load_config
+    from pruning.model.blocks import load_config
 
     model = canonical_model(config.model)
     num_blocks = int(load_config(model).num_hidden_layers)
@@ -566,7 +567,7 @@ def variant_record(
 
 def _checkpoint_for(plan: PrunePlan, search: str, record: VariantRecord):
     """Write (or reuse, when it already holds this removal set) the checkpoint of one search."""
-    from pruning.checkpoint import reusable_checkpoint, write_pruned_checkpoint
+    from pruning.model.checkpoint import reusable_checkpoint, write_pruned_checkpoint
 
     directory = plan.checkpoint_dir(search)
     overwrite = plan.config.overwrite
@@ -760,7 +761,7 @@ def _prune_shared(plan: PrunePlan, registry, held_out, on_variant) -> list[Varia
 
 def _prune_standalone(plan: PrunePlan, registry, held_out, on_variant) -> list[VariantOutcome]:
     """``prune`` under ``--timing standalone``: a fresh evaluator per search, no memo loaded or saved."""
-    from pruning.isolation import release_device_memory
+    from pruning.runtime.isolation import release_device_memory
 
     current: dict[str, Any] = {}
     outcomes: list[VariantOutcome] = []

@@ -13,7 +13,7 @@ import typer
 
 from depthprune.core.objectives import get_objective
 from depthprune.core.options import DeviceOption, DtypeOption, SeedOption
-from pruning.cli import CalibrationSamplesOption, MemoryBudgetOption, ObjectiveOption
+from pruning.cli.commands import CalibrationSamplesOption, MemoryBudgetOption, ObjectiveOption
 
 
 def _demo_data_spec(model: str, data_kind: str) -> str:
@@ -107,7 +107,7 @@ def bench_evaluator(
 
         model = str(ensure_demo_model(progress=not as_json))
     else:
-        from pruning.model_sources import resolve_model
+        from pruning.model.sources import resolve_model
 
         model = resolve_model(model, progress=not as_json).model  # an embedded name or a GGUF: converted
     if data is None:

@@ -1,5 +1,5 @@
 """Command-line functions of the pruning side: ``checkpoint``, ``prune``, ``heal``, ``eval``
-and ``study`` (``bench-evaluator``: :mod:`pruning.calibration.scoring.bench_cli`).
+and ``study`` (``bench-evaluator``: :mod:`pruning.cli.bench`).
 
 Each function's typed signature is its command line (typer). Options every command shares (registry, dtype,
 device, seed, ``--json``) come from :mod:`depthprune.core.options`; options several commands of this module
@@ -28,10 +28,10 @@ from depthprune.core.options import (
     RegistryOption,
     SeedOption,
 )
-from pruning.cli_groups import comma_list
+from pruning.cli.groups import comma_list
 
 # Help texts list the searches from their source, so a new search shows up without editing them.
-from pruning.cli_options import (
+from pruning.cli.options import (
     KlWeightOption,
     MarginClipOption,
     MaxPerplexityRatioOption,
@@ -147,8 +147,8 @@ def checkpoint(
     """Write a variant of MODEL without the given blocks as an ordinary Hugging Face checkpoint."""
     from dataclasses import asdict
 
-    from pruning.checkpoint import write_pruned_checkpoint
-    from pruning.models import parse_block_list
+    from pruning.model.blocks import parse_block_list
+    from pruning.model.checkpoint import write_pruned_checkpoint
 
     written = write_pruned_checkpoint(
         model, parse_block_list(remove), out, revision=revision, dtype=dtype, overwrite=overwrite
@@ -227,7 +227,7 @@ def evaluate(
     """Measure perplexity and zero-shot accuracy of dense and pruned variants; record them in the registry."""
     from depthprune.planning.devices import auto_device_dtype
     from pruning.evaluation.suites import EvalSettings, evaluate_variants, results_as_json
-    from pruning.run_planning import PlanRequest
+    from pruning.runtime.plans import PlanRequest
     from registry import open_registry
 
     device, dtype = auto_device_dtype(device, dtype, gpus, gpu_memory_gib)
@@ -344,9 +344,9 @@ def prune(
     """
     from depthprune.planning.devices import auto_device_dtype
     from pruning.calibration.config import CalibrationConfig
-    from pruning.cli_groups import Placement, PruneRunOptions, SearchRequest, prune_config
-    from pruning.prune import parse_searches
-    from pruning.run_planning import PlanRequest
+    from pruning.cli.groups import Placement, PruneRunOptions, SearchRequest, prune_config
+    from pruning.pipeline.prune import parse_searches
+    from pruning.runtime.plans import PlanRequest
 
     searches = SearchRequest(parse_searches(search), option, protect, timing)
     device, dtype = auto_device_dtype(device, dtype, gpus, gpu_memory_gib)
@@ -362,8 +362,8 @@ def prune(
 
 def _run_prune(config, plan) -> None:
     """Plan the run's memory, run every search, then print one line per variant."""
-    from pruning.prune import prune as run_prune
-    from pruning.run_planning import plan_prune_run
+    from pruning.pipeline.prune import prune as run_prune
+    from pruning.runtime.plans import plan_prune_run
 
     config = plan_prune_run(config, plan)
     # One line per variant once every search has run: each line says whether it is the one selected.
@@ -474,7 +474,7 @@ def heal(
     from depthprune.planning.devices import auto_device_dtype
     from pruning.healing.config import DEFAULT_LORA_TARGETS, HealConfig
     from pruning.healing.heal import heal as run_heal
-    from pruning.run_planning import PlanRequest, plan_heal_run
+    from pruning.runtime.plans import PlanRequest, plan_heal_run
 
     device, dtype = auto_device_dtype(device, dtype, gpus, gpu_memory_gib)
     config = HealConfig(
@@ -551,6 +551,23 @@ KeepWeightsOption = Annotated[
 ]
 """``study --keep-weights``."""
 
+StudySeedsOption = Annotated[
+    str, typer.Option(help="Seeds, comma-separated, e.g. 0,1,2: each draws its own calibration samples.")
+]
+StudyDataSeedOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Pin the calibration draw to this seed for every seed: the seeds then vary the search only, "
+        "and a deterministic search runs once (its other seeds' cells record reused_from)."
+    ),
+]
+StudyChoiceSeqLenOption = Annotated[
+    int | None,
+    typer.Option(
+        help="Multiple-choice objectives: the longest question plus answer (longer prompts are cut); "
+        "default --seq-len. Above the longest item no question is truncated."
+    ),
+]
 StudyObjectivesOption = Annotated[
     str, typer.Option(help="Calibration objectives, comma-separated: perplexity, task_margin, kl.")
 ]
@@ -635,27 +652,13 @@ def study(
     objectives: StudyObjectivesOption = "perplexity,task_margin",
     searches: StudySearchesOption = "study",
     data: StudyDataOption = None,
-    seeds: Annotated[
-        str, typer.Option(help="Seeds, comma-separated, e.g. 0,1,2: each draws its own calibration samples.")
-    ] = "0",
-    data_seed: Annotated[
-        int | None,
-        typer.Option(
-            help="Pin the calibration draw to this seed for every seed: the seeds then vary the search only, "
-            "and a deterministic search runs once (its other seeds' cells record reused_from)."
-        ),
-    ] = None,
+    seeds: StudySeedsOption = "0",
+    data_seed: StudyDataSeedOption = None,
     random_prior_control: RandomPriorControlOption = False,
     cross_controls: CrossControlsOption = False,
     samples: Annotated[int, typer.Option(help="Calibration samples per configuration.")] = 64,
     seq_len: StudySeqLenOption = None,
-    choice_seq_len: Annotated[
-        int | None,
-        typer.Option(
-            help="Multiple-choice objectives: the longest question plus answer (longer prompts are cut); "
-            "default --seq-len. Above the longest item no question is truncated."
-        ),
-    ] = None,
+    choice_seq_len: StudyChoiceSeqLenOption = None,
     sampling: SamplingOption = "documents",
     truncate: TruncateOption = False,
     option: StudySearchOptions = None,
@@ -694,8 +697,8 @@ def study(
     --worker, start the same command on several machines against one PostgreSQL --registry to share the grid.
     """
     from depthprune.planning.devices import auto_device_dtype
-    from pruning import cli_groups as groups
-    from pruning.run_planning import PlanRequest
+    from pruning.cli import groups
+    from pruning.runtime.plans import PlanRequest
     from pruning.study.plan import study_searches
 
     search_request = groups.SearchRequest(study_searches(searches), option, protect, timing)
@@ -715,7 +718,7 @@ def study(
 def _run_study(config, plan, executor: str, ray_address: str | None) -> None:
     """Plan the study's memory, run it on ``executor`` (local or ray), then print where its report is (or,
     with ``--json``, the report's numbers)."""
-    from pruning.run_planning import plan_study_run
+    from pruning.runtime.plans import plan_study_run
     from pruning.study.run import run_study
 
     memory = plan_study_run(config, plan)

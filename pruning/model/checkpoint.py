@@ -4,7 +4,7 @@ The kept blocks are renumbered 0..N-M-1, ``num_hidden_layers`` is updated and ev
 list is sliced by the kept *original* indices, so transformers and vLLM load the variant unchanged. Next
 to the weights go the tokenizer, the generation config, ``pruning.json`` (what was removed from which
 base model, and why) and a model card. Parity rule: the variant's logits equal the dense model run with
-those blocks skipped (``pruning.models.BlockStack.forward``).
+those blocks skipped (``pruning.model.blocks.BlockStack.forward``).
 
 The directory is built under a temporary name beside ``out`` and renamed into place at the end
 (:func:`staged_directory`), so a failure or Ctrl-C never leaves a half-written checkpoint behind.
@@ -44,9 +44,9 @@ from depthprune.core.checksums import (
 )
 from depthprune.core.errors import UserError
 from depthprune.core.files import write_text_atomically
-from pruning.disk_space import checkpoint_bytes, full_disk_as_user_error
-from pruning.model_sources import GgufSource
-from pruning.models import load_config, resolve, validate_removed
+from pruning.model.blocks import load_config, resolve, validate_removed
+from pruning.model.disk_space import checkpoint_bytes, full_disk_as_user_error
+from pruning.model.sources import GgufSource
 from registry.records import MEASUREMENT_FIELDS, VariantRecord
 
 PRUNING_FILE = "pruning.json"
@@ -164,7 +164,7 @@ def resolve_model_dir(model: str, revision: str | None = None) -> tuple[Path, st
     hub revision.
 
     Hub ids go through the Hugging Face cache (``snapshot_download``), so the weights we hash are the
-    ones transformers loads; a GGUF file is its converted checkpoint (:mod:`pruning.model_sources`).
+    ones transformers loads; a GGUF file is its converted checkpoint (:mod:`pruning.model.sources`).
     """
     resolved = resolve(model, revision)
     path = Path(resolved.model).expanduser()
@@ -229,6 +229,16 @@ def _source_line(source: GgufSource | None) -> str:
     )
 
 
+def _resolved_base(model: str, revision: str | None):
+    """The dense model as a checkpoint records it: ``(model, its directory, revision, GGUF source or None)``;
+    a GGUF is recorded by its converted directory, as ``prune`` records it."""
+    base_source = resolve(model, revision).source
+    model_dir, revision = resolve_model_dir(model, revision)
+    if base_source is not None:
+        model = str(model_dir.resolve())
+    return model, model_dir, revision, base_source
+
+
 def write_pruned_checkpoint(
     model: str,
     removed_blocks,
@@ -269,10 +279,7 @@ def write_pruned_checkpoint(
         return restore_weights(out, released, model, removed_blocks, revision=revision, dtype=dtype)
     if out.exists() and not overwrite and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"{out} already exists; choose another --out or pass --overwrite")
-    base_source = resolve(model, revision).source
-    model_dir, revision = resolve_model_dir(model, revision)
-    if base_source is not None:  # a GGUF: recorded by its converted directory, as prune records it
-        model = str(model_dir.resolve())
+    model, model_dir, revision, base_source = _resolved_base(model, revision)
     config = load_config(str(model_dir))
     removed = sorted(validate_removed(removed_blocks, config.num_hidden_layers))
     if scores is None:

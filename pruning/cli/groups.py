@@ -1,10 +1,10 @@
 """The option groups of the ``prune`` and ``study`` commands, and the configs built from them.
 
 typer needs every option in a command's signature; grouping the options here, as
-:class:`pruning.run_planning.PlanRequest` groups the planning ones, keeps each command short: it builds each
+:class:`pruning.runtime.plans.PlanRequest` groups the planning ones, keeps each command short: it builds each
 group in one call and hands them to :func:`prune_config` or :func:`study_config`. Those parse and check the
 options in the order the commands always have, so the first bad option is the one reported. Heavy modules
-are imported inside the functions: :mod:`pruning.cli` imports this module for ``depthprune --help``.
+are imported inside the functions: :mod:`pruning.cli.commands` imports this module for ``depthprune --help``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pruning.calibration.config import CalibrationConfig
-    from pruning.prune import PruneConfig
+    from pruning.pipeline.prune import PruneConfig
     from pruning.study.plan import StudyConfig
 
 
@@ -49,7 +49,7 @@ class SearchRequest:
 
     def options(self) -> dict[str, dict]:
         """Per search name, its options from ``--option``."""
-        from pruning.prune import parse_option_assignments
+        from pruning.pipeline.prune import parse_option_assignments
 
         return parse_option_assignments(self.option or [], self.searches)
 
@@ -100,8 +100,8 @@ def prune_config(
     placement: Placement,
     run: PruneRunOptions,
 ) -> PruneConfig:
-    """The :class:`~pruning.prune.PruneConfig` of one ``prune`` command line."""
-    from pruning.prune import PruneConfig
+    """The :class:`~pruning.pipeline.prune.PruneConfig` of one ``prune`` command line."""
+    from pruning.pipeline.prune import PruneConfig
 
     return PruneConfig(
         model=model,

@@ -1,7 +1,7 @@
 """The decoder architectures depthprune prunes: the one table both model loading and GGUF conversion read.
 
-Kept apart from :mod:`pruning.models` (torch, block access) so that :mod:`pruning.model_sources` can check a
-GGUF's architecture without importing the module that imports it.
+Kept apart from :mod:`pruning.model.blocks` (torch, block access) so that :mod:`pruning.model.sources` can
+check a GGUF's architecture without importing the module that imports it.
 """
 
 from __future__ import annotations

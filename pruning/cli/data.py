@@ -2,9 +2,9 @@
 
 ``depthprune data show SPEC --model M [--samples K] [--seq-len L] [--data-seed S]
 [--sampling documents|stream] [--json]`` draws the instances a pruning run with the same settings would
-draw and prints them as the objective sees them (:mod:`pruning.calibration.data.show`): with ``--json`` one
-JSON object per line (``text``, or ``context``, ``choices``, ``label`` and the scored strings); otherwise a
-readable listing. Only the model's tokenizer is loaded, never its weights.
+draw and prints them as the objective sees them (:mod:`pruning.calibration.objectives.show`): with ``--json``
+one JSON object per line (``text``, or ``context``, ``choices``, ``label`` and the scored strings); otherwise
+a readable listing. Only the model's tokenizer is loaded, never its weights.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Annotated
 import typer
 
 from depthprune.core.options import JsonOption
-from pruning.cli import SamplingOption
+from pruning.cli.commands import SamplingOption
 
 app = typer.Typer(
     name="data",
@@ -71,8 +71,8 @@ def show(
 
     from depthprune.core.errors import UserError
     from pruning.calibration.data.items import SAMPLINGS
-    from pruning.calibration.data.show import show_instances
-    from pruning.prune import canonical_model
+    from pruning.calibration.objectives.show import show_instances
+    from pruning.pipeline.prune import canonical_model
 
     if sampling not in SAMPLINGS:
         raise UserError(f"unknown --sampling {sampling!r}; use one of {', '.join(SAMPLINGS)}")

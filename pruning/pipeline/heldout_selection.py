@@ -1,7 +1,7 @@
 """Selection among a ``prune`` run's outcomes by held-out loss, without importing torch until scoring.
 
-:class:`HeldOutCache` builds one :class:`~pruning.heldout.HeldOut` per calibration evaluator (the shared
-evaluator of a run, or each standalone one); :func:`mark_selected` marks the outcome with the lowest
+:class:`HeldOutCache` builds one :class:`~pruning.pipeline.heldout.HeldOut` per calibration evaluator (the
+shared evaluator of a run, or each standalone one); :func:`mark_selected` marks the outcome with the lowest
 validation loss.
 """
 
@@ -19,7 +19,7 @@ class HeldOutCache:
         self._built: tuple[object, object] | None = None
 
     def __call__(self, evaluator):
-        from pruning.heldout import HeldOut
+        from pruning.pipeline.heldout import HeldOut
 
         if self._built is None or self._built[0] is not evaluator:
             self._built = (evaluator, HeldOut(evaluator, self.validation, self.max_ppl_ratio))

@@ -1,7 +1,7 @@
 """The ``prune`` options that configure an objective, its data's held-out use and the quality gate.
 
-Kept apart from :mod:`pruning.cli` (the commands) so that the commands module stays one job; each alias is
-a ``typer`` option type the commands share.
+Kept apart from :mod:`pruning.cli.commands` (the commands) so that the commands module stays one job; each
+alias is a ``typer`` option type the commands share.
 """
 
 from __future__ import annotations

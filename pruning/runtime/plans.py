@@ -12,6 +12,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from depthprune.core.errors import UserError
+from depthprune.core.objectives import get_objective
 from depthprune.planning import (
     CalibrationSizes,
     Devices,
@@ -46,7 +47,7 @@ class PlanRequest:
 def model_config(model: str) -> dict:
     """config.json of a hub id or directory; an embedded name or a GGUF file is resolved (converted) first,
     so that its name is never asked of the hub (five network retries offline before the fallback)."""
-    from pruning.model_sources import resolve_model
+    from pruning.model.sources import resolve_model
 
     return read_model_config(resolve_model(model, progress=False).model)
 
@@ -94,7 +95,7 @@ def _calibration_sizes(config, searches: tuple[str, ...], seq_len: int | None = 
     return CalibrationSizes(
         samples=calibration.samples if calibration else config.samples,
         seq_len=(calibration.seq_len if calibration else seq_len) or 2048,
-        objective=calibration.objective if calibration else "perplexity",
+        keeps_dense_reference=calibration.needs_reference if calibration else False,
         searches=tuple(searches),
         memory_budget_gb=getattr(config, "memory_budget_gb", None),
     )
@@ -128,9 +129,10 @@ def plan_study_run(config, request: PlanRequest) -> MemoryPlan | None:
         return None
     devices = plan_devices(config.device, request.gpus, request.gpu_memory_gib)
     devices = devices.shared_by(config.workers_per_gpu)
-    objective = "kl" if "kl" in config.objectives else config.objectives[0]
+    # The largest cell is one whose objective keeps the dense reference, when the grid has one.
+    keeps_reference = any(get_objective(name).needs_reference for name in config.objectives)
     sizes = dataclasses.replace(
-        _calibration_sizes(config, config.searches, config.seq_len), objective=objective
+        _calibration_sizes(config, config.searches, config.seq_len), keeps_dense_reference=keeps_reference
     )
     heal = HealSizes(method=config.heal.split(":")[0]) if config.heal else None
     engine = "torch" if config.engine in ("torch", "hf") else "vllm"
@@ -194,7 +196,7 @@ def plan_eval_run(paths: list[str], settings, request: PlanRequest) -> MemoryPla
     """``eval``: the largest of the variants' engines (they run one after the other)."""
     if not _needed(settings.device, request):
         return None
-    from pruning.evaluation.engines import resolve_engine
+    from pruning.runtime.engine_choice import resolve_engine
 
     engine = resolve_engine(settings.engine)
     devices = plan_devices(settings.device, request.gpus, request.gpu_memory_gib)
