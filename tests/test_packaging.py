@@ -44,3 +44,13 @@ def test_lock_pins_every_direct_dependency():
         for separator in "<>=!~ ":
             name = name.split(separator)[0]
         assert name.lower().replace("_", "-") in locked, f"{name} is not pinned in requirements/cpu.lock"
+
+
+def test_every_package_data_pattern_names_files_that_exist():
+    """A pattern matching nothing ships nothing: a wheel (the Dockerfiles install one) would lack the files."""
+    import tomllib
+
+    patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    for package, globs in patterns.items():
+        for pattern in globs:
+            assert list((ROOT / package).glob(pattern)), f"{package}: {pattern} matches no file"
