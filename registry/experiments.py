@@ -20,6 +20,14 @@ How the guarantees are kept:
   the loser's insert fails, is retried (:func:`registry.database.retrying`) and then sees the winner's row.
 * **Writing the same spec again is not a change.** It returns the current record and adds no version, so
   gateways that seed the same config on every start leave no noise in the history.
+* **A deadline ends a change, not a caller giving up.** With ``deadline_s`` the lock wait is bounded (SQLite's
+  busy timeout, PostgreSQL's ``lock_timeout``) by the time left, and the deadline is checked again before
+  COMMIT: past it the transaction is rolled back and :class:`WriteTimeout` raised, so a caller told "timed
+  out" is told the truth. Only a PostgreSQL connection lost during COMMIT leaves the outcome open
+  (:class:`OutcomeUnknown`).
+* **Bounded.** Names are checked with :func:`check_experiment_name` (``fullmatch``, :data:`NAME_CHARACTERS`),
+  a stored spec is at most :data:`MAX_SPEC_BYTES`, a registry holds at most :data:`MAX_EXPERIMENTS` live
+  experiments.
 * **Others hear of a change.** On PostgreSQL the transaction also sends ``NOTIFY depthprune_experiments``
   (delivered at commit); :class:`ChangeListener` wakes the gateways. Anyone can poll :meth:`versions`
   (one small ``SELECT`` of names and versions) instead; SQLite has no notifications.
@@ -27,18 +35,22 @@ How the guarantees are kept:
 
 from __future__ import annotations
 
+import json
 import logging
+import re
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import select, text
+from sqlalchemy import func, select, text
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
 from depthprune.core.errors import UserError
-from registry.database import WRITE_OPTION, retrying
+from registry.database import SQLITE_BUSY_TIMEOUT_MS, WRITE_OPTION, retrying
 from registry.naming import check_name
 from registry.tables import ExperimentChangeRow, ExperimentRow, utc, utc_now
 
@@ -47,6 +59,23 @@ CHANNEL = "depthprune_experiments"
 SEED, SET, DELETE = "seed", "set", "delete"
 """Actions of the history: created from a gateway's config file, set (created or changed), deleted."""
 MAX_ACTOR_LENGTH = 256
+NAME_CHARACTERS = "letters A-Z a-z, digits and . _ - + :"
+"""What experiment names, arm names and every name a spec refers to are made of: visible ASCII that an HTTP
+header value and a Prometheus label value carry as they are, and that a URL path carries unescaped."""
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+-]*")
+"""Matched with ``fullmatch``: ``$`` would let a final newline through."""
+MAX_NAME_LENGTH = 128
+"""Longest experiment, arm, variant, objective or fallback name (the registry's variant names are as long)."""
+MAX_ARMS = 16
+"""Most arms in one experiment (and entries in ``forcible``)."""
+MAX_EXPERIMENTS = 64
+"""Most live experiments in one registry (deleted ones do not count): with :data:`MAX_ARMS` it bounds the
+gateways' metric series per (experiment, arm)."""
+MAX_SPEC_BYTES = 16_384
+"""Largest spec the registry stores, as compact JSON (a spec at the other limits is about 6 KB)."""
+WRITE_DEADLINE_S = 8.0
+"""Default deadline of one change, lock waits and retries included: below the SQLite busy timeout, so a
+change either commits within it or is rolled back and changes nothing."""
 
 log = logging.getLogger("depthprune.registry")
 
@@ -61,6 +90,58 @@ class StaleVersion(UserError):
             "nothing changed (read it again and retry)"
         )
         self.name, self.expected, self.current = name, expected, current
+
+
+class TooManyExperiments(UserError):
+    """Creating one more experiment would pass :data:`MAX_EXPERIMENTS`; nothing was written."""
+
+    def __init__(self, name: str, live: int):
+        super().__init__(
+            f"experiment {name!r} would be the {live + 1}th: a registry holds at most {MAX_EXPERIMENTS} "
+            "experiments (delete one first); nothing changed"
+        )
+        self.name = name
+
+
+ROLLED_BACK = "the registry's write lock was not free in time; the change was rolled back"
+
+
+class OutcomeUnknown(Exception):
+    """The connection was lost during COMMIT (PostgreSQL): the change may or may not have been made."""
+
+
+class WriteTimeout(Exception):
+    """A change did not get the registry's write lock (or finish) within its deadline; it was rolled back
+    and nothing changed."""
+
+
+def check_spec_name(value: object, what: str) -> str:
+    """``value`` if it can be an experiment, arm or referenced name, else a :class:`UserError` naming it.
+
+    Args:
+        value: the name.
+        what: the field, for the message (``arms.0.name``).
+
+    Returns:
+        The name unchanged.
+    """
+    if not isinstance(value, str):
+        raise UserError(f"{what} must be a string, got {type(value).__name__}")
+    if not 1 <= len(value) <= MAX_NAME_LENGTH:
+        raise UserError(f"{what} must be 1-{MAX_NAME_LENGTH} characters long, got {len(value)}")
+    if not NAME_PATTERN.fullmatch(value):
+        raise UserError(f"{what} {value!r} may hold only {NAME_CHARACTERS}, starting with a letter or digit")
+    return value
+
+
+def check_experiment_name(name: object) -> str:
+    """``name`` if it can name an experiment (:func:`check_spec_name`, not all digits, not ``dense``).
+
+    Raises:
+        UserError: naming the problem.
+    """
+    check_spec_name(name, "experiment name")
+    return check_name(name, "experiment")
 
 
 class ExperimentNotFound(UserError):
@@ -182,7 +263,13 @@ class ExperimentStore:
     # ---------------------------------------------------------------- writing
 
     def set(
-        self, name: str, spec: dict[str, Any], *, actor: str, expected_version: int | None = None
+        self,
+        name: str,
+        spec: dict[str, Any],
+        *,
+        actor: str,
+        expected_version: int | None = None,
+        deadline_s: float | None = None,
     ) -> ExperimentRecord:
         """Create or replace an experiment's spec (the same spec again changes nothing).
 
@@ -192,23 +279,42 @@ class ExperimentStore:
             actor: who changes it, for the history.
             expected_version: the version the change is based on (0: it must not exist yet); None writes
                 whatever the current version is.
+            deadline_s: seconds the whole change may take, lock waits and retries included; past it the
+                transaction is rolled back and :class:`WriteTimeout` raised. None waits as long as the
+                database's own timeouts and retries allow.
 
         Raises:
             StaleVersion: ``expected_version`` is not the current version; nothing was written.
+            TooManyExperiments: it would be one experiment more than :data:`MAX_EXPERIMENTS`.
+            WriteTimeout: the deadline passed; nothing was written.
         """
-        check_name(name, "experiment")
-        return self._change(name, spec, actor=actor, action=SET, expected_version=expected_version)
+        check_experiment_name(name)
+        return self._change(
+            name, spec, actor=actor, action=SET, expected_version=expected_version, deadline_s=deadline_s
+        )
 
-    def delete(self, name: str, *, actor: str, expected_version: int | None = None) -> ExperimentRecord:
+    def delete(
+        self,
+        name: str,
+        *,
+        actor: str,
+        expected_version: int | None = None,
+        deadline_s: float | None = None,
+    ) -> ExperimentRecord:
         """Delete an experiment (its history stays; creating it again goes on counting versions).
 
         Raises:
             ExperimentNotFound: there is none to delete.
             StaleVersion: ``expected_version`` is not the current version; nothing was written.
+            WriteTimeout: ``deadline_s`` passed (as for :meth:`set`); nothing was written.
         """
-        return self._change(name, None, actor=actor, action=DELETE, expected_version=expected_version)
+        return self._change(
+            name, None, actor=actor, action=DELETE, expected_version=expected_version, deadline_s=deadline_s
+        )
 
-    def seed(self, name: str, spec: dict[str, Any], *, actor: str) -> ExperimentRecord | None:
+    def seed(
+        self, name: str, spec: dict[str, Any], *, actor: str, deadline_s: float | None = None
+    ) -> ExperimentRecord | None:
         """Create ``name`` from a gateway's config file, unless the registry already knows it.
 
         An experiment that exists (or was deleted) is the registry's to keep: a config file read at a
@@ -217,8 +323,10 @@ class ExperimentStore:
         Returns:
             The new record, or None when the registry's was kept.
         """
-        check_name(name, "experiment")
-        return self._change(name, spec, actor=actor, action=SEED, expected_version=None, only_new=True)
+        check_experiment_name(name)
+        return self._change(
+            name, spec, actor=actor, action=SEED, expected_version=None, only_new=True, deadline_s=deadline_s
+        )
 
     def _change(
         self,
@@ -229,8 +337,12 @@ class ExperimentStore:
         action: str,
         expected_version: int | None,
         only_new: bool = False,
+        deadline_s: float | None = None,
     ) -> ExperimentRecord | None:
         actor = actor[:MAX_ACTOR_LENGTH]
+        if spec is not None:
+            _check_size(name, spec)
+        deadline = None if deadline_s is None else time.monotonic() + deadline_s
 
         def operation(session: Session) -> ExperimentRecord | None:
             query = select(ExperimentRow).where(ExperimentRow.name == name)
@@ -245,6 +357,8 @@ class ExperimentStore:
                 raise ExperimentNotFound(name)
             if row is not None and old_spec == spec:
                 return _record(row)
+            if old_spec is None and spec is not None:
+                self._check_room(session, name)
             if row is None:
                 row = ExperimentRow(name=name)
                 session.add(row)
@@ -266,11 +380,76 @@ class ExperimentStore:
             session.flush()
             return _record(row)
 
-        def attempt():
-            with Session(self._write_engine) as session, session.begin():
-                return operation(session)
+        return retrying(lambda: self._transaction(operation, deadline))
 
-        return retrying(attempt)
+    def _transaction(self, operation: Callable[[Session], Any], deadline: float | None) -> Any:
+        """``operation`` in one write transaction whose lock waits end by ``deadline``; it commits only while
+        the deadline has not passed, else rolls back and raises :class:`WriteTimeout`."""
+        remaining_ms = _remaining_ms(deadline)
+        with self._write_engine.connect() as connection:
+            raw = connection.connection.dbapi_connection
+            if not self.postgres and remaining_ms is not None:
+                # Before BEGIN IMMEDIATE, which is where a held write lock makes us wait.
+                raw.execute(f"PRAGMA busy_timeout = {remaining_ms}")
+            try:
+                with Session(bind=connection) as session:
+                    session.begin()
+                    if self.postgres and remaining_ms is not None:
+                        # The lock wait ends first (retried, then WriteTimeout); the statement bound is
+                        # for a server too slow to answer at all.
+                        session.execute(text(f"SET LOCAL lock_timeout = {remaining_ms}"))
+                        session.execute(text(f"SET LOCAL statement_timeout = {remaining_ms + 100}"))
+                    result = operation(session)
+                    _remaining_ms(deadline)  # the last moment to give up: before COMMIT
+                    self._commit(session)
+                    return result
+            except DBAPIError:
+                if deadline is not None and time.monotonic() >= deadline - 0.05:  # a timeout of ours
+                    raise WriteTimeout(ROLLED_BACK) from None
+                raise
+            finally:
+                if not self.postgres and remaining_ms is not None:
+                    raw.execute(f"PRAGMA busy_timeout = {SQLITE_BUSY_TIMEOUT_MS}")
+
+    def _commit(self, session: Session) -> None:
+        """COMMIT; :class:`OutcomeUnknown` when PostgreSQL's connection broke during it (not retried: it may
+        have committed). A failed SQLite COMMIT leaves the transaction open, and it is rolled back."""
+        try:
+            session.commit()
+        except DBAPIError as error:
+            if self.postgres and error.connection_invalidated:
+                raise OutcomeUnknown(
+                    "the registry's connection broke during COMMIT: the change may or may not have been "
+                    "made; read the experiment's version before trying again"
+                ) from None
+            raise
+
+    def _check_room(self, session: Session, name: str) -> None:
+        """Raise :class:`TooManyExperiments` when ``name`` would be one live experiment too many."""
+        if self.postgres:  # creations wait for each other, so two cannot both take the last place
+            session.execute(text("SELECT pg_advisory_xact_lock(hashtext(:channel))"), {"channel": CHANNEL})
+        live = session.scalar(select(func.count()).where(ExperimentRow.spec.is_not(None)))
+        if live >= MAX_EXPERIMENTS:
+            raise TooManyExperiments(name, live)
+
+
+def _remaining_ms(deadline: float | None) -> int | None:
+    """Milliseconds left before ``deadline`` (None: no deadline); :class:`WriteTimeout` when none are."""
+    if deadline is None:
+        return None
+    remaining = deadline - time.monotonic()
+    if remaining <= 0:
+        raise WriteTimeout(ROLLED_BACK)
+    return max(1, int(remaining * 1000))
+
+
+def _check_size(name: str, spec: dict[str, Any]) -> None:
+    size = len(json.dumps(spec, separators=(",", ":")).encode())
+    if size > MAX_SPEC_BYTES:
+        raise UserError(
+            f"experiment {name!r}: the spec is {size} bytes as JSON, more than the {MAX_SPEC_BYTES} a "
+            "registry stores; nothing changed"
+        )
 
 
 def _record(row: ExperimentRow) -> ExperimentRecord:

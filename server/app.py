@@ -74,6 +74,7 @@ def create_app(
         seed={name: parse_spec(name, raw) for name, raw in settings.experiments.items()},
         actor=gateway_actor(settings.host, settings.port),
         poll_interval_s=settings.experiments_poll_s,
+        forget=metrics.forget,
     )
     if pool is None:
         pool = BackendPool(settings)
@@ -93,7 +94,11 @@ def create_app(
             await app.state.proxy.close()
             await pool.close()
 
-    app = FastAPI(title="depthprune gateway", lifespan=lifespan, docs_url=None, redoc_url=None)
+    # No trailing-slash redirects: Starlette builds their Location from the Host header, which the client
+    # chooses; a path with a slash it does not serve is a 404 like any other.
+    app = FastAPI(
+        title="depthprune gateway", lifespan=lifespan, docs_url=None, redoc_url=None, redirect_slashes=False
+    )
     app.openapi = lambda: gateway_openapi(app)
     app.state.settings = settings
     app.state.pool = pool

@@ -73,7 +73,7 @@ class Experiment:
         cumulative[-1] = 1.0  # guard against rounding leaving a sliver above the last arm
         self._cumulative = cumulative
 
-    def choose(self, user_key: str | None, rng: random.Random) -> Arm:
+    def choose_arm(self, user_key: str | None, rng: random.Random) -> Arm:
         """The arm for this user key (sticky), or a weighted random arm when there is no key."""
         if user_key is not None and self.spec.sticky:
             point = unit_hash(self.name, user_key)
@@ -109,6 +109,9 @@ class Router:
             for alias in metadata.aliases:
                 self.aliases.setdefault(alias, name)
         self.experiments: dict[str, Experiment] = {}
+        self.experiments_pending: str | None = None
+        """Why the experiments are not known yet (a gateway whose registry has never been read); while set,
+        every name that is not a variant answers 503, since it may be an experiment."""
         self._rng = random.Random(seed)
 
     # -- experiments -------------------------------------------------------------------------
@@ -218,8 +221,17 @@ class Router:
         """Decide which backend serves a request for ``model``.
 
         Raises:
-            RoutingError: unknown model, or a forced arm the experiment does not have.
+            RoutingError: unknown model, or a forced arm the experiment does not have (4xx); 503 for a name
+                that is not a variant while the experiments are not known yet.
         """
+        if self.experiments_pending is not None and self.variant_name(model) is None:
+            raise RoutingError(
+                f"'{model}' is not a variant and the experiments are not loaded yet "
+                f"({self.experiments_pending}); retry later",
+                param="model",
+                code="experiments_unavailable",
+                status=503,
+            )
         experiment = self.experiments.get(model)
         if experiment is None:
             backend = self.variant_name(model)
@@ -250,5 +262,5 @@ class Router:
                     status=400,
                 )
         else:
-            arm = experiment.choose(user_key, self._rng)
+            arm = experiment.choose_arm(user_key, self._rng)
         return Route(backend=arm.backend, experiment=model, arm=arm.name, fallback=arm.fallback)

@@ -14,6 +14,9 @@ each engine's state and share of the traffic.
 
 from __future__ import annotations
 
+import re
+from urllib.parse import quote
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 # vLLM's buckets (vllm/v1/metrics/loggers.py), with finer ones below its smallest.
@@ -71,96 +74,147 @@ E2E_BUCKETS = (
 )
 # vLLM's time-per-output-token buckets, with finer ones below its smallest.
 TPOT_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
+WIRE_PUNCTUATION = "!#$&'()*+,-./:;<=>?@[]^_`{|}~"
+WIRE_SAFE = re.compile(r"[A-Za-z0-9" + re.escape(WIRE_PUNCTUATION) + r"]*")
+"""Visible ASCII but ``%``, ``"`` and ``\\``: carried by a header value and a label value as it is, and never
+mistaken for a percent-encoded value."""
 REQUEST_LABELS = ("variant", "experiment", "arm")
+REPLICA_LABELS = ("variant", "replica")
+FALLBACK_LABELS = ("experiment", "arm", "variant")
+
+FAMILIES = {
+    # attribute: (kind, name after the prefix, help, labels, histogram buckets)
+    "requests": (
+        Counter,
+        "requests",
+        "Requests answered, by variant, arm, endpoint and status.",
+        (*REQUEST_LABELS, "endpoint", "status"),
+        None,
+    ),
+    "ttft": (
+        Histogram,
+        "time_to_first_token_seconds",
+        "Time from request arrival to the first streamed token (streaming requests).",
+        REQUEST_LABELS,
+        TTFT_BUCKETS,
+    ),
+    "e2e": (
+        Histogram,
+        "e2e_request_latency_seconds",
+        "Time from request arrival to the last byte of the response.",
+        REQUEST_LABELS,
+        E2E_BUCKETS,
+    ),
+    "tpot": (
+        Histogram,
+        "time_per_output_token_seconds",
+        "Time per output token after the first (streaming requests of more than one token).",
+        REQUEST_LABELS,
+        TPOT_BUCKETS,
+    ),
+    "prompt_tokens": (Counter, "prompt_tokens", "Prompt tokens of answered requests.", REQUEST_LABELS, None),
+    "generation_tokens": (
+        Counter,
+        "generation_tokens",
+        "Generated tokens of answered requests.",
+        REQUEST_LABELS,
+        None,
+    ),
+    "in_flight": (Gauge, "requests_in_flight", "Requests being proxied now.", ("variant",), None),
+    "backend_up": (
+        Gauge,
+        "backend_up",
+        "1 when the variant's backend (any of its replicas) answers /health.",
+        ("variant",),
+        None,
+    ),
+    "backend_restarts": (Counter, "backend_restarts", "Restarts of managed backends.", ("variant",), None),
+    "replica_up": (
+        Gauge,
+        "replica_up",
+        "1 when this replica (engine) of the variant answers /health.",
+        REPLICA_LABELS,
+        None,
+    ),
+    "replica_in_flight": (
+        Gauge,
+        "replica_requests_in_flight",
+        "Requests being proxied now, per replica of the variant.",
+        REPLICA_LABELS,
+        None,
+    ),
+    "replica_requests": (
+        Counter,
+        "replica_requests",
+        "Requests sent to each replica of the variant (the balance of the replica choice).",
+        REPLICA_LABELS,
+        None,
+    ),
+    "upstream_retries": (
+        Counter,
+        "upstream_retries",
+        "Requests sent again on a new connection after a kept-alive one failed before any answer.",
+        ("variant",),
+        None,
+    ),
+    "fallbacks": (
+        Counter,
+        "fallbacks",
+        "Requests served by a fallback because their arm was down.",
+        FALLBACK_LABELS,
+        None,
+    ),
+}
+"""Every family of :class:`GatewayMetrics`, by the attribute that holds it."""
+PREFIX = "depthprune_gateway_"
+
+
+def wire_value(text: str) -> str:
+    """``text`` as a response header value or metric label value: as it is when :data:`WIRE_SAFE` (every name
+    the spec checks allow), else percent-encoded UTF-8, so that no name (one written to the database behind
+    the API's back, or installed by code that skipped the checks) can break a response, inject a header or
+    a line of the exposition format.
+    """
+    return text if WIRE_SAFE.fullmatch(text) else quote(text, safe=WIRE_PUNCTUATION)
 
 
 class GatewayMetrics:
-    """The gateway's metric families in their own registry."""
+    """The gateway's metric families in their own registry (one attribute per entry of :data:`FAMILIES`)."""
+
+    requests: Counter
+    ttft: Histogram
+    e2e: Histogram
+    tpot: Histogram
+    prompt_tokens: Counter
+    generation_tokens: Counter
+    in_flight: Gauge
+    backend_up: Gauge
+    backend_restarts: Counter
+    replica_up: Gauge
+    replica_in_flight: Gauge
+    replica_requests: Counter
+    upstream_retries: Counter
+    fallbacks: Counter
 
     def __init__(self):
         self.registry = CollectorRegistry()
-        prefix = "depthprune_gateway_"
-        self.requests = Counter(
-            prefix + "requests",
-            "Requests answered, by variant, arm, endpoint and status.",
-            [*REQUEST_LABELS, "endpoint", "status"],
-            registry=self.registry,
-        )
-        self.ttft = Histogram(
-            prefix + "time_to_first_token_seconds",
-            "Time from request arrival to the first streamed token (streaming requests).",
-            REQUEST_LABELS,
-            buckets=TTFT_BUCKETS,
-            registry=self.registry,
-        )
-        self.e2e = Histogram(
-            prefix + "e2e_request_latency_seconds",
-            "Time from request arrival to the last byte of the response.",
-            REQUEST_LABELS,
-            buckets=E2E_BUCKETS,
-            registry=self.registry,
-        )
-        self.tpot = Histogram(
-            prefix + "time_per_output_token_seconds",
-            "Time per output token after the first (streaming requests of more than one token).",
-            REQUEST_LABELS,
-            buckets=TPOT_BUCKETS,
-            registry=self.registry,
-        )
-        self.prompt_tokens = Counter(
-            prefix + "prompt_tokens",
-            "Prompt tokens of answered requests.",
-            REQUEST_LABELS,
-            registry=self.registry,
-        )
-        self.generation_tokens = Counter(
-            prefix + "generation_tokens",
-            "Generated tokens of answered requests.",
-            REQUEST_LABELS,
-            registry=self.registry,
-        )
-        self.in_flight = Gauge(
-            prefix + "requests_in_flight", "Requests being proxied now.", ["variant"], registry=self.registry
-        )
-        self.backend_up = Gauge(
-            prefix + "backend_up",
-            "1 when the variant's backend (any of its replicas) answers /health.",
-            ["variant"],
-            registry=self.registry,
-        )
-        self.backend_restarts = Counter(
-            prefix + "backend_restarts", "Restarts of managed backends.", ["variant"], registry=self.registry
-        )
-        self.replica_up = Gauge(
-            prefix + "replica_up",
-            "1 when this replica (engine) of the variant answers /health.",
-            ["variant", "replica"],
-            registry=self.registry,
-        )
-        self.replica_in_flight = Gauge(
-            prefix + "replica_requests_in_flight",
-            "Requests being proxied now, per replica of the variant.",
-            ["variant", "replica"],
-            registry=self.registry,
-        )
-        self.replica_requests = Counter(
-            prefix + "replica_requests",
-            "Requests sent to each replica of the variant (the balance of the replica choice).",
-            ["variant", "replica"],
-            registry=self.registry,
-        )
-        self.upstream_retries = Counter(
-            prefix + "upstream_retries",
-            "Requests sent again on a new connection after a kept-alive one failed before any answer.",
-            ["variant"],
-            registry=self.registry,
-        )
-        self.fallbacks = Counter(
-            prefix + "fallbacks",
-            "Requests served by a fallback because their arm was down.",
-            ["experiment", "arm", "variant"],
-            registry=self.registry,
-        )
+        for attribute, (kind, name, documentation, labels, buckets) in FAMILIES.items():
+            extra = {"buckets": buckets} if buckets is not None else {}
+            family = kind(PREFIX + name, documentation, labels, registry=self.registry, **extra)
+            setattr(self, attribute, family)
+
+    def forget(self, experiment: str, arms: set[str] | None = None) -> None:
+        """Remove the series of an experiment's ``arms`` (of the whole experiment when None): a deleted
+        experiment or arm leaves no series behind, so the label sets stay as few as the experiments served.
+        """
+        selectors = [{"experiment": wire_value(experiment)}] if arms is None else []
+        selectors += [
+            {"experiment": wire_value(experiment), "arm": wire_value(arm)} for arm in sorted(arms or ())
+        ]
+        for attribute, (_, _, _, labels, _) in FAMILIES.items():
+            if "experiment" in labels:
+                for selector in selectors:
+                    getattr(self, attribute).remove_by_labels(selector)
 
     def render(self) -> bytes:
         """The text exposition format of every family."""

@@ -15,10 +15,15 @@ from pydantic import (
     ConfigDict,
     Field,
     StrictBool,
+    StrictFloat,
+    StrictStr,
     ValidationInfo,
     field_validator,
     model_validator,
 )
+
+from depthprune.core.errors import UserError
+from registry.experiments import MAX_ARMS, check_spec_name
 
 
 class OpenAIRequest(BaseModel):
@@ -107,20 +112,51 @@ class ErrorResponse(BaseModel):
     error: ErrorBody
 
 
+MAX_SHOWN = 40
+"""Characters of a refused name quoted back in a message."""
+MAX_WEIGHT = 1e6
+"""Largest arm weight: weights are relative, and a bound keeps their sum finite and their shares exact."""
+
+
+def _checked_name(value: str | None, what: str) -> str | None:
+    """A name of a spec, or a ValueError (pydantic reports it with the field) for one that cannot be."""
+    if value is None:
+        return None
+    try:
+        return check_spec_name(value, what)
+    except UserError as error:
+        raise ValueError(str(error)) from None
+
+
 class ArmSpec(BaseModel):
-    """One arm of an A/B experiment: a variant picked by name or by calibration objective."""
+    """One arm of an A/B experiment: a variant picked by name or by calibration objective.
+
+    Every name (``name``, ``variant``, ``objective``, ``fallback``) is 1-128 of ``registry.experiments``'
+    ``NAME_CHARACTERS``, so that it goes into a response header and a metric label as it is.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str | None = Field(default=None, description="Arm name (default: the variant or objective).")
-    variant: str | None = Field(default=None, description="A served variant name or registry alias.")
-    objective: str | None = Field(default=None, description="Calibration objective, e.g. ppl or margin.")
-    weight: float = Field(
-        default=1.0, ge=0, allow_inf_nan=False, description="Relative share of traffic (finite, >= 0)."
+    name: StrictStr | None = Field(default=None, description="Arm name (default: the variant or objective).")
+    variant: StrictStr | None = Field(default=None, description="A served variant name or registry alias.")
+    objective: StrictStr | None = Field(
+        default=None, description="Calibration objective, e.g. ppl or margin."
     )
-    fallback: str | None = Field(
+    weight: StrictFloat = Field(
+        default=1.0,
+        ge=0,
+        le=MAX_WEIGHT,
+        allow_inf_nan=False,
+        description="Relative share of traffic (a number from 0 to 1e6).",
+    )
+    fallback: StrictStr | None = Field(
         default=None, description="Arm or variant serving this arm's requests while its backend is down."
     )
+
+    @field_validator("name", "variant", "objective", "fallback")
+    @classmethod
+    def _names(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return _checked_name(value, info.field_name)
 
     @model_validator(mode="after")
     def _one_target(self) -> ArmSpec:
@@ -132,18 +168,30 @@ class ArmSpec(BaseModel):
 
 
 class ExperimentSpec(BaseModel):
-    """An A/B experiment: requests for ``model=<experiment name>`` are split across its arms."""
+    """An A/B experiment: requests for ``model=<experiment name>`` are split across its arms.
+
+    The one check of a spec, whoever writes it (admin API, ``depthprune experiments set``, a config file,
+    and a gateway reading the registry): at most ``MAX_ARMS`` arms with unique names, strict types.
+    """
 
     model_config = ConfigDict(extra="forbid")
 
-    arms: list[ArmSpec] = Field(min_length=1)
-    sticky: bool = Field(default=True, description="Same user key, same arm (deterministic hashing).")
-    fallback: str | None = Field(default=None, description="Default fallback of arms that declare none.")
-    forcible: list[str] = Field(
+    arms: list[ArmSpec] = Field(min_length=1, max_length=MAX_ARMS)
+    sticky: StrictBool = Field(default=True, description="Same user key, same arm (deterministic hashing).")
+    fallback: StrictStr | None = Field(
+        default=None, description="Default fallback of arms that declare none."
+    )
+    forcible: list[StrictStr] = Field(
         default_factory=list,
+        max_length=MAX_ARMS,
         description="Arms with weight 0 that the x-depthprune-arm header may still force (arms with a "
         "positive weight can always be forced).",
     )
+
+    @field_validator("fallback")
+    @classmethod
+    def _fallback_name(cls, value: str | None) -> str | None:
+        return _checked_name(value, "fallback")
 
     @model_validator(mode="after")
     def _check_arms(self) -> ExperimentSpec:
@@ -157,7 +205,8 @@ class ExperimentSpec(BaseModel):
             raise ValueError("the weights must add up to a finite number")
         unknown = sorted(set(self.forcible) - set(names))
         if unknown:
-            raise ValueError(f"forcible names no arm: {', '.join(unknown)} (arms: {', '.join(names)})")
+            shown = ", ".join(repr(name[:MAX_SHOWN]) for name in unknown[:3])
+            raise ValueError(f"forcible names no arm: {shown} (arms: {', '.join(names)})")
         return self
 
 

@@ -33,7 +33,7 @@ from starlette.responses import Response, StreamingResponse
 from server.backends import Backend, BackendPool
 from server.errors import GatewayError, error_body, openai_error_type, validation_problems
 from server.experiments import Route, Router, RoutingError
-from server.metrics import GatewayMetrics
+from server.metrics import GatewayMetrics, wire_value
 from server.protocol import OpenAIRequest
 from server.replicas import ReplicaSet
 from server.settings import GatewaySettings
@@ -215,7 +215,10 @@ class Proxy:
                     parsed.model, user_key, request.headers.get(self.settings.arm_header)
                 )
             except RoutingError as error:
-                raise GatewayError(error.status, str(error), param=error.param, code=error.code) from None
+                retry = {"retry-after": "1"} if error.status == 503 else {}
+                raise GatewayError(
+                    error.status, str(error), param=error.param, code=error.code, headers=retry
+                ) from None
             backend, fallback_from = self._available_backend(route)
             self._check_length(parsed, backend)
             return await self._forward(
@@ -235,7 +238,7 @@ class Proxy:
         if backend.up:
             return backend, None
         if route.fallback is not None and variants[route.fallback].up:
-            self.metrics.fallbacks.labels(route.experiment or "", route.arm or "", route.fallback).inc()
+            self.metrics.fallbacks.labels(*self._labels(route, "")[1:], route.fallback).inc()
             return variants[route.fallback], backend.name
         raise self._unavailable(backend)
 
@@ -273,7 +276,7 @@ class Proxy:
     def _labels(route: Route | None, variant: str) -> tuple[str, str, str]:
         if route is None:
             return (variant, "", "")
-        return (variant, route.experiment or "", route.arm or "")
+        return (variant, wire_value(route.experiment or ""), wire_value(route.arm or ""))
 
     @staticmethod
     def _route_headers(route: Route, variant: str, fallback_from: str | None) -> dict[str, str]:
@@ -283,7 +286,7 @@ class Proxy:
             headers[ARM_HEADER] = route.arm or ""
         if fallback_from is not None:
             headers[FALLBACK_HEADER] = fallback_from
-        return headers
+        return {name: wire_value(value) for name, value in headers.items()}
 
     # -- forwarding ---------------------------------------------------------------------------
     async def _forward(
@@ -352,7 +355,7 @@ class Proxy:
             if fallback_from is not None or fallback is None or not fallback.up:
                 raise refused.unavailable from None
         fallback_from = variant.name
-        self.metrics.fallbacks.labels(route.experiment or "", route.arm or "", fallback.name).inc()
+        self.metrics.fallbacks.labels(*self._labels(route, "")[1:], fallback.name).inc()
         try:
             upstream, replica = await self._send_to_variant(endpoint, data, headers, fallback)
         except ConnectionRefused as refused:
@@ -362,7 +365,7 @@ class Proxy:
     async def _send_to_variant(
         self, endpoint: str, data: dict, headers: dict, variant: ReplicaSet
     ) -> tuple[aiohttp.ClientResponse, Backend]:
-        """Send to the replica :meth:`ReplicaSet.choose` picks; to the next one up when it refused the
+        """Send to the replica :meth:`ReplicaSet.choose_replica` picks; to the next one up when it refused the
         connection (nothing reached it, so no request runs twice), after asking the pool to check it.
 
         Raises:
@@ -371,7 +374,7 @@ class Proxy:
         """
         tried: list[Backend] = []
         unavailable = self._unavailable(variant)
-        while (replica := variant.choose(exclude=tried)) is not None:
+        while (replica := variant.choose_replica(exclude=tried)) is not None:
             tried.append(replica)
             self._enter(replica)
             try:

@@ -2,8 +2,8 @@
 
 ``serve --replicas dense=2`` starts two vLLM engines of ``dense`` (own ports; on a GPU machine own cards),
 each a :class:`~server.backends.Backend` that the pool health-checks and restarts on its own. The router and
-the proxy see the variant as one :class:`ReplicaSet`: it is up while any replica is up, and :meth:`choose`
-picks the replica for a request.
+the proxy see the variant as one :class:`ReplicaSet`: it is up while any replica is up, and
+:meth:`~ReplicaSet.choose_replica` picks the replica for a request.
 
 The choice is the replica with the fewest requests outstanding (sent by this gateway and not yet answered),
 ties broken round-robin. LLM requests differ in length by orders of magnitude, so plain round-robin keeps
@@ -98,7 +98,7 @@ class ReplicaSet:
         """Restarts of all replicas together."""
         return sum(replica.restarts for replica in self.replicas)
 
-    def choose(self, exclude: Iterable[Replica] = ()) -> Replica | None:
+    def choose_replica(self, exclude: Iterable[Replica] = ()) -> Replica | None:
         """The replica for the next request: up, fewest outstanding requests, round-robin among ties.
 
         Args:

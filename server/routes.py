@@ -26,7 +26,7 @@ from starlette.responses import JSONResponse, Response
 
 from depthprune.core.errors import UserError
 from server.errors import GatewayError, validation_problems
-from server.experiment_sync import StoreUnavailable
+from server.experiment_sync import OutcomeUnknown, StoreUnavailable, spec_json
 from server.protocol import ChatCompletionRequest, CompletionRequest, ExperimentSpec, ModelCard, ModelList
 from server.proxy import read_body
 
@@ -115,7 +115,8 @@ def model_cards(state) -> list[ModelCard]:
                 aliases=meta.aliases,
             )
         )
-    for name, experiment in state.router.experiments.items():
+    experiments = state.router.experiments if state.router.experiments_pending is None else {}
+    for name, experiment in experiments.items():
         up = any(state.pool.variants[arm.backend].up for arm in experiment.arms)
         cards.append(
             ModelCard(
@@ -145,6 +146,7 @@ async def retrieve_model(request: Request, model: str) -> Response:
     for card in model_cards(request.app.state):
         if card.id == model or model in card.aliases:
             return Response(card.model_dump_json(), media_type="application/json")
+    _not_before_sync(request)
     raise GatewayError(404, f"The model '{model}' does not exist", param="model", code="model_not_found")
 
 
@@ -164,12 +166,17 @@ async def ready(request: Request) -> Response:
     backends = {
         name: variant.status() if detailed else {"up": variant.up} for name, variant in pool.variants.items()
     }
-    all_up = pool.all_up()
-    experiments = request.app.state.experiments.status()
+    shared = request.app.state.experiments
+    experiments = shared.status()
     if not detailed:  # the registry's errors name hosts: for operators
         experiments = {key: experiments[key] for key in ("store", "in_sync")}
-    body = {"ready": all_up, "backends": backends, "experiments": experiments}
-    return JSONResponse(body, status_code=200 if all_up else 503)
+    reasons = [f"variant '{name}' is down" for name, variant in pool.variants.items() if not variant.up]
+    if not shared.synced:  # it has no copy to route experiments by, not even an old one
+        reasons.append("the experiments have not been read from the registry yet")
+    body = {"ready": not reasons, "backends": backends, "experiments": experiments}
+    if reasons:
+        body["reasons"] = reasons
+    return JSONResponse(body, status_code=503 if reasons else 200)
 
 
 @router.get("/metrics")
@@ -242,8 +249,14 @@ async def get_experiment(request: Request, name: str) -> Response:
     shared = request.app.state.experiments
     version = shared.version(name)
     if version is None:
+        _not_before_sync(request)
         raise GatewayError(404, f"no experiment named '{name}'", code="experiment_not_found")
-    body = {"name": name, "version": version, **_experiments_payload(request.app.state)[name]}
+    body = {
+        "name": name,
+        "version": version,
+        **_experiments_payload(request.app.state)[name],
+        "spec": spec_json(request.app.state.router.experiments[name].spec),
+    }
     return JSONResponse(body, headers={"etag": etag(version)})
 
 
@@ -258,17 +271,9 @@ async def put_experiment(request: Request, name: str) -> Response:
     """
     require_admin(request)
     state = request.app.state
+    _check_name(name)
     raw = await read_body(request, state.settings.max_body_bytes, state.settings.body_timeout_s)
-    try:
-        spec = ExperimentSpec.model_validate_json(raw)
-    except ValidationError as error:
-        first = error.errors()[0]
-        raise GatewayError(
-            400,
-            f"invalid experiment '{name}': {validation_problems(error)}",
-            param=".".join(map(str, first["loc"])) or None,
-            code="invalid_experiment",
-        ) from None
+    spec = _parse_spec_body(name, raw)
     expected = expected_version(request, state.experiments.version(name))
     try:
         _, version = await state.experiments.put(name, spec, actor=_actor(request), expected_version=expected)
@@ -276,7 +281,7 @@ async def put_experiment(request: Request, name: str) -> Response:
         raise GatewayError(400, f"invalid experiment '{name}': {error}", code="invalid_experiment") from None
     except UserError as error:
         raise _store_refusal(error) from None
-    except StoreUnavailable as error:
+    except (StoreUnavailable, OutcomeUnknown) as error:
         raise _store_unavailable(error) from None
     state.experiments_changed_at = time.time()
     body = {name: _experiments_payload(state)[name]} if name in state.router.experiments else {}
@@ -294,7 +299,7 @@ async def delete_experiment(request: Request, name: str) -> Response:
         version = await shared.delete(name, actor=_actor(request), expected_version=expected)
     except UserError as error:
         raise _store_refusal(error) from None
-    except StoreUnavailable as error:
+    except (StoreUnavailable, OutcomeUnknown) as error:
         raise _store_unavailable(error) from None
     return JSONResponse({"deleted": name, "version": version})
 
@@ -364,5 +369,44 @@ def _store_refusal(error: UserError) -> GatewayError:
     return GatewayError(400, str(error), code="invalid_experiment")
 
 
-def _store_unavailable(error: StoreUnavailable) -> GatewayError:
+def _store_unavailable(error: StoreUnavailable | OutcomeUnknown) -> GatewayError:
+    """503 for a change that did not happen, 504 ``experiments_outcome_unknown`` for one that may have."""
+    if isinstance(error, OutcomeUnknown):
+        return GatewayError(504, str(error), code="experiments_outcome_unknown")
     return GatewayError(503, f"{error}; nothing changed", code="experiments_unavailable")
+
+
+def _not_before_sync(request: Request) -> None:
+    """503 with ``Retry-After`` for a name that may be an experiment while none are known yet."""
+    pending = request.app.state.router.experiments_pending
+    if pending is not None:
+        raise GatewayError(
+            503,
+            f"the experiments are not loaded from the registry yet ({pending}); retry later",
+            code="experiments_unavailable",
+            headers={"retry-after": "1"},
+        )
+
+
+def _check_name(name: str) -> None:
+    """400 naming ``name`` when it cannot name an experiment (before the body is read)."""
+    from registry.experiments import check_experiment_name
+
+    try:
+        check_experiment_name(name)
+    except UserError as error:
+        raise GatewayError(400, str(error), param="name", code="invalid_experiment") from None
+
+
+def _parse_spec_body(name: str, raw: bytes) -> ExperimentSpec:
+    """The PUT body as a spec, or 400 naming the first field that is wrong."""
+    try:
+        return ExperimentSpec.model_validate_json(raw)
+    except ValidationError as error:
+        first = error.errors()[0]
+        raise GatewayError(
+            400,
+            f"invalid experiment '{name}': {validation_problems(error)}",
+            param=".".join(map(str, first["loc"])) or None,
+            code="invalid_experiment",
+        ) from None

@@ -11,19 +11,16 @@ import json
 import threading
 import time
 import uuid
-from contextlib import contextmanager
 
 import httpx
 import pytest
 
-from depthprune.testing.fake_vllm import create_fake_app, serve_in_thread
+from depthprune.testing.gateways import ADMIN, fake_backends, gateway_replica
 from depthprune.testing.postgres import create_database_at, drop_database_at
 from depthprune.testing.servers import free_port, running_gateway, wait_until
 from registry import open_registry
 from registry.experiments import ExperimentNotFound, ExperimentStore, StaleVersion
-from server import BackendSpec, GatewaySettings, create_app
 
-ADMIN = {"authorization": "Bearer admin-secret"}
 EVEN = {"arms": [{"variant": "dense", "weight": 1}, {"variant": "twin", "weight": 1}]}
 ALL_TWIN = {"arms": [{"variant": "dense", "weight": 0}, {"variant": "twin", "weight": 1}]}
 ALL_DENSE = {"arms": [{"variant": "dense", "weight": 1}, {"variant": "twin", "weight": 0}]}
@@ -104,29 +101,11 @@ def test_concurrent_writers_with_the_same_version_one_wins_the_rest_lose_cleanly
 # -- gateway replicas ---------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def backends():
-    servers = {name: serve_in_thread(create_fake_app(name), free_port()) for name in ("dense", "twin")}
-    yield {name: server.url for name, server in servers.items()}
-    for server in servers.values():
-        server.stop()
+    with fake_backends("dense", "twin") as urls:
+        yield urls
 
 
-@contextmanager
-def replica(
-    backends: dict, registry_url: str | None, experiments: dict | None = None, port: int | None = None
-):
-    """One gateway replica on ``registry_url``, in a thread, until the block ends."""
-    settings = GatewaySettings(
-        backends=[BackendSpec(name, url=url) for name, url in backends.items()],
-        experiments=experiments or {},
-        admin_token="admin-secret",
-        experiments_registry=registry_url,
-        experiments_poll_s=0.2,
-    )
-    server = serve_in_thread(create_app(settings), port or free_port())
-    try:
-        yield server.url
-    finally:
-        server.stop()
+replica = gateway_replica
 
 
 def variants_for(gateway: str, users=USERS) -> set[str]:
@@ -285,16 +264,23 @@ def test_a_registry_that_goes_away_keeps_routing_on_the_last_copy_and_loses_noth
         drop_database_at(postgres_admin_url, name)
 
 
-def test_a_registry_unreachable_at_start_leaves_the_config_routing_and_refuses_changes(backends):
+def test_a_registry_unreachable_at_start_is_not_ready_and_answers_experiments_503(backends):
     unreachable = f"postgresql+psycopg://nobody@127.0.0.1:{free_port()}/none"
     with replica(backends, unreachable, {"ab": ALL_TWIN}) as a:
-        assert variants_for(a) == {"twin"}
+        # Not even the config's copy routes: the registry may hold another version of it, or none.
+        assert variants_for(a) == {"status 503"}
+        unknown = httpx.post(f"{a}/v1/completions", json={"model": "ghost", "prompt": "w"})
+        assert unknown.status_code == 503 and unknown.headers["retry-after"] == "1"  # may be an experiment
+        assert unknown.json()["error"]["code"] == "experiments_unavailable"
+        variant = httpx.post(f"{a}/v1/completions", json={"model": "twin", "prompt": "w"})
+        assert variant.status_code == 200  # variants need no registry
         ready = httpx.get(f"{a}/ready")
-        assert ready.status_code == 200 and not ready.json()["experiments"]["in_sync"]
+        assert ready.status_code == 503 and not ready.json()["experiments"]["in_sync"]
+        assert "not been read from the registry" in ready.json()["reasons"][0]
         assert "cannot connect" in ready.json()["experiments"]["error"]
         refused = httpx.put(f"{a}/admin/experiments/ab", json=EVEN, headers=ADMIN)
         assert refused.status_code == 503 and refused.json()["error"]["code"] == "experiments_unavailable"
-        assert variants_for(a) == {"twin"}
+        assert httpx.get(f"{a}/admin/experiments/ab", headers=ADMIN).status_code == 503
 
 
 def test_a_name_the_registry_refuses_is_a_400_not_an_outage(backends, tmp_path):

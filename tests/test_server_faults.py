@@ -290,17 +290,17 @@ def test_the_replica_with_fewest_outstanding_requests_is_chosen_and_ties_take_tu
     first, second, third = variant.replicas
     assert [r.key for r in variant.replicas] == ["m/0", "m/1", "m/2"] and pool["m/2"] is third
     assert [r.port for r in variant.replicas] == [20000, 20001, 20002]
-    assert variant.choose() is None and not variant.up  # nothing is up before the start
+    assert variant.choose_replica() is None and not variant.up  # nothing is up before the start
     for replica in variant.replicas:
         replica.up = True
     first.outstanding, second.outstanding, third.outstanding = 3, 1, 1
-    assert [variant.choose() for _ in range(4)] == [second, third, second, third]
-    assert variant.choose(exclude=[second]) is third
+    assert [variant.choose_replica() for _ in range(4)] == [second, third, second, third]
+    assert variant.choose_replica(exclude=[second]) is third
     third.mark_down("refused")
-    assert variant.choose() is second and variant.up and variant.last_error is None
+    assert variant.choose_replica() is second and variant.up and variant.last_error is None
     second.mark_down("gone")
     first.mark_down("gone too")
-    assert variant.choose() is None and not variant.up and variant.last_error == "gone too"
+    assert variant.choose_replica() is None and not variant.up and variant.last_error == "gone too"
     status = variant.status()
     assert status["replicas_up"] == 0 and [s["replica"] for s in status["replicas"]] == [0, 1, 2]
 

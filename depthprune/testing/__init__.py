@@ -17,6 +17,8 @@ test that needs only ports does not load torch. The modules:
   the vLLM server's command line;
 * :mod:`~depthprune.testing.fake_vllm` — a fake vLLM OpenAI server (same command line and routes), in a thread
   or as a process;
+* :mod:`~depthprune.testing.gateways` — gateway replicas (``create_app`` in a thread) over fake backends, on
+  a shared registry or none;
 * :mod:`~depthprune.testing.generation` — greedy generation for parity tests: transformers in-process (with
   the logit gap of each step, to tell near-ties), the real vLLM engine in a separate process;
 * :mod:`~depthprune.testing.vllm_greedy` — that separate process (``python -m``), one engine per checkpoint;
