@@ -1,0 +1,115 @@
+"""The demo's final tables read whole at 100 columns, in a terminal or a log: no number or interval cut."""
+
+from __future__ import annotations
+
+import io
+import re
+
+from rich.console import Console
+
+from depthprune.cli.demo import DemoConfig, plan_demo
+from depthprune.cli.demo_table import TABLE_WIDTH, aa_row, removed_text, render, speed_columns
+
+SMOLLM2_REMOVED = [3, 5, 7, 11, 13, 17, 21, 25]  # M = 8 of 30, no two adjacent: the longest list
+
+
+def comparison(speedup: list[float], verdict: str | None = None) -> dict:
+    """A load-test comparison entry with an output-throughput speed-up ``[point, low, high]``."""
+    point, low, high = speedup
+    ideal = 30 / 22
+    return {
+        "ratios": {"output_throughput": point, "mean_tpot_ms": 0.781, "median_e2el_ms": 0.764},
+        "ratios_ci95": {"mean_tpot_ms": [0.752, 0.813]},
+        "output_throughput_speedup_ci95": [low, high],
+        "verdict": verdict,
+        "ideal_speedup": ideal,
+        "fraction_of_ideal_speedup": point / ideal,
+        "fraction_of_ideal_speedup_ci95": [low / ideal, high / ideal],
+    }
+
+
+def row(variant: str, objective: str, search: str, removed: list[int], speed: dict | None) -> dict:
+    return {
+        "variant": variant,
+        "name": variant,
+        "removed_blocks": removed,
+        "objective": objective,
+        "search": search,
+        "calibration_loss": 3.4567,
+        "validation_loss": 3.5678,
+        "fit": True,
+        "perplexity": 2493.123,
+        "qa_accuracy": 0.9444,
+        **speed_columns(speed),
+    }
+
+
+def worst_case_rows() -> list[dict]:
+    aa = {
+        "output_throughput_ratio": 1.0043,
+        "output_throughput_ratio_ci95": [0.9712, 1.0385],
+        "mean_tpot_ms_ratio": 0.9987,
+        "mean_tpot_ms_ratio_ci95": [0.9811, 1.0166],
+    }
+    return [
+        row("dense", "-", "-", [], None),
+        aa_row(aa),
+        row("ppl-best", "perplexity", "block_influence", SMOLLM2_REMOVED,
+            comparison([1.2734, 1.2411, 1.3067])),
+        row("ce-best", "task_ce", "one_shot", [12, 13, 14, 15, 18, 20, 22, 29], comparison([1.02, 0.97, 1.07],
+            "no measurable change")),
+        row("#123", "perplexity", "one_shot", SMOLLM2_REMOVED, None),
+        row("#124", "task_ce", "block_influence", SMOLLM2_REMOVED, None),
+    ]  # fmt: skip
+
+
+def rendered(rows: list[dict], plan, width: int = TABLE_WIDTH) -> str:
+    stream = io.StringIO()  # not a terminal: what a CI log or `make demo | tee` gets
+    render(rows, plan, Console(file=stream, width=width, force_terminal=False, color_system=None))
+    return stream.getvalue()
+
+
+def test_the_tables_read_whole_at_100_columns(tmp_path):
+    plan = plan_demo(DemoConfig(out=tmp_path), num_blocks=30)
+    rows = worst_case_rows()
+    text = rendered(rows, plan)
+    assert max(len(line) for line in text.splitlines()) <= TABLE_WIDTH
+    assert "…" not in text
+    for interval in (
+        "1.27x [1.24, 1.31]",  # ppl-best's speed-up
+        "1.02x [0.97, 1.07]",  # ce-best's, which holds 1
+        "1.00x [0.97, 1.04]",  # the A/A row
+        "0.78 [0.75, 0.81]",  # a TPOT ratio
+        "1.00 [0.98, 1.02]",  # the A/A TPOT ratio
+        "0.93 [0.91, 0.96]",  # fraction of the ideal speed-up
+    ):
+        assert interval in text, interval
+    for value in ("3.457", "3.568", "2493.12", "0.944", "1.36", "0.76", "block_influence", "dense (A/A)"):
+        assert value in text, value
+    assert "ce-best: no measurable change" in text
+    # Every row is there; the removed blocks wrap between numbers, never inside one.
+    for variant in ("dense", "ppl-best", "ce-best", "#123", "#124"):
+        assert re.search(rf"^{re.escape(variant)} ", text, re.M), variant
+    numbers = {int(n) for n in re.findall(r"(?<![\d.\[])(\d+)(?=,|\s|$)(?![.\d])", text)}
+    assert set(SMOLLM2_REMOVED) <= numbers and "12-15" in text
+
+
+def test_a_measurement_problem_shows_no_number():
+    plan = plan_demo(DemoConfig(), num_blocks=30)
+    rows = [
+        row(
+            "ppl-best",
+            "perplexity",
+            "one_shot",
+            [1, 2],
+            comparison([1.6, 1.55, 1.65], "measurement problem: x"),
+        )
+    ]
+    text = rendered(rows, plan)
+    assert "measurement problem" in text and "1.60x" not in text
+
+
+def test_removed_blocks_are_shortened_to_runs():
+    assert removed_text([]) == "-"
+    assert removed_text([7, 3, 4]) == "3, 4, 7"
+    assert removed_text([12, 13, 14, 15, 18]) == "12-15, 18"
