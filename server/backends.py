@@ -41,10 +41,10 @@ from pathlib import Path
 import httpx
 
 from depthprune.core.errors import UserError
+from depthprune.core.processes import stop_process_group
 from depthprune.core.settings import home_dir
 from server.replicas import ReplicaSet
 from server.settings import BackendSpec, GatewaySettings, VllmOptions
-from server.supervisor import group_members
 
 log = logging.getLogger("depthprune.server")
 
@@ -94,24 +94,6 @@ def log_tail(path: Path | None, lines: int = LOG_TAIL_LINES) -> str:
         handle.seek(max(0, handle.tell() - 64 * 1024))
         text = handle.read().decode(errors="replace")
     return "\n".join(text.splitlines()[-lines:])
-
-
-def kill_orphaned_group(group: int) -> None:
-    """SIGKILL what is left of the process group of a leader that has exited and been reaped.
-
-    Its pid cannot have been reused while members of its group live; a live process with that pid means
-    the group is gone and the number belongs to someone else, so nothing is killed then.
-    """
-    try:
-        os.kill(group, 0)
-        return  # a live process holds the pid: not our group any more
-    except PermissionError:
-        return  # held by another user's process
-    except ProcessLookupError:
-        pass
-    for pid in group_members(group):
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
 
 
 class Backend:
@@ -275,18 +257,8 @@ class Backend:
         """
         process, self.process = self.process, None
         self.up = False
-        if process is None:
-            return
-        if process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout=STOP_GRACE_S)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        kill_orphaned_group(process.pid)
+        if process is not None:
+            stop_process_group(process, signal.SIGTERM, grace_s=STOP_GRACE_S)
 
     # -- health -------------------------------------------------------------------------------
     async def probe(self, client: httpx.AsyncClient, timeout_s: float) -> str | None:

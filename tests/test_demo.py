@@ -13,8 +13,9 @@ import time
 import pytest
 
 from depthprune.cli import demo as pipeline
-from depthprune.cli.demo import DemoConfig, plan_demo, stop_process_group
+from depthprune.cli.demo import DemoConfig, plan_demo
 from depthprune.core.errors import UserError
+from depthprune.core.processes import stop_process_group
 from depthprune.testing.servers import free_port, wait_until
 from pruning.search import SEARCHES
 
@@ -77,7 +78,7 @@ def test_stop_process_group_kills_children_too():
         ["sh", "-c", "trap '' INT; sleep 300 & sleep 300 & wait"], start_new_session=True
     )
     time.sleep(0.5)
-    stop_process_group(parent, grace_s=1)
+    stop_process_group(parent, signal.SIGINT, grace_s=1)
     assert parent.returncode is not None
     # Orphaned children are reaped by init a moment after the kill.
     wait_until(lambda: group_members(parent.pid) == [], 10, "the group's children gone")
@@ -99,7 +100,7 @@ def test_interrupt_stops_a_cooperative_group_gracefully():
     parent = subprocess.Popen([sys.executable, "-c", sleeper], start_new_session=True)
     time.sleep(0.5)
     started = time.monotonic()
-    stop_process_group(parent, grace_s=30)
+    stop_process_group(parent, signal.SIGINT, grace_s=30)
     assert parent.returncode == -signal.SIGINT or parent.returncode == 1
     assert time.monotonic() - started < 10
 

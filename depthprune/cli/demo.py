@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -39,6 +38,7 @@ import typer
 from depthprune.cli.demo_table import aa_row, print_table, speed_columns
 from depthprune.core.errors import UserError
 from depthprune.core.objectives import OBJECTIVES, TEXT
+from depthprune.core.processes import stop_process_group
 from depthprune.core.settings import default_registry_url, home_dir
 
 DEMO_MODEL = "demo"
@@ -504,22 +504,9 @@ def gateway(config: DemoConfig, plan: DemoPlan, served: list[str], log_path: Pat
         print(f"   gateway at {url} (log: {log_path})", file=sys.stderr)
         yield url
     finally:
-        stop_process_group(process)
+        # SIGINT, as Ctrl-C: serve stops its vLLM engines cleanly; SIGKILL for whatever is left after 30 s
+        stop_process_group(process, signal.SIGINT, grace_s=30.0)
         log.close()
-
-
-def stop_process_group(process: subprocess.Popen, grace_s: float = 30.0) -> None:
-    """SIGINT (serve stops its vLLM engines cleanly), then SIGKILL whatever of the group is left."""
-    if process.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGINT)
-        try:
-            process.wait(timeout=grace_s)
-        except subprocess.TimeoutExpired:
-            pass
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
 
 
 def load_test_prompts(plan: DemoPlan, out: Path) -> str:

@@ -26,6 +26,7 @@ from typing import TypeVar
 
 import httpx
 
+from depthprune.core.processes import stop_process_group
 from server.backends import free_port
 
 __all__ = [
@@ -142,7 +143,8 @@ def read_json_line(process: subprocess.Popen, log: Path | None = None, timeout_s
 
 
 def stop(process: subprocess.Popen, timeout_s: float = 60, first_signal: int = signal.SIGTERM) -> int:
-    """Stop the process group that :func:`start_logged` made.
+    """Stop the process group that :func:`start_logged` made (the kit's defaults for
+    :func:`~depthprune.core.processes.stop_process_group`).
 
     ``first_signal`` goes to the whole group; whatever is still alive after ``timeout_s``, or after the
     leader exits (an orphaned engine worker), gets SIGKILL.
@@ -150,15 +152,7 @@ def stop(process: subprocess.Popen, timeout_s: float = 60, first_signal: int = s
     Returns:
         The leader's exit code (negative: the signal that ended it).
     """
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, first_signal)
-    try:
-        process.wait(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        pass
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signal.SIGKILL)
-    return process.wait(timeout=30)
+    return stop_process_group(process, first_signal, grace_s=timeout_s, reap_timeout_s=30)
 
 
 @contextlib.contextmanager
