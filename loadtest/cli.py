@@ -198,6 +198,16 @@ SaveRegistryOption = Annotated[
 ReportDirOption = Annotated[
     Path | None, typer.Option(help="Write loadtest.md and PNG plots into this directory.")
 ]
+StopRuleOption = Annotated[
+    str,
+    typer.Option(
+        help="precision: add rounds until every headline interval is --target-precision precise; decision: "
+        "stop as soon as every variant's interval excludes 1 and the A/A one is within ±--aa-tolerance."
+    ),
+]
+AaToleranceOption = Annotated[
+    float, typer.Option(help="--stop-rule decision: how close to 1 the A/A interval must lie (0.05 = ±5 %).")
+]
 SloOption = Annotated[
     str | None,
     typer.Option(
@@ -256,6 +266,8 @@ def loadtest(
     rounds: RoundsOption = 3,
     max_rounds: MaxRoundsOption = None,
     target_precision: TargetPrecisionOption = 0.03,
+    stop_rule: StopRuleOption = "precision",
+    aa_tolerance: AaToleranceOption = 0.05,
     time_budget: TimeBudgetOption = 600.0,
     aa: AAOption = False,
     steady_fraction: SteadyFractionOption = 0.5,

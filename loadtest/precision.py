@@ -10,6 +10,13 @@ Rounds come in blocks (:mod:`loadtest.order`): a measurement stops only after a 
 run in every position and after every other arm equally often. ``rounds`` is rounded up and ``max_rounds``
 down to whole blocks (``max_rounds`` below one block stays as given, and the record says the design is cut);
 the time budget is checked only at the end of a block, so it can be overrun by at most one block less a round.
+
+``--stop-rule decision`` (what ``depthprune demo`` uses) also stops as soon as the run has *decided*: every
+variant's headline interval excludes 1 (it is faster, or slower, than the baseline) and the A/A interval lies
+within ``1 ± --aa-tolerance`` (the comparison is sound to that tolerance). Looking after every block and
+stopping at the first decision is a sequential rule: each look is one more chance for a noisy interval to
+exclude 1, so it is meant for differences much larger than the intervals (a 25 % pruned model against dense),
+not for telling 1.02x from 1.00x; for that, the precision rule with its ±2 % and more rounds.
 """
 
 from __future__ import annotations
@@ -45,6 +52,8 @@ class StopRule:
     arms: tuple[str, ...] = ()
     """The arms in the order :func:`loadtest.order.round_order` was given them (recorded, so the order of
     every round can be rebuilt from the result)."""
+    aa_arm: str | None = None
+    """The A/A arm, whose interval the decision rule holds to ``aa_tolerance`` rather than to excluding 1."""
 
     def limits(self, arms: int) -> tuple[int, int]:
         """The fewest and most rounds for ``arms`` arms: ``rounds`` up and ``max_rounds`` down to blocks."""
@@ -66,6 +75,11 @@ class StopRule:
             return None
         if self.config.target_precision > 0 and worst <= self.config.target_precision:
             self.reason = f"target precision ±{self.config.target_precision:.1%} reached"
+        elif self.config.stop_rule == "decision" and self.decided(estimates):
+            self.reason = (
+                "decided: every variant's interval excludes 1 and the A/A interval is within "
+                f"±{self.config.aa_tolerance:.0%}"
+            )
         elif rounds >= most:
             self.reason = f"--max-rounds {self.config.max_rounds} reached" + (
                 f" ({most} rounds: whole blocks of {self.block})" if most != self.config.max_rounds else ""
@@ -74,12 +88,26 @@ class StopRule:
             self.reason = f"--time-budget {self.config.time_budget_s:g} s spent"
         return self.reason
 
+    def decided(self, estimates: dict[str, RatioEstimate]) -> bool:
+        """Whether every variant's interval excludes 1 and the A/A interval is within ``1 ± aa_tolerance``."""
+        tolerance = 1 + self.config.aa_tolerance
+        for arm, estimate in estimates.items():
+            if estimate.low is None:
+                return False
+            if arm == self.aa_arm:
+                if not (1 / tolerance <= estimate.low and estimate.high <= tolerance):
+                    return False
+            elif estimate.holds(1.0):
+                return False
+        return True
+
     def record(self) -> dict:
         """What the result JSON records of the phase: key, precision wanted and reached, why it ended."""
         values = [p for p in self.reached.values() if p is not None]
         return {
             "headline": self.key,
             "target": self.config.target_precision,
+            "rule": self.config.stop_rule,
             "reached": max(values) if len(values) == len(self.reached) and values else None,
             "per_arm": self.reached,
             "stop_reason": self.reason,

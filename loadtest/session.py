@@ -290,15 +290,14 @@ def measure(benchmark: Benchmark, plan: LoadTestPlan, prompts: RoundPromptPlan) 
     # until the end of it (each phase gets its ``rounds`` in any case).
     share = STEADY_BUDGET_SPLIT if steady else 1.0
     arms = tuple(plan.arms)
-    rule = StopRule(
-        config, plan.baseline, "output_throughput", started + share * config.time_budget_s, arms=arms
-    )
+    deadline = started + share * config.time_budget_s
+    rule = StopRule(config, plan.baseline, "output_throughput", deadline, arms=arms, aa_arm=plan.aa_arm)
     measurement = run(benchmark.measure_until(lambda r: prompts.of_round("s", r), rule))
     outcome = {"measurement": measurement, "precision": rule.record()}
     if steady:
         saturated = measurement.pooled_metrics(config)[plan.baseline]["request_throughput"]
         deadline = started + config.time_budget_s
-        steady_rule = StopRule(config, plan.baseline, "mean_tpot_ms", deadline, arms=arms)
+        steady_rule = StopRule(config, plan.baseline, "mean_tpot_ms", deadline, arms=arms, aa_arm=plan.aa_arm)
         outcome["steady"] = run(
             benchmark.measure_until(
                 lambda r: prompts.of_round("p", r), steady_rule, rate=config.steady_fraction * saturated

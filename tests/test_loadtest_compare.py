@@ -192,6 +192,37 @@ def test_stop_rule_with_three_arms_stops_only_after_whole_blocks_of_six():
     assert noisy(per_round) == "--max-rounds 20 reached (18 rounds: whole blocks of 6)"
 
 
+def test_decision_rule_stops_once_variants_exclude_1_and_aa_is_within_tolerance():
+    # Three arms: blocks of 6 rounds. Precision 1 % is out of reach of these rounds; the decision is not.
+    config = LoadConfig(
+        rounds=3, max_rounds=24, target_precision=0.01, stop_rule="decision", aa_tolerance=0.05
+    )
+    rule = StopRule(config, "dense", "output_throughput", math.inf, arms=("dense", "v", "dense (A/A)"),
+                    aa_arm="dense (A/A)")  # fmt: skip
+    jitter = [1.0, 1.02, 0.98, 1.01, 0.99, 1.0] * 4
+
+    def per_round(rounds, aa_jitter, speedup=1.3):
+        return {
+            "dense": rounds_of([100] * rounds, [10] * rounds),
+            "v": rounds_of([100 * speedup * j for j in jitter[:rounds]], [8] * rounds),
+            "dense (A/A)": rounds_of([100 * j for j in aa_jitter[:rounds]], [10] * rounds),
+        }
+
+    assert rule(per_round(5, jitter)) is None  # mid-block
+    assert rule(per_round(6, jitter)).startswith("decided: every variant's interval excludes 1")
+    assert rule.record()["rule"] == "decision"
+    wide_aa = [1.0, 1.2, 0.85, 1.15, 0.9, 1.1] * 4  # the A/A interval reaches beyond ±5 %
+    undecided = StopRule(config, "dense", "output_throughput", math.inf, aa_arm="dense (A/A)")
+    assert undecided(per_round(6, wide_aa)) is None
+    same = StopRule(config, "dense", "output_throughput", math.inf, aa_arm="dense (A/A)")
+    assert same(per_round(6, jitter, speedup=1.0)) is None  # a variant whose interval holds 1: go on
+    precision_only = StopRule(LoadConfig(rounds=3, max_rounds=24, target_precision=0.01), "dense",
+                              "output_throughput", math.inf, aa_arm="dense (A/A)")  # fmt: skip
+    assert precision_only(per_round(6, jitter)) is None
+    with pytest.raises(UserError, match="--stop-rule"):
+        LoadConfig(stop_rule="soon")
+
+
 # --- prompts per arm -------------------------------------------------------------------------------------
 
 
