@@ -139,8 +139,11 @@ def test_the_real_model_plan_is_what_the_demo_prints(tmp_path, monkeypatch, caps
     sizes = plan.sizes
     assert (sizes.text_samples, sizes.choice_samples, sizes.seq_len) == (16, 24, 256)
     assert (sizes.eval_seq_len, sizes.eval_limit) == (256, 24)
-    assert (sizes.rounds, sizes.num_prompts, sizes.input_len, sizes.output_len) == (3, 16, 64, 64)
-    assert (sizes.max_rounds, sizes.load_budget_s) == (36, 660)
+    assert (sizes.rounds, sizes.num_prompts, sizes.input_len, sizes.output_len) == (4, 16, 64, 64)
+    # One block of the balanced order for 4 arms, a second only when the first did not decide.
+    assert (sizes.max_rounds, sizes.load_budget_s, sizes.stop_rule) == (8, 150, "decision")
+    precise = plan_demo(DemoConfig(out=tmp_path / "out", precise=True), num_blocks=30).sizes
+    assert (precise.max_rounds, precise.load_budget_s, precise.stop_rule) == (36, 660, "precision")
     assert plan.suite == "offline" and plan.tasks == ("pydoc", "pydoc_cloze")
     assert plan.serve_args == ("--max-model-len", "512", "--vllm-arg=--enforce-eager")
     assert plan.ideal_speedup == pytest.approx(30 / 22)
@@ -163,8 +166,9 @@ def test_the_real_model_plan_is_what_the_demo_prints(tmp_path, monkeypatch, caps
         "searches on each objective: one_shot, block_influence",
         "offline suite (pydoc perplexity, 256-token windows; pydoc_cloze accuracy), at most 24 of each",
         "one vLLM engine each (--max-model-len 512 --vllm-arg=--enforce-eager)",
-        "3-36 interleaved rounds (at most 660 s) x 16 requests x (64 prompt + 64 generated tokens) per model "
-        "and an A/A control",
+        "4-8 interleaved rounds (at most 150 s) x 16 requests x (64 prompt + 64 generated tokens) per model "
+        "and an A/A control, all at once, until each variant's interval excludes 1 and the A/A one is within "
+        "±5%",
     ):
         assert expected in printed
 
