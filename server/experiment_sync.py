@@ -404,7 +404,8 @@ class SharedExperiments:
 
     def _failed(self, reason: str) -> None:
         if self.error is None:
-            log.warning("experiments: %s; routing on the last good copy", reason)
+            fallback = "routing on the last good copy" if self.synced else "not ready until it answers"
+            log.warning("experiments: %s; %s", reason, fallback)
         self.error = reason
         if not self.synced:
             self.router.experiments_pending = reason

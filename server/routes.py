@@ -237,8 +237,9 @@ def _experiments_payload(state) -> dict:
 
 @router.get("/admin/experiments")
 async def get_experiments(request: Request) -> Response:
-    """Every experiment with its resolved arms and shares."""
+    """Every experiment with its resolved arms and shares (503 until the registry has been read once)."""
     require_admin(request)
+    _not_before_sync(request)
     return JSONResponse(_experiments_payload(request.app.state))
 
 

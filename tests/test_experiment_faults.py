@@ -149,6 +149,25 @@ def test_the_admin_api_refuses_with_a_400_naming_the_field_and_writes_nothing(ba
         assert ExperimentStore(registry).versions() == {"ab": 1}
 
 
+def test_the_cli_and_a_config_file_refuse_with_the_same_check(backends, sqlite_url, run_cli):
+    from depthprune.core.errors import UserError
+    from server import BackendSpec, GatewaySettings, create_app
+
+    spec = json.dumps({"arms": [arm("a b")]})
+    code, _, err = run_cli("experiments", "set", "ab", "--spec", spec, "--registry", sqlite_url)
+    assert code == 2 and "arms.0.name" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run_cli("experiments", "set", "ab\n", "--spec", json.dumps(EVEN), "--registry", sqlite_url)
+    assert code == 2 and "experiment" in err
+    with open_registry(sqlite_url) as registry:
+        assert ExperimentStore(registry).versions() == {}
+    config = GatewaySettings(
+        backends=[BackendSpec(name, url=url) for name, url in backends.items()],
+        experiments={"ab": {"arms": [arm("x" * 200)]}},
+    )
+    with pytest.raises(UserError, match="arms.0.name"):
+        create_app(config)
+
+
 @pytest.mark.parametrize("where", ["memory", "registry"])
 def test_a_registry_holds_a_bounded_number_of_experiments(backends, sqlite_url, where):
     with gateway_replica(backends, sqlite_url if where == "registry" else None) as gateway:

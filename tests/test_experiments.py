@@ -281,6 +281,8 @@ def test_a_registry_unreachable_at_start_is_not_ready_and_answers_experiments_50
         refused = httpx.put(f"{a}/admin/experiments/ab", json=EVEN, headers=ADMIN)
         assert refused.status_code == 503 and refused.json()["error"]["code"] == "experiments_unavailable"
         assert httpx.get(f"{a}/admin/experiments/ab", headers=ADMIN).status_code == 503
+        assert httpx.get(f"{a}/admin/experiments", headers=ADMIN).status_code == 503
+        assert [card["id"] for card in httpx.get(f"{a}/v1/models").json()["data"]] == ["dense", "twin"]
 
 
 def test_a_name_the_registry_refuses_is_a_400_not_an_outage(backends, tmp_path):
