@@ -502,7 +502,9 @@ class Registry:
             task: the task or data set, e.g. ``wikitext2`` or ``piqa``.
             metric: e.g. ``perplexity``, ``acc``, ``acc_norm``.
             value: the measurement (infinity allowed, NaN not).
-            settings: how it was measured.
+            settings: how it was measured; its ``statistics`` entry (n, 95 % intervals, per-item scores,
+                the comparison with a baseline: :mod:`pruning.evaluation.item_scores`) is stored but is not
+                part of the measurement's identity.
 
         Returns:
             The stored :class:`EvaluationInfo`.
@@ -518,7 +520,10 @@ class Registry:
         versions = tool_versions()
 
         def store(session: Session, base: BaseModelRow, variant_id: int | None) -> EvaluationRow:
-            identity = identity_hash(base.model, variant_id, suite, task, metric, settings)
+            # What was measured (``statistics``: intervals, per-item scores, the pairing) is not part of how
+            # it was measured: a rerun of the same measurement replaces the row.
+            how = {key: value for key, value in settings.items() if key != "statistics"}
+            identity = identity_hash(base.model, variant_id, suite, task, metric, how)
             evaluation = session.scalar(select(EvaluationRow).where(EvaluationRow.identity == identity))
             if evaluation is None:
                 evaluation = EvaluationRow(
@@ -532,6 +537,7 @@ class Registry:
                 )
                 session.add(evaluation)
             evaluation.value, evaluation.versions, evaluation.created_at = number, versions, utc_now()
+            evaluation.settings = settings  # the latest statistics
             return evaluation
 
         return self._add_measurement(variant, EvaluationInfo, store)

@@ -24,32 +24,20 @@ from pruning.evaluation.engines import ScoreRequest, TorchEngine, VllmEngine
 DEFAULT_MAX_GEN_TOKS = 256
 
 
-class EngineLM(LM):
-    """An lm-eval model over any :mod:`pruning.evaluation.engines` engine.
+class PairEncoder:
+    """Turns (context, continuation) text into a :class:`ScoreRequest` as lm-eval's HF model splits it.
 
     Args:
-        engine: an open :class:`TorchEngine` or :class:`VllmEngine`.
-        progress: show progress bars while scoring.
+        tokenizer: the model's tokenizer.
     """
 
-    def __init__(self, engine, progress: bool = True):
-        super().__init__()
-        self.engine = engine
-        self.tokenizer = engine.tokenizer
-        self.progress = progress
-        self.add_bos = _adds_bos(self.tokenizer)
-        prefix = (
-            self.tokenizer.bos_token_id
-            if self.tokenizer.bos_token_id is not None
-            else self.tokenizer.eos_token_id
-        )
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.add_bos = _adds_bos(tokenizer)
+        prefix = tokenizer.bos_token_id if tokenizer.bos_token_id is not None else tokenizer.eos_token_id
         if prefix is None:
             raise ValueError("the tokenizer has neither a BOS nor an EOS token to stand for an empty context")
         self.prefix_token_id = int(prefix)
-
-    @property
-    def max_length(self) -> int:
-        return self.engine.max_length
 
     def tok_encode(self, text: str) -> list[int]:
         """Token ids of ``text`` without special tokens."""
@@ -67,6 +55,25 @@ class EngineLM(LM):
         if self.add_bos or not context_ids:
             context_ids = [self.prefix_token_id] + context_ids
         return ScoreRequest(tuple(context_ids), tuple(continuation_ids))
+
+
+class EngineLM(LM, PairEncoder):
+    """An lm-eval model over any :mod:`pruning.evaluation.engines` engine.
+
+    Args:
+        engine: an open :class:`TorchEngine` or :class:`VllmEngine`.
+        progress: show progress bars while scoring.
+    """
+
+    def __init__(self, engine, progress: bool = True):
+        LM.__init__(self)
+        PairEncoder.__init__(self, engine.tokenizer)
+        self.engine = engine
+        self.progress = progress
+
+    @property
+    def max_length(self) -> int:
+        return self.engine.max_length
 
     def loglikelihood(self, requests) -> list[tuple[float, bool]]:
         """``(sum log p(continuation | context), is_greedy)`` per request."""

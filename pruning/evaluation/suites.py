@@ -23,6 +23,9 @@ Suites (``--suite``, comma-separated or one of):
   task (``pruning/evaluation/tasks/pydoc_cloze.yaml``) over the test split's LAMBADA-style cloze items, the
   passage as the prompt. Both come from :mod:`pruning.calibration.data.pydoc`; their topics are in
   neither the calibration nor the heal split.
+* ``text:PATH`` / ``mc:PATH`` — the user's own files, the formats ``prune --data`` takes
+  (:mod:`pruning.evaluation.user_suites`): perplexity of a text file, accuracy of a multiple-choice file; any
+  number, comma-separated, mixed with the named suites; every file checked before any model loads.
 * ``all`` — ``demo`` for a demo model (one whose directory, or whose base model's, has the demo data),
   ``perplexity`` + ``zero-shot`` otherwise. ``offline`` is never implied: ``all`` keeps meaning the
   literature's suites, whose numbers compare with published ones; name ``offline`` to add it
@@ -31,7 +34,12 @@ Suites (``--suite``, comma-separated or one of):
 Data and task definitions are loaded before any model, so an offline machine fails in seconds with a
 message that names the offline and demo suites.
 
-Command: ``depthprune eval VARIANT... --suite perplexity|zero-shot|demo|offline|all``.
+Every result carries ``settings["statistics"]``: ``n``, its 95 % interval
+(:mod:`pruning.evaluation.intervals`) and its per-item scores (:mod:`pruning.evaluation.item_scores`); every
+model after the first is paired with the first on the same items (:mod:`pruning.evaluation.paired`). See
+docs/evaluation.md, "Quality: intervals and pairing".
+
+Command: ``depthprune eval VARIANT... --suite perplexity|zero-shot|demo|offline|all|text:PATH|mc:PATH``.
 """
 
 from __future__ import annotations
@@ -43,6 +51,7 @@ from pathlib import Path
 
 from depthprune.core.errors import UserError
 from depthprune.demo.paths import data_file, find_demo_dir
+from pruning.evaluation.user_suites import USER_SUITE, is_user_suite
 
 PERPLEXITY_TASKS = {"wikitext2": "wikitext2", "c4": "c4", "lambada": "lambada"}
 """Perplexity task name -> :mod:`pruning.calibration.data` spec (test split)."""
@@ -82,7 +91,8 @@ class EvalSettings:
     """How to evaluate: the same for every variant of one ``eval`` call (stored with each result)."""
 
     suites: tuple[str, ...] = ("all",)
-    """Suites to run: ``perplexity``, ``zero-shot``, ``demo``, ``offline`` or ``all``."""
+    """Suites to run: ``perplexity``, ``zero-shot``, ``demo``, ``offline``, ``all``, or the user's files
+    ``text:PATH`` / ``mc:PATH``."""
     engine: str = "auto"
     """``auto`` (vLLM when installed, else transformers), ``vllm`` or ``hf``."""
     dtype: str = "float32"
@@ -108,8 +118,14 @@ class EvalSettings:
         if not self.suites:
             raise UserError(f"no suite given; use one of {', '.join(SUITES)}")
         for suite in self.suites:
-            if suite not in SUITES:
-                raise UserError(f"unknown suite {suite!r}; use one of {', '.join(SUITES)}")
+            if is_user_suite(suite):
+                from pruning.calibration.data.specs import parse_spec
+
+                parse_spec(suite)  # an empty path fails now; the file is read by prepare_data
+            elif suite not in SUITES:
+                raise UserError(
+                    f"unknown suite {suite!r}; use one of {', '.join(SUITES)}, text:PATH or mc:PATH"
+                )
         from pruning.runtime.engine_choice import resolve_engine
 
         resolve_engine(self.engine)
@@ -192,6 +208,8 @@ class PreparedData:
     """Suite -> lm-eval task specs (names or inline config dicts)."""
     task_manager: object | None = None
     """The lm-eval TaskManager that knows those tasks."""
+    user_tasks: dict[str, object] = field(default_factory=dict)
+    """``text:PATH`` / ``mc:PATH`` suite -> its :class:`~pruning.evaluation.user_suites.UserTask`."""
 
 
 def demo_qa_task_config(demo_dir: Path) -> dict:
@@ -242,8 +260,11 @@ def pydoc_cloze_task_config() -> dict:
 def prepare_data(suites: Sequence[str], demo_dir: Path | None) -> PreparedData:
     """Load every document and lm-eval task the suites need; UserError naming the demo suite if missing."""
     from pruning.calibration import data
+    from pruning.evaluation.user_suites import name_tasks, read_user_task
 
     prepared = PreparedData()
+    prepared.user_tasks = {suite: read_user_task(suite) for suite in suites if is_user_suite(suite)}
+    name_tasks(list(prepared.user_tasks.values()))
     if "demo" in suites and demo_dir is None:
         raise UserError("--suite demo needs the demo model or one of its variants (a directory with data/)")
     if "perplexity" in suites:
@@ -302,8 +323,8 @@ def perplexity_windows(
     return text_windows(documents[:taken], tokenizer, seq_len)[:max_windows]
 
 
-def perplexity(engine, windows: list[list[int]], progress: bool = False) -> tuple[float, int]:
-    """``exp(mean NLL)`` over every window's tokens after its first, and the number of tokens predicted."""
+def window_scores(engine, windows: list[list[int]], progress: bool = False) -> tuple[list[float], list[int]]:
+    """Per window: the summed NLL of its tokens after its first, and how many tokens that is."""
     from pruning.evaluation.engines import ScoreRequest
 
     if not windows:
@@ -311,40 +332,41 @@ def perplexity(engine, windows: list[list[int]], progress: bool = False) -> tupl
     results = engine.score(
         [ScoreRequest((window[0],), tuple(window[1:])) for window in windows], progress=progress
     )
-    tokens = sum(result.tokens for result in results)
-    nll = -sum(result.logprob for result in results)
-    return math.exp(nll / tokens), tokens
+    return [-result.logprob for result in results], [result.tokens for result in results]
+
+
+def perplexity(engine, windows: list[list[int]], progress: bool = False) -> tuple[float, int]:
+    """``exp(mean NLL)`` over every window's tokens after its first, and the number of tokens predicted."""
+    nll, tokens = window_scores(engine, windows, progress)
+    return math.exp(sum(nll) / sum(tokens)), sum(tokens)
 
 
 def run_perplexity(
     engine, suite: str, prepared: PreparedData, tasks: Sequence[str], settings: EvalSettings
 ) -> list[EvalResult]:
     """Perplexity results of ``tasks`` (keys of ``prepared.documents``)."""
+    from pruning.evaluation.item_scores import perplexity_statistics, window_key
+
     seq_len = min(settings.seq_len, engine.max_length)
     results = []
     for task in tasks:
-        cap = C4_WINDOWS if task == "c4" else None
+        cap = C4_WINDOWS if task == "c4" and suite == "perplexity" else None
         if settings.limit is not None:
             cap = min(cap or settings.limit, settings.limit)
         windows = perplexity_windows(prepared.documents[task], engine.tokenizer, seq_len, cap)
-        value, tokens = perplexity(engine, windows, progress=settings.progress)
-        results.append(
-            EvalResult(
-                suite,
-                task,
-                "perplexity",
-                value,
-                {
-                    "engine": engine.name,
-                    "dtype": settings.dtype,
-                    "seq_len": seq_len,
-                    "stride": seq_len,
-                    "windows": len(windows),
-                    "tokens": tokens,
-                    "limit": settings.limit,
-                },
-            )
-        )
+        nll, tokens = window_scores(engine, windows, progress=settings.progress)
+        statistics = perplexity_statistics([window_key(window) for window in windows], nll, tokens)
+        measured = {
+            "engine": engine.name,
+            "dtype": settings.dtype,
+            "seq_len": seq_len,
+            "stride": seq_len,
+            "windows": len(windows),
+            "tokens": sum(tokens),
+            "limit": settings.limit,
+        }
+        value = statistics["perplexity"]
+        results.append(EvalResult(suite, task, "perplexity", value, {**measured, "statistics": statistics}))
     return results
 
 
@@ -359,19 +381,25 @@ def run_lm_eval(lm, suite: str, prepared: PreparedData, settings: EvalSettings) 
         num_fewshot=settings.num_fewshot,
         limit=settings.limit,
         bootstrap_iters=1000,
-        log_samples=False,
+        log_samples=True,  # per-document scores: intervals and pairing (item_scores)
         random_seed=0,
         numpy_random_seed=0,
         torch_random_seed=0,
         fewshot_random_seed=0,
     )
+    from pruning.evaluation.item_scores import accuracy_statistics
+
     results = []
     for task, metrics in sorted(output["results"].items()):
+        samples = sorted(output.get("samples", {}).get(task, []), key=lambda sample: sample["doc_id"])
         for metric in ACCURACY_METRICS:
             value = metrics.get(f"{metric},none")
             if value is None:
                 continue
             stderr = metrics.get(f"{metric}_stderr,none")
+            statistics = accuracy_statistics(
+                [sample["doc_hash"] for sample in samples], [float(sample[metric]) for sample in samples]
+            )
             results.append(
                 EvalResult(
                     suite,
@@ -386,9 +414,39 @@ def run_lm_eval(lm, suite: str, prepared: PreparedData, settings: EvalSettings) 
                         "documents": output.get("n-samples", {}).get(task, {}).get("effective"),
                         "stderr": float(stderr) if isinstance(stderr, (int, float)) else None,
                         "lm_eval_version": lm_eval.__version__ if hasattr(lm_eval, "__version__") else None,
+                        "statistics": statistics,
                     },
                 )
             )
+    return results
+
+
+def run_user_suite(engine, suite: str, prepared: PreparedData, settings: EvalSettings) -> list[EvalResult]:
+    """Results of one ``text:PATH`` / ``mc:PATH`` suite (:mod:`pruning.evaluation.user_suites`)."""
+    from pruning.evaluation.item_scores import accuracy_statistics
+    from pruning.evaluation.user_suites import item_keys, score_choice_task
+
+    task = prepared.user_tasks[suite]
+    about = {"data": task.spec, "data_sha256": task.sha256}
+    if task.kind == "text":
+        own = PreparedData(documents={task.task: task.documents})  # a file named like a built-in task
+        results = run_perplexity(engine, USER_SUITE, own, [task.task], settings)
+        for result in results:
+            result.settings.update(about)
+        return results
+    if settings.limit is not None:
+        task = replace(task, items=task.items[: settings.limit], lines=task.lines[: settings.limit])
+    correct = score_choice_task(engine, task, progress=settings.progress)
+    keys = item_keys(task)
+    results = []
+    for metric in ACCURACY_METRICS:
+        statistics = accuracy_statistics(keys, correct[metric])
+        measured = {"engine": engine.name, "dtype": settings.dtype, "documents": len(keys), **about}
+        results.append(
+            EvalResult(
+                USER_SUITE, task.task, metric, statistics["accuracy"], {**measured, "statistics": statistics}
+            )
+        )
     return results
 
 
@@ -432,6 +490,8 @@ def evaluate_model(
                 results += run_lm_eval(
                     EngineLM(engine, progress=settings.progress), suite, prepared, settings
                 )
+            if suite in prepared.user_tasks:
+                results += run_user_suite(engine, suite, prepared, settings)
         return results
     finally:
         engine.close()
@@ -595,9 +655,14 @@ def evaluate_variants(
             )
     demo_dir = next((d for d in demo_dirs if d is not None), None)
     prepared = prepare_data(all_suites, demo_dir)
+    check_user_tasks(prepared, targets, settings)
     outcome = []
     for target in targets:
         results = evaluate_model(target.model_path, concrete[target.label], prepared, settings)
+        if outcome:  # paired with the first model named, before recording: the registry keeps the pairing
+            from pruning.evaluation.paired import add_paired
+
+            add_paired(outcome[0].label, outcome[0].results, results)
         recorded = record and target.variant is not None
         if recorded:
             record_results(registry, target.variant, results)
@@ -609,6 +674,37 @@ def evaluate_variants(
     return outcome
 
 
+def check_user_tasks(prepared: PreparedData, targets: Sequence[EvalTarget], settings: EvalSettings) -> None:
+    """Every user item within each model's context and every user text a window long (tokenizers only)."""
+    if not prepared.user_tasks:
+        return
+    from transformers import AutoTokenizer
+
+    from pruning.evaluation.user_suites import check_fits, context_length
+    from pruning.model.blocks import resolve
+
+    for path in dict.fromkeys(target.model_path for target in targets):
+        context = context_length(path, settings.engine)
+        tokenizer = AutoTokenizer.from_pretrained(resolve(path).model)
+        check_fits(list(prepared.user_tasks.values()), tokenizer, context, min(settings.seq_len, context))
+
+
 def results_as_json(outcome: Sequence[EvaluatedVariant]) -> list[dict]:
-    """Plain dicts for ``--json``."""
-    return [asdict(item) for item in outcome]
+    """``--json``: one object per model, the first (the baseline) first.
+
+    Each has ``label``, ``model_path``, ``variant`` (where recorded), ``tasks`` (per task the reported
+    metric's ``n``, value, 95 % interval and, after the first, the paired fields:
+    :func:`pruning.evaluation.paired.paired_comparison`) and ``results`` (every metric, its settings without
+    the per-item scores).
+    """
+    from pruning.evaluation.item_scores import summary
+    from pruning.evaluation.paired import task_records
+
+    output = []
+    for number, item in enumerate(outcome):
+        plain = asdict(item)
+        for result in plain["results"]:
+            if "statistics" in result["settings"]:
+                result["settings"]["statistics"] = summary(result["settings"]["statistics"])
+        output.append({**plain, "baseline": number == 0, "tasks": task_records(item.results)})
+    return output
