@@ -2,7 +2,7 @@
 # `make demo` three times, one after another, and the three final tables side by side (for docs/benchmarks.md,
 # "Three demo runs"): do repeated runs of the whole product agree within their intervals?
 #
-#   benchmarks/demo_repeats.sh                 # about 3 x 18 minutes; run it on a quiet machine
+#   benchmarks/demo_repeats.sh                 # about 3 x 10 minutes; run it on a quiet machine
 #   OUT=/tmp/demo-repeats RUNS=3 benchmarks/demo_repeats.sh
 #
 # Each run is exactly `depthprune demo` (what `make demo` runs) from an empty home of its own
