@@ -17,9 +17,9 @@ fraction-of-ideal interval is <= 1; and the speed-up intervals of all runs overl
 Run (timings only on a quiet machine; one run takes about 11 minutes with the engines' start, so the two runs
 are two invocations, then ``--results`` checks them together)::
 
-    heavy --exclusive .venv/bin/python benchmarks/bench_comparison.py --out /tmp/bc/final1 --runs 1
-    heavy --exclusive .venv/bin/python benchmarks/bench_comparison.py --out /tmp/bc/final2 --runs 1
-    .venv/bin/python benchmarks/bench_comparison.py --out /tmp/bc --results /tmp/bc/final*/run0.json
+    heavy --exclusive .venv/bin/python -m benchmarks.bench_comparison --out /tmp/bc/final1 --runs 1
+    heavy --exclusive .venv/bin/python -m benchmarks.bench_comparison --out /tmp/bc/final2 --runs 1
+    .venv/bin/python -m benchmarks.bench_comparison --out /tmp/bc --results /tmp/bc/final*/run0.json
 
 The TTFT study in docs/benchmarks.md used ``--runs 1 --loadtest-arg=--rounds --loadtest-arg=8`` (and
 ``--max-rounds 8``, ``--steady-fraction 0``) with ``--vllm-arg=--max-num-batched-tokens --vllm-arg=N``,

@@ -4,7 +4,7 @@ Scores every single-block removal, then 100 random sets of M=4 blocks, with both
 model (built on first use), checks that the scores agree to 1e-5 and reports wall times, block-forward
 counts and the wall-time speedup. Same as ``depthprune bench-evaluator``; every option passes through:
 
-    python benchmarks/bench_evaluator.py [--model DIR] [--objective task_margin|perplexity|kl]
+    python -m benchmarks.bench_evaluator [--model DIR] [--objective task_margin|perplexity|kl]
         [--repeats 3] [--json]
 
 Results are recorded in docs/benchmarks.md ("Subset evaluator").

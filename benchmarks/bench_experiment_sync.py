@@ -5,7 +5,7 @@ and ``twin``; each round PUTs the experiment on replica A (alternately all-dense
 replica B routes a user to the new arm. Once on a SQLite file (version polling), once on a throwaway
 PostgreSQL server (LISTEN/NOTIFY, polling as backstop; skipped without its binaries)::
 
-    python benchmarks/bench_experiment_sync.py [--rounds 10]
+    python -m benchmarks.bench_experiment_sync [--rounds 10]
 
 Results are recorded in docs/experiments.md ("Propagation").
 """

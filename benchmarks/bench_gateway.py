@@ -12,7 +12,7 @@ What it does (every process it starts is stopped at the end):
 5. prints JSON and writes ``## Gateway overhead`` (or ``--section``) into docs/benchmarks.md (replacing an
    older one) unless ``--no-write``.
 
-Run: ``.venv/bin/python benchmarks/bench_gateway.py`` (about 3-5 minutes here, most of it the engine start).
+Run: ``.venv/bin/python -m benchmarks.bench_gateway`` (about 3-5 minutes here, most of it the engine start).
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ import time
 from pathlib import Path
 
 import httpx
-from docs_section import write_section  # benchmarks/, on sys.path when run as a script
 
+from benchmarks.docs_section import write_section
 from depthprune.testing.models import save_tiny_model
 from depthprune.testing.servers import running_gateway
 from pruning.model.sources import resolve_model
@@ -215,7 +215,7 @@ Overheads are medians of {result["pairs"]} per-pair differences over {args.round
 {result["load_average"][1]} after it. {"The tiny model makes the engine's own time small, so this is the worst case for the relative overhead. " if args.model is None else ""}On a
 machine whose 2 cores are shared with other jobs the gateway competes with the engine for CPU and every extra
 process hop waits for the scheduler; the CPU cost per request is the machine-independent figure.
-Reproduce: `.venv/bin/python benchmarks/bench_gateway.py {reproduce_flags(args)}`.
+Reproduce: `.venv/bin/python -m benchmarks.bench_gateway {reproduce_flags(args)}`.
 """  # noqa: E501
 
 

@@ -5,7 +5,7 @@ and with blocks removed, both ways (:func:`pruning.pipeline.heldout.choice_score
 row per choice is what held-out scoring did before), and prints the seconds, the accuracies and the largest
 difference of any choice's score. Run under the heavy-job slot (torch's threads: ``OMP_NUM_THREADS``)::
 
-    /work/bin/heavy .venv/bin/python benchmarks/bench_heldout_packing.py --items 48
+    /work/bin/heavy .venv/bin/python -m benchmarks.bench_heldout_packing --items 48
 """
 
 from __future__ import annotations

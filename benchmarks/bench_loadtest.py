@@ -14,7 +14,7 @@ What it does (every process it starts is stopped at the end):
 5. writes ``summary.json``, the load-test result and report (Markdown + PNG) into ``--out``, and prints the
    Markdown for docs/benchmarks.md.
 
-Run: ``.venv/bin/python benchmarks/bench_loadtest.py --out /tmp/bench-loadtest`` (about 5-10 minutes here).
+Run: ``.venv/bin/python -m benchmarks.bench_loadtest --out /tmp/bench-loadtest`` (about 5-10 minutes here).
 The real model: ``--model DEPTHPRUNE_HOME/models/gguf-<sha>`` (the converted SmolLM2-135M) and
 ``--variant v27=DIR --variant v27-healed=DIR``.
 """
@@ -31,7 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from depthprune.demo.paths import data_file
-from depthprune.testing.servers import free_port, start_logged, stop, wait_until_up
+from depthprune.testing.servers import (
+    free_port,
+    gateway_command,
+    start_logged,
+    stop,
+    vllm_command,
+    wait_until_up,
+)
 from loadtest.benchmark import Benchmark, Measurement, build_result, run
 from loadtest.compare import BlockCounts, geometric_mean
 from loadtest.config import LoadConfig
@@ -61,29 +68,16 @@ def vllm_server(model_dir: Path, name: str, args, out: Path) -> tuple[subprocess
     """Start one vLLM CPU server for ``model_dir`` served as ``name``; wait until it is healthy."""
     port = free_port()
     log = out / f"vllm-{name}.log"
-    process = start_logged(
-        [
-            sys.executable,
-            "-m",
-            "vllm.entrypoints.openai.api_server",
-            "--model",
-            str(model_dir),
-            "--served-model-name",
-            name,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--dtype",
-            args.dtype,
-            "--max-model-len",
-            str(args.max_model_len),
-            # Eager (no torch.compile): a real model's engine starts in about 1 min here instead of 2.5.
-            *(["--enforce-eager"] if args.eager else []),
-        ],
-        log,
-        env={"VLLM_CPU_KVCACHE_SPACE": str(args.kv_cache_gib)},
+    command = vllm_command(
+        model_dir,
+        [name],
+        port,
+        dtype=args.dtype,
+        max_model_len=args.max_model_len,
+        # Eager (no torch.compile): a real model's engine starts in about 1 min here instead of 2.5.
+        extra_args=["--enforce-eager"] if args.eager else [],
     )
+    process = start_logged(command, log, env={"VLLM_CPU_KVCACHE_SPACE": str(args.kv_cache_gib)})
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until_up(url + "/health", process, log)
@@ -302,9 +296,7 @@ def start_servers(
     port = free_port()
     log = out / "gateway.log"
     variants = ",".join(f"{name}={url}" for name, url in urls.items())
-    gateway = start_logged(
-        [sys.executable, "-m", "depthprune", "serve", "--variants", variants, "--port", str(port)], log
-    )
+    gateway = start_logged(gateway_command(variants, port), log)
     processes.append(gateway)
     target = f"http://127.0.0.1:{port}"
     wait_until_up(target + "/ready", gateway, log, timeout_s=120)

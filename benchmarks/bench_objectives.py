@@ -10,7 +10,7 @@ Markdown table with the criteria C1-C4 to ``--out``.
 
 Run under the heavy-job slot (not a timing measurement)::
 
-    /work/bin/heavy .venv/bin/python benchmarks/bench_objectives.py --out docs/objectives-results \\
+    /work/bin/heavy .venv/bin/python -m benchmarks.bench_objectives --out docs/objectives-results \\
         --samples 4,16,64 --searches one_shot --greedy-samples 4,16,64
 
 It resumes: finished cells stay in ``results.json``, every scored removal set in ``heldout.json``
@@ -76,7 +76,7 @@ class HeldOutCache:
     Held-out scoring is a large part of a cell's cost: every set is a plain forward over 341 cloze items,
     279 phrase items (about 4 choices of ~45 tokens each; packed, each item's prompt runs once) and the
     perplexity windows (about 2-3 min of one core here, extrapolated from the 48-item figures of
-    ``bench_heldout_packing.py``; 10-18 min unpacked). The same set recurs across cells (the random
+    ``benchmarks.bench_heldout_packing``; 10-18 min unpacked). The same set recurs across cells (the random
     sets are drawn with seed 0 for every cell; dense in every cell; objectives often agree), and the test data
     and model are the same in every cell, so each distinct set is scored once, and a rerun after a kill
     resumes.

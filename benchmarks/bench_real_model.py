@@ -16,18 +16,18 @@ runs it again. The stages, in order:
 * ``evaluator-perplexity``, ``evaluator-task_margin``: ``depthprune bench-evaluator`` (fast vs naive);
 * ``heal-perplexity``, ``heal-task_margin``: ``depthprune heal`` of the objective's best variant with
   ``lora`` and with ``distill`` on pydoc's heal split, then ``depthprune eval`` of each healed variant;
-* ``loadtest``: ``benchmarks/bench_loadtest.py`` through the gateway, dense, the perplexity objective's
+* ``loadtest``: ``python -m benchmarks.bench_loadtest`` through the gateway, dense, the perplexity objective's
   best variant and its LoRA-healed child side by side in one run (eager vLLM, 512-token context);
 * ``write``: the Markdown sections, into docs/benchmarks.md (``--no-write``: print them only); they are
-  composed in ``real_model_report.py`` from the records ``real_model_setup.py`` reads.
+  composed in ``benchmarks.real_model_report`` from the records ``benchmarks.real_model_setup`` reads.
 
 Run on the 2-core machine (one torch thread: under contention two threads are several times slower)::
 
     export DEPTHPRUNE_HOME=/work/bench-home OMP_NUM_THREADS=1
-    heavy .venv/bin/python benchmarks/bench_real_model.py searches-perplexity searches-task_margin
-    heavy .venv/bin/python benchmarks/bench_real_model.py quality-best heal-perplexity write
-    heavy .venv/bin/python benchmarks/bench_real_model.py evaluator-perplexity evaluator-task_margin
-    unset OMP_NUM_THREADS; heavy .venv/bin/python benchmarks/bench_real_model.py loadtest write
+    heavy .venv/bin/python -m benchmarks.bench_real_model searches-perplexity searches-task_margin
+    heavy .venv/bin/python -m benchmarks.bench_real_model quality-best heal-perplexity write
+    heavy .venv/bin/python -m benchmarks.bench_real_model evaluator-perplexity evaluator-task_margin
+    unset OMP_NUM_THREADS; heavy .venv/bin/python -m benchmarks.bench_real_model loadtest write
 """
 
 from __future__ import annotations
@@ -42,10 +42,10 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
-from real_model_report import (  # benchmarks/, on sys.path when run as a script
+from benchmarks.real_model_report import (
     write,
 )
-from real_model_setup import (  # benchmarks/, on sys.path when run as a script
+from benchmarks.real_model_setup import (
     CALIBRATION,
     DROP,
     EVAL_FLAGS,
@@ -58,8 +58,8 @@ from real_model_setup import (  # benchmarks/, on sys.path when run as a script
     HEAL_STEPS,
     LOADTEST_FLAGS,
     LOADTEST_HEALED,
+    LOADTEST_MODULE,
     LOADTEST_NAMES,
-    LOADTEST_SCRIPT,
     MODEL,
     REPOSITORY,
     SEARCHES,
@@ -93,7 +93,7 @@ def run_command(
         arguments: the command line after ``depthprune`` (or after ``script``).
         results: the results directory.
         force: run again although a record exists.
-        script: run this benchmark script (a path from the repository root) instead of ``depthprune``.
+        script: run this benchmark module (``benchmarks.NAME``, as ``python -m``) instead of ``depthprune``.
         read_output: what the record keeps as output, read once the command ended (default: its stdout
             parsed as ``--json`` output; with it, stdout goes to the log).
 
@@ -103,8 +103,8 @@ def run_command(
     path = results / f"{stage}.json"
     if path.is_file() and not force:
         return json.loads(path.read_text())
-    command = [".venv/bin/python", script, *arguments] if script else ["depthprune", *arguments]
-    program = [str(REPOSITORY / script)] if script else ["-m", "depthprune"]
+    command = [".venv/bin/python", "-m", script, *arguments] if script else ["depthprune", *arguments]
+    program = ["-m", script or "depthprune"]
     print(f"[{stage}] {' '.join(command)}", file=sys.stderr, flush=True)
     record = {
         "stage": stage,
@@ -178,8 +178,8 @@ def heal(objective: str, results: Path, force: bool) -> None:
 
 
 def loadtest(results: Path, force: bool) -> dict:
-    """``bench_loadtest.py`` through the gateway: dense, the perplexity objective's best variant and its
-    :data:`LOADTEST_HEALED` children, interleaved in one run."""
+    """``benchmarks.bench_loadtest`` through the gateway: dense, the perplexity objective's best variant
+    and its :data:`LOADTEST_HEALED` children, interleaved in one run."""
     found = Results(results)
     served = {LOADTEST_NAMES["pruned"]: found.variant("perplexity", HEAL_SEARCH)["checkpoint"]}
     for method in LOADTEST_HEALED:
@@ -196,7 +196,7 @@ def loadtest(results: Path, force: bool) -> dict:
         result = json.loads((out / "loadtest_result.json").read_text())
         return {"summary": summary, "models": result["models"], "comparison": result["comparison"]}
 
-    return run_command("loadtest", arguments, results, force, LOADTEST_SCRIPT, read_output)
+    return run_command("loadtest", arguments, results, force, LOADTEST_MODULE, read_output)
 
 
 STAGES = {
@@ -229,10 +229,6 @@ def main() -> None:
     args.results.mkdir(parents=True, exist_ok=True)
     for stage in args.stages:
         STAGES[stage](args)
-
-
-if __name__ == "__main__":
-    main()
 
 
 if __name__ == "__main__":

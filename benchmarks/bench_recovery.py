@@ -15,7 +15,7 @@ What it does (every process it starts is stopped at the end):
    it; requests that failed between the kill and that moment, per arm;
 4. prints JSON and writes ``## Recovery`` into docs/benchmarks.md unless ``--no-write``.
 
-Run: ``heavy .venv/bin/python benchmarks/bench_recovery.py`` (about 10 minutes on 2 cores, most of it
+Run: ``heavy .venv/bin/python -m benchmarks.bench_recovery`` (about 10 minutes on 2 cores, most of it
 vLLM starting and restarting).
 """
 
@@ -36,8 +36,8 @@ from pathlib import Path
 
 import httpx
 import psutil
-from docs_section import write_section  # benchmarks/, on sys.path when run as a script
 
+from benchmarks.docs_section import write_section
 from depthprune.core.checksums import weights_sha256
 from depthprune.testing.models import save_tiny_model
 from depthprune.testing.servers import running_gateway
@@ -388,7 +388,7 @@ statuses {statuses}; {mixed["seconds"]} s):
 | open file descriptors | {before["fds"]} | {after["fds"]} | {end["fds"]} |
 | TCP connections | {before["connections"]} | {after["connections"]} | {end["connections"]} |
 
-Reproduce: `{" ".join(["heavy .venv/bin/python benchmarks/bench_recovery.py", reproduce_flags(args)]).strip()}`.
+Reproduce: `{" ".join(["heavy .venv/bin/python -m benchmarks.bench_recovery", reproduce_flags(args)]).strip()}`.
 """  # noqa: E501
 
 

@@ -21,9 +21,9 @@ finished. Writes a section ``## Search cost: exact shortcuts`` into ``docs/bench
 
 Run (the real model; 1 torch thread, since two threads on a shared 2-core machine stall each other)::
 
-    .venv/bin/python benchmarks/bench_search_cost.py --model smollm2-135m
-    .venv/bin/python benchmarks/bench_search_cost.py --model demo --no-write   # the demo model
-    .venv/bin/python benchmarks/bench_search_cost.py --from-json ppl.json margin.json   # saved runs
+    .venv/bin/python -m benchmarks.bench_search_cost --model smollm2-135m
+    .venv/bin/python -m benchmarks.bench_search_cost --model demo --no-write   # the demo model
+    .venv/bin/python -m benchmarks.bench_search_cost --from-json ppl.json margin.json   # saved runs
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ import time
 from pathlib import Path
 
 import torch
-from docs_section import DOCS, write_section  # benchmarks/, on sys.path when run as a script
 
+from benchmarks.docs_section import DOCS, write_section
 from pruning.calibration.config import CalibrationConfig
 from pruning.calibration.scoring.build import build_evaluator
 from pruning.pipeline.prune import canonical_model, run_searches
@@ -333,7 +333,7 @@ def section(results: list[dict], args) -> str:
     first = results[0]
     trials = "the study's" if args.bayesian_trials >= 200 else "the study's 200 reduced to fit the time box"
     header = (
-        f"`benchmarks/bench_search_cost.py` on `{args.model}` (`{first['info']['model']}`), float32, "
+        f"`python -m benchmarks.bench_search_cost` on `{args.model}` (`{first['info']['model']}`), float32, "
         f"{args.threads} torch thread(s) on {platform.machine()}, M = {args.drop}, seed {args.seed}, "
         f"bayesian {args.bayesian_trials} trials ({trials}), other searches at the study's settings; "
         f"batch size {args.batch_size}. A block holds {first['block_parameters'] / 1e6:.2f} M weights, "
@@ -425,7 +425,7 @@ def run_all(args, argv) -> list[dict]:
 
     num_blocks = int(load_config(model).num_hidden_layers)
     args.drop = args.drop or max(1, math.floor(num_blocks / 4))
-    command = shlex.join([".venv/bin/python", "benchmarks/bench_search_cost.py", *argv])
+    command = shlex.join([".venv/bin/python", "-m", "benchmarks.bench_search_cost", *argv])
     results: list[dict] = []
 
     def save(result: dict) -> None:

@@ -7,8 +7,8 @@ gives the exact optimum without making the others' subsets free). Writes a Markd
 
 Run (builds the demo model first if it is not cached; a few minutes on 2 cores)::
 
-    .venv/bin/python benchmarks/bench_searches.py
-    .venv/bin/python benchmarks/bench_searches.py --recipe tiny --drop 2 --no-write   # smoke test
+    .venv/bin/python -m benchmarks.bench_searches
+    .venv/bin/python -m benchmarks.bench_searches --recipe tiny --drop 2 --no-write   # smoke test
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 import torch
-from docs_section import DOCS, write_section  # benchmarks/, on sys.path when run as a script
 
+from benchmarks.docs_section import DOCS, write_section
 from depthprune.demo.model import ensure_demo_model
 from depthprune.demo.recipe import RECIPES
 from pruning.calibration.config import CalibrationConfig
@@ -100,8 +100,9 @@ def section(results, args, model: Path, wall: float, load_before: float) -> str:
     header = [
         SECTION,
         "",
-        f"`benchmarks/bench_searches.py` (M = {args.drop}, seed {args.seed}, bayesian {args.bayesian_trials} "
-        f"trials, other searches at the study's settings) on the demo model `{model.name}`, float32, "
+        f"`python -m benchmarks.bench_searches` (M = {args.drop}, seed {args.seed}, "
+        f"bayesian {args.bayesian_trials} trials, other searches at the study's settings) on the demo model "
+        f"`{model.name}`, float32, "
         f"{torch.get_num_threads()} torch threads on {cpu}; one shared evaluator per objective, searches run "
         f"in the order listed, {wall / 60:.1f} min in all; load average {load_before:.1f} before, "
         f"{os.getloadavg()[0]:.1f} after (the benchmark alone keeps it near 2 on 2 cores).",

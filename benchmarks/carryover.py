@@ -5,7 +5,7 @@ the per-round ``mean_ttft_ms`` of the saturation phase in the result JSON; the b
 (``dense``, ``dense (A/A)``) share one engine. Prints, per arm and predecessor kind, the number of
 runs, their median mean TTFT and how many exceeded ``--slow-ms`` (docs/benchmarks.md, "The order's effect")::
 
-    .venv/bin/python benchmarks/carryover.py /tmp/bench-comparison/final1/run0.json
+    .venv/bin/python -m benchmarks.carryover /tmp/bench-comparison/final1/run0.json
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ one_shot, greedy and beam, each on a cold evaluator (``--timing standalone``, th
 memory plan is printed first (``--dry-run``); a run that cannot fit stops there with its advice. Then
 ``depthprune prune`` runs and the searches' wall times are set beside the A40's (551 / 3,223 / 13,869 s).
 
-    python benchmarks/gpu_run_sheet.py [--model meta-llama/Llama-3.1-8B] [--device cuda:0]
+    python -m benchmarks.gpu_run_sheet [--model meta-llama/Llama-3.1-8B] [--device cuda:0]
         [--plan-only] [--out docs/gpu-run-sheet.md]
 
 Needs a CUDA machine with the GPU extra (``pip install 'depthprune[gpu]'``), the model (gated on the hub:

@@ -1,4 +1,5 @@
-"""The Markdown sections of docs/benchmarks.md that ``bench_real_model.py write`` composes from its records.
+"""The Markdown sections of docs/benchmarks.md that ``python -m benchmarks.bench_real_model write`` composes
+from its records.
 
 One function per section (quality, searches, evaluator, load test, healing), each None until its records
 exist.
@@ -7,12 +8,11 @@ exist.
 from __future__ import annotations
 
 import json
-import math
 import statistics
 from pathlib import Path
 
-from docs_section import write_section  # benchmarks/, on sys.path when run as a script
-from real_model_setup import (  # benchmarks/, on sys.path when run as a script
+from benchmarks.docs_section import write_section
+from benchmarks.real_model_setup import (
     BUSY_LOAD,
     CALIBRATION,
     DROP,
@@ -33,6 +33,8 @@ from real_model_setup import (  # benchmarks/, on sys.path when run as a script
     heal_outcome,
     load_note,
 )
+from loadtest.compare import geometric_mean
+from pruning.study.statistics import jaccard
 
 
 def searches_table(found: Results, objective: str) -> list[str]:
@@ -62,11 +64,6 @@ def searches_table(found: Results, objective: str) -> list[str]:
             f"{line['subset_evaluations']:,} | {line['block_forwards']:,} |"
         )
     return rows + [""]
-
-
-def jaccard(first: list[int], second: list[int]) -> float:
-    """|A ∩ B| / |A ∪ B| of two removal sets."""
-    return len(set(first) & set(second)) / len(set(first) | set(second))
 
 
 def searches_reading(found: Results) -> list[str]:
@@ -107,7 +104,7 @@ def searches_section(found: Results) -> str | None:
         "",
         f"The real model (`{MODEL}`, SmolLM2-135M-Instruct, N = 30 blocks, float32), M = {DROP} "
         "(27 %), seed 0, one shared evaluator per objective, searches run in the order listed; "
-        f"`benchmarks/bench_real_model.py searches-perplexity searches-task_margin`. {THREADS_NOTE} "
+        f"`python -m benchmarks.bench_real_model searches-perplexity searches-task_margin`. {THREADS_NOTE} "
         "*Gap to best* is the calibration loss above the lowest any of these searches found (no exact "
         "optimum: C(30, 8) = 5.9 M subsets). *Wall s* and *block-forwards* are the evaluator's work while "
         "the search ran, plus, for the searches marked ¹, the shared single-block prior's (30 subsets); a "
@@ -182,7 +179,7 @@ def quality_section(found: Results) -> str | None:
         intro
         + rows
         + ["", *quality_reading(found)]
-        + ["Commands (`bench_real_model.py quality` runs them):", ""]
+        + ["Commands (`python -m benchmarks.bench_real_model quality` runs them):", ""]
         + commands
     )
 
@@ -398,17 +395,12 @@ def loadtest_reading(output: dict) -> str:
         ratios = per_round_ratio(output["models"], name, pruned)
         spread = max(abs(ratio - 1) for ratio in ratios)
         text += (
-            f" Healed against unhealed: {name} / {pruned} = **{geometric(ratios):.3f}** (per round "
+            f" Healed against unhealed: {name} / {pruned} = **{geometric_mean(ratios):.3f}** (per round "
             f"{', '.join(f'{r:.3f}' for r in ratios)}): equal within the round-to-round noise "
             f"(±{100 * spread:.1f} %), as it must be: healing merges its adapters into the same shapes, so "
             "the served model does the same work."
         )
     return text
-
-
-def geometric(values: list[float]) -> float:
-    """Geometric mean (of per-round ratios)."""
-    return math.exp(sum(math.log(value) for value in values) / len(values))
 
 
 def loadtest_section(found: Results) -> str | None:
@@ -442,7 +434,12 @@ def loadtest_section(found: Results) -> str | None:
         "fraction of ideal speed-up | fraction of ideal gain |",
         "|---|---|---|---:|---:|---:|---:|---:|",
     ]
-    command = ["", "Command (`bench_real_model.py loadtest` runs it):", "", f"    {record['command']}"]
+    command = [
+        "",
+        "Command (`python -m benchmarks.bench_real_model loadtest` runs it):",
+        "",
+        f"    {record['command']}",
+    ]
     return "\n".join(intro + loadtest_rows(output) + ["", loadtest_reading(output)] + command)
 
 
@@ -452,7 +449,9 @@ def healed_throughput(found: Results, objective: str, method: str) -> str:
     name = LOADTEST_NAMES[method]
     if objective != "perplexity" or record is None or name not in record["output"]["models"]:
         return "–"
-    return f"{geometric(per_round_ratio(record['output']['models'], name, LOADTEST_NAMES['pruned'])):.3f}"
+    return (
+        f"{geometric_mean(per_round_ratio(record['output']['models'], name, LOADTEST_NAMES['pruned'])):.3f}"
+    )
 
 
 def healing_rows(found: Results, objective: str, dense: dict) -> list[str]:

@@ -1,4 +1,4 @@
-"""What the real-model benchmark (``bench_real_model.py``) runs and reads back: its settings, and its records.
+"""What the real-model benchmark (``benchmarks.bench_real_model``) runs and reads back: settings and records.
 
 :class:`Results` reads the ``RESULTS/<stage>.json`` records the stages write; the settings name the model, the
 budget, the searches, the calibration and every command's flags.
@@ -65,7 +65,7 @@ EVALUATOR_DATA = {"perplexity": ("pydoc", 4), "task_margin": ("pydoc-cloze", 8)}
 scored both ways, each objective within ten minutes of the shared machine (the searches' records give
 0.4 s per 8 × 256-token block-forward and about 4.6 s per 32-question single-block subset under load)."""
 
-LOADTEST_SCRIPT = "benchmarks/bench_loadtest.py"
+LOADTEST_MODULE = "benchmarks.bench_loadtest"
 
 LOADTEST_FLAGS = (
     "--eager",

@@ -1,8 +1,8 @@
 """A study's reading, generated from its report's ``study.json`` (:mod:`pruning.study.reading`).
 
-    .venv/bin/python benchmarks/study_reading.py docs/study-smollm2-135m \\
+    .venv/bin/python -m benchmarks.study_reading docs/study-smollm2-135m \\
         --cross docs/study-smollm2-135m/cross-controls              # print the reading
-    .venv/bin/python benchmarks/study_reading.py docs/study-smollm2-135m \\
+    .venv/bin/python -m benchmarks.study_reading docs/study-smollm2-135m \\
         --cross docs/study-smollm2-135m/cross-controls --write      # write reading.md, re-render the report
 
 Every number the reading compares with the paper is computed like for like (the paper's seven searches, its

@@ -147,8 +147,8 @@ part() {
     reading)
       # the main reading includes the cross-controls' table when they were run (the `cross` part)
       cross=(); if [ -f "$OUT/cross-controls/study.json" ]; then cross=(--cross "$OUT/cross-controls"); fi
-      "$PYTHON" benchmarks/study_reading.py "$OUT" "${cross[@]}" --write
-      if [ -d "$OUT/kl" ]; then "$PYTHON" benchmarks/study_reading.py "$OUT/kl" --write; fi ;;
+      "$PYTHON" -m benchmarks.study_reading "$OUT" "${cross[@]}" --write
+      if [ -d "$OUT/kl" ]; then "$PYTHON" -m benchmarks.study_reading "$OUT/kl" --write; fi ;;
     check)
       # issue 29's acceptance: task_ce and task_margin cells, none with truncated items
       "$PYTHON" - "$OUT/study.json" <<'PY'
@@ -173,7 +173,7 @@ PY
              --cross-controls --objectives perplexity,task_margin,task_ce --searches "$SEARCHES_ALL" --dtype float32)
       if [ -n "${WORKERS:-}" ]; then registry_workers "$OUT/cross-controls" "${cross[@]}"
       else "$DEPTHPRUNE" study "${cross[@]}" --out "$OUT/cross-controls"; fi
-      "$PYTHON" benchmarks/study_reading.py "$OUT/cross-controls" --cross "$OUT/cross-controls" --write ;;
+      "$PYTHON" -m benchmarks.study_reading "$OUT/cross-controls" --cross "$OUT/cross-controls" --write ;;
     *) echo "unknown part $1: objectives, workers, perplexity, task_margin, task_ce, kl, report, reading, check or cross" >&2
        exit 2 ;;
   esac
