@@ -22,6 +22,7 @@ import typer
 
 from depthprune.core.errors import UserError
 from depthprune.core.options import JsonOption, RegistryOption
+from registry.naming import display_number
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -53,14 +54,6 @@ def _console():
 
     # Piped output has no width: use a wide one rather than squeezing columns into nothing.
     return Console(width=None if sys.stdout.isatty() else 240)
-
-
-def _number(value: Any, digits: int = 4) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, float):
-        return f"{value:.{digits}g}"
-    return str(value)
 
 
 def _short_model(model: str) -> str:
@@ -107,19 +100,19 @@ def list_command(
         table.add_column(column, no_wrap=column in ("name", "mask"), min_width=min(len(column), 8))
     for variant in variants:
         table.add_row(
-            _number(variant.id),
+            display_number(variant.id),
             variant.name,
             _short_model(variant.base_model),
             f"{variant.num_blocks - variant.num_removed}/{variant.num_blocks}",
             variant.mask(),
-            _number(variant.objective),
-            _number(variant.calibration.get("data")),
+            display_number(variant.objective),
+            display_number(variant.calibration.get("data")),
             variant.search if variant.healing is None else f"{variant.search}+{variant.healing['method']}",
-            _number(variant.calibration_loss),
-            _number(variant.dense_loss),
-            _number(variant.search_seconds, 3),
-            _number((variant.quality or {}).get("validation_loss")),
-            _number(variant.fit),
+            display_number(variant.calibration_loss),
+            display_number(variant.dense_loss),
+            display_number(variant.search_seconds, 3),
+            display_number((variant.quality or {}).get("validation_loss")),
+            display_number(variant.fit),
             ", ".join(variant.aliases),
         )
     _console().print(table)
@@ -132,7 +125,7 @@ def _variant_fields(variant: VariantInfo, healed: list[VariantInfo]) -> Table:
     fields = Table(title=f"Variant {variant.name}", show_header=False)
     fields.add_column("field", style="bold")
     fields.add_column("value", overflow="fold")
-    fields.add_row("id", _number(variant.id))
+    fields.add_row("id", display_number(variant.id))
     fields.add_row(
         "base model", f"{variant.base_model} ({variant.architecture}, revision {variant.base_revision})"
     )
@@ -141,12 +134,12 @@ def _variant_fields(variant: VariantInfo, healed: list[VariantInfo]) -> Table:
     fields.add_row("kept → original", " ".join(map(str, variant.kept_to_original)))
     fields.add_row("calibration", json.dumps(variant.calibration, sort_keys=True))
     fields.add_row("search", f"{variant.search} {json.dumps(variant.search_options, sort_keys=True)}")
-    fields.add_row("calibration loss", _number(variant.calibration_loss, 6))
-    fields.add_row("dense loss", _number(variant.dense_loss, 6))
-    fields.add_row("search time (s)", _number(variant.search_seconds))
-    fields.add_row("block forwards", _number(variant.block_forwards))
-    fields.add_row("subset evaluations", _number(variant.subset_evaluations))
-    fields.add_row("fit (quality gate)", _number(variant.fit))
+    fields.add_row("calibration loss", display_number(variant.calibration_loss, 6))
+    fields.add_row("dense loss", display_number(variant.dense_loss, 6))
+    fields.add_row("search time (s)", display_number(variant.search_seconds))
+    fields.add_row("block forwards", display_number(variant.block_forwards))
+    fields.add_row("subset evaluations", display_number(variant.subset_evaluations))
+    fields.add_row("fit (quality gate)", display_number(variant.fit))
     if variant.quality is not None:
         fields.add_row("quality", json.dumps(variant.quality, sort_keys=True))
     if variant.healing is not None:
@@ -158,10 +151,10 @@ def _variant_fields(variant: VariantInfo, healed: list[VariantInfo]) -> Table:
         fields.add_row("healing record", json.dumps(variant.healing, sort_keys=True))
     if healed:
         fields.add_row("healed variants", ", ".join(item.name for item in healed))
-    fields.add_row("checkpoint", _number(variant.checkpoint_path))
-    fields.add_row("checkpoint sha256", _number(variant.checkpoint_sha256))
+    fields.add_row("checkpoint", display_number(variant.checkpoint_path))
+    fields.add_row("checkpoint sha256", display_number(variant.checkpoint_sha256))
     fields.add_row("aliases", ", ".join(variant.aliases) or "—")
-    fields.add_row("created", _number(variant.created_at))
+    fields.add_row("created", display_number(variant.created_at))
     fields.add_row("versions", " ".join(f"{key}={value}" for key, value in variant.versions.items()) or "—")
     return fields
 
@@ -201,7 +194,7 @@ def show(
                 item.suite,
                 item.task,
                 item.metric,
-                _number(item.value, 6),
+                display_number(item.value, 6),
                 json.dumps(item.settings, sort_keys=True),
                 item.created_at.strftime("%Y-%m-%d %H:%M"),
             )
@@ -217,7 +210,7 @@ def show(
                 item.created_at.strftime("%Y-%m-%d %H:%M"),
                 item.hardware,
                 load_summary(item) or "—",
-                *(_number(item.metrics.get(key)) for key, _ in LATENCY_METRICS),
+                *(display_number(item.metrics.get(key)) for key, _ in LATENCY_METRICS),
             )
         console.print(table)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from registry.api import Registry, VariantReference
-from registry.naming import DENSE
+from registry.naming import DENSE, display_number
 from registry.records import ServingBenchmarkInfo, VariantInfo
 
 LATENCY_METRICS = (
@@ -144,24 +144,16 @@ def compare_variants(registry: Registry, references: list[VariantReference]) -> 
     return entries
 
 
-def _number(value: Any, digits: int = 4) -> str:
-    if value is None:
-        return "—"
-    if isinstance(value, float):
-        return f"{value:.{digits}g}"
-    return str(value)
-
-
 def healing_summary(healing: dict | None) -> str:
     """``lora, 200 steps on pydoc (heal split); held-out loss 3.1 → 2.7`` of a healing record, or ``—``."""
     if healing is None:
         return "—"
     data = healing.get("data", "?")
     split = f" ({healing['train_split']} split)" if healing.get("train_split") else ""
-    summary = f"{healing['method']}, {_number(healing.get('steps'))} steps on {data}{split}"
+    summary = f"{healing['method']}, {display_number(healing.get('steps'))} steps on {data}{split}"
     if healing.get("heldout_loss") is not None:
-        before = _number(healing.get("parent_heldout_loss"))
-        summary += f"; held-out loss {before} → {_number(healing['heldout_loss'])}"
+        before = display_number(healing.get("parent_heldout_loss"))
+        summary += f"; held-out loss {before} → {display_number(healing['heldout_loss'])}"
     return summary
 
 
@@ -176,7 +168,7 @@ def _lineage_rows(entries: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
         return entry["variant"].get("parent") or "— (removed)"
 
     def healing_loss(entry: dict[str, Any], key: str) -> str:
-        return _number((entry["variant"].get("healing") or {}).get(key))
+        return display_number((entry["variant"].get("healing") or {}).get(key))
 
     return [
         ("healed from", [parent(entry) for entry in entries]),
@@ -190,7 +182,7 @@ def _calibration_budget(entry: dict[str, Any]) -> str:
     calibration = entry["variant"]["calibration"]
     if calibration.get("samples") is None and calibration.get("seq_len") is None:
         return "—"
-    return f"{_number(calibration.get('samples'))} × {_number(calibration.get('seq_len'))}"
+    return f"{display_number(calibration.get('samples'))} × {display_number(calibration.get('seq_len'))}"
 
 
 def comparison_rows(entries: list[dict[str, Any]]) -> list[tuple[str, list[str]]]:
@@ -200,10 +192,10 @@ def comparison_rows(entries: list[dict[str, Any]]) -> list[tuple[str, list[str]]
         return label, [cell(entry) for entry in entries]
 
     def variant_field(name: str, digits: int = 4):
-        return lambda entry: _number(entry["variant"].get(name), digits)
+        return lambda entry: display_number(entry["variant"].get(name), digits)
 
     def calibration_field(name: str):
-        return lambda entry: _number(entry["variant"]["calibration"].get(name))
+        return lambda entry: display_number(entry["variant"]["calibration"].get(name))
 
     rows = [
         row("base model", lambda entry: entry["variant"]["base_model"]),
@@ -228,7 +220,8 @@ def comparison_rows(entries: list[dict[str, Any]]) -> list[tuple[str, list[str]]
     ]
     evaluation_keys = sorted({key for entry in entries for key in entry["evaluations"]})
     rows.extend(
-        row(key, lambda entry, key=key: _number(entry["evaluations"].get(key))) for key in evaluation_keys
+        row(key, lambda entry, key=key: display_number(entry["evaluations"].get(key)))
+        for key in evaluation_keys
     )
     if any(entry["latency"] for entry in entries):
         rows.append(row("load", lambda entry: entry["load"] or "—"))
@@ -242,5 +235,5 @@ def comparison_rows(entries: list[dict[str, Any]]) -> list[tuple[str, list[str]]
         for key, label in LATENCY_METRICS:
             if all(entry["latency"].get(key) is None for entry in entries):
                 continue  # a metric no run reported would only add a row of dashes
-            rows.append(row(label, lambda entry, key=key: _number(entry["latency"].get(key))))
+            rows.append(row(label, lambda entry, key=key: display_number(entry["latency"].get(key))))
     return rows

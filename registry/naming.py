@@ -220,3 +220,12 @@ def block_mask(removed_blocks: list[int], num_blocks: int, kept: str = "■", dr
     """One character per original block: ``■`` kept, ``□`` removed."""
     removed = set(removed_blocks)
     return "".join(dropped if index in removed else kept for index in range(num_blocks))
+
+
+def display_number(value: Any, digits: int = 4) -> str:
+    """A table cell of the registry's tables: a float to ``digits`` significant digits, None as ``—``."""
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
