@@ -241,6 +241,40 @@ class HealSizes:
     """Adapter rank."""
     lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
     """Projections that get adapters."""
+    last_blocks: int = 3
+    """last-blocks: blocks trained whole besides the LM head."""
+    patch_windows: int = 128
+    """patch: calibration windows whose activations are gathered."""
+    patch_spans: int = 1
+    """patch: maps estimated (maximal runs of removed blocks)."""
+    patch_keeps_rows: bool = False
+    """patch: the cosine estimator keeps every calibration token's activations (on the host)."""
+
+
+def _patch_step(student: ModelShape, dense: ModelShape, dtype: str, devices: Devices, sizes: HealSizes):
+    """The patch: the dense model runs the calibration windows; per span, the d x d normal equations in
+    float64 (and for the cosine estimator every token's input and target rows, float32 on the host). The
+    variant loads after the dense model is freed, so the dense model's weights are the step's peak."""
+    dtype_bytes = DTYPE_BYTES[dtype]
+    dense_count = count_parameters(dense)
+    hidden = dense.hidden_size
+    items = [
+        Item("dense model weights", est.weights_on_fullest_device(dense_count, dtype_bytes, devices.count)),
+        Item(
+            f"forward activations ({sizes.batch_size} x {sizes.seq_len})",
+            est.block_activation_bytes(dense, sizes.batch_size * sizes.seq_len, dtype_bytes) * 2,
+            note="a block's peak plus the span's input and residual kept",
+        ),
+        Item(
+            f"normal equations ({sizes.patch_spans} x 2 x {hidden}^2, float64)",
+            sizes.patch_spans * 2 * hidden**2 * 8,
+        ),
+    ]
+    if sizes.patch_keeps_rows:
+        tokens = sizes.patch_windows * sizes.seq_len
+        rows = sizes.patch_spans * 2 * tokens * hidden * est.FP32
+        items.append(Item(f"cosine estimator rows ({tokens} tokens)", rows, where=HOST))
+    return Step("patch (dense activations, normal equations)", items, devices.count)
 
 
 def _heal_step(
@@ -254,7 +288,19 @@ def _heal_step(
         items.append(
             Item("teacher weights", est.weights_on_fullest_device(teacher_count, dtype_bytes, devices.count))
         )
-    if sizes.full_finetune:
+    if sizes.method == "patch" and teacher is not None:
+        return _patch_step(student, teacher, dtype, devices, sizes)
+    if sizes.method == "last-blocks":
+        trainable = (
+            count.head + sum(count.blocks[-sizes.last_blocks :]) + (count.embedding if count.tied else 0)
+        )
+        items.append(
+            Item(
+                f"gradients and AdamW states (head + last {sizes.last_blocks})",
+                est.optimizer_bytes(trainable, dtype_bytes),
+            )
+        )
+    elif sizes.full_finetune:
         trainable = count.total // devices.count
         items.append(Item("gradients and AdamW states (full)", est.optimizer_bytes(trainable, dtype_bytes)))
     else:
@@ -274,7 +320,8 @@ def _heal_step(
 def plan_heal(
     config: dict, teacher_config: dict | None, model: str, dtype: str, devices: Devices, sizes: HealSizes
 ) -> MemoryPlan:
-    """Plan of ``heal``: the variant (and for distill the dense teacher), optimizer states, activations."""
+    """Plan of ``heal``: the variant (and for distill the dense teacher), optimizer states, activations; for
+    the patch, the dense model's forward over the calibration windows and the normal equations."""
     student = model_shape(config)
     teacher = model_shape(teacher_config) if teacher_config else None
 

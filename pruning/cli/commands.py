@@ -32,9 +32,13 @@ from pruning.cli.groups import comma_list
 
 # Help texts list the searches from their source, so a new search shows up without editing them.
 from pruning.cli.options import (
+    EstimatorOption,
     KlWeightOption,
+    LastBlocksOption,
     MarginClipOption,
     MaxPerplexityRatioOption,
+    PatchSamplesOption,
+    RidgeOption,
     TruncateOption,
     ValidationOption,
 )
@@ -385,8 +389,9 @@ HealDataOption = Annotated[
 HealMethodOption = Annotated[
     str,
     typer.Option(
-        help="lora (causal-LM loss through LoRA adapters) or distill (KL from the dense model's "
-        "next-token distribution)."
+        help="lora (causal-LM loss through LoRA adapters), distill (KL from the dense model's next-token "
+        "distribution), last-blocks (causal-LM loss on the LM head and the last --last-blocks blocks) or "
+        "patch (no training: ReplaceMe's linear map per removed span, fused into the weights)."
     ),
 ]
 """``heal --method``."""
@@ -430,11 +435,16 @@ def _print_healed(outcome, as_json: bool) -> None:
         print(json.dumps(asdict(outcome)), flush=True)
         return
     losses = outcome.losses
+    training = (
+        f", training loss {losses['train_first']:.4f} -> {losses['train']:.4f}"
+        if losses.get("train") is not None
+        else ""
+    )
     print(
         f"healed {outcome.parent} with {outcome.method} "
         f"({outcome.steps} steps, {outcome.wall_seconds:.1f} s): "
-        f"held-out loss {losses['heldout_before']:.4f} -> {losses['heldout']:.4f}, training loss "
-        f"{losses['train_first']:.4f} -> {losses['train']:.4f} -> {outcome.name} ({outcome.checkpoint})",
+        f"held-out loss {losses['heldout_before']:.4f} -> {losses['heldout']:.4f}{training} "
+        f"-> {outcome.name} ({outcome.checkpoint})",
         flush=True,
     )
 
@@ -455,6 +465,10 @@ def heal(
     distill_top_k: DistillTopKOption = None,
     lm_loss_weight: LmLossWeightOption = None,
     full_finetune: FullFinetuneOption = False,
+    last_blocks: LastBlocksOption = None,
+    estimator: EstimatorOption = None,
+    ridge: RidgeOption = None,
+    patch_samples: PatchSamplesOption = None,
     save_every: SaveEveryOption = 50,
     seed: SeedOption = 0,
     out: CheckpointsOption = None,
@@ -466,10 +480,11 @@ def heal(
     gpus: GpusOption = None,
     gpu_memory_gib: GpuMemoryOption = None,
 ) -> None:
-    """Recover a pruned variant's quality with LoRA or distillation; register the result as its child.
+    """Recover a pruned variant's quality (lora, distill, last-blocks or the training-free patch); register
+    the result as its child.
 
-    The adapters are merged: the healed model is an ordinary checkpoint of the variant's shape. Ctrl-C is
-    safe: run the same command again and training resumes to the same weights.
+    Every method keeps the variant's shape: adapters are merged, the patch is folded into existing weights.
+    Ctrl-C is safe: run the same command again and training resumes to the same weights.
     """
     from depthprune.planning.devices import auto_device_dtype
     from pruning.healing.config import DEFAULT_LORA_TARGETS, HealConfig
@@ -493,6 +508,10 @@ def heal(
         distill_top_k=distill_top_k,
         lm_loss_weight=lm_loss_weight,
         full_finetune=full_finetune,
+        last_blocks=last_blocks,
+        estimator=estimator,
+        ridge=ridge,
+        patch_samples=patch_samples,
         save_every=save_every,
         seed=seed,
         device=device,

@@ -1,4 +1,5 @@
-"""The ``prune`` options that configure an objective, its data's held-out use and the quality gate.
+"""The ``prune`` options that configure an objective, its data's held-out use and the quality gate, and the
+``heal`` options of its training-free patch and its last-blocks baseline.
 
 Kept apart from :mod:`pruning.cli.commands` (the commands) so that the commands module stays one job; each
 alias is a ``typer`` option type the commands share.
@@ -55,3 +56,38 @@ MaxPerplexityRatioOption = Annotated[
         metavar="K",
     ),
 ]
+
+LastBlocksOption = Annotated[
+    int | None,
+    typer.Option(
+        help="last-blocks: train the LM head and the last K blocks (default 3, as Reassessing Layer "
+        "Pruning).",
+        metavar="K",
+    ),
+]
+"""``heal --last-blocks``."""
+EstimatorOption = Annotated[
+    str | None,
+    typer.Option(
+        help="patch: lstsq (ReplaceMe's closed-form least squares, the default) or cosine (ReplaceMe's "
+        "cosine objective, Adam from the identity for 10 epochs at --lr).",
+    ),
+]
+"""``heal --estimator``."""
+RidgeOption = Annotated[
+    float | None,
+    typer.Option(
+        help="patch, lstsq: ridge term added to the normal equations (ReplaceMe's alpha; default 0).",
+        metavar="ALPHA",
+    ),
+]
+"""``heal --ridge``."""
+PatchSamplesOption = Annotated[
+    int | None,
+    typer.Option(
+        help="patch: calibration windows of --seq-len tokens, at most (a seeded draw; default 128, as "
+        "ReplaceMe's example configs).",
+        metavar="N",
+    ),
+]
+"""``heal --patch-samples``."""

@@ -16,9 +16,25 @@ from pruning.calibration.data.items import TEXT
 from pruning.calibration.data.sources import HEAL_SOURCES
 from pruning.calibration.data.specs import parse_spec
 
-METHODS = ("lora", "distill")
+METHODS = ("lora", "distill", "last-blocks", "patch")
 """``lora``: causal-LM loss through LoRA adapters; ``distill``: KL from the dense model's next-token
-distribution (through LoRA adapters, or the kept blocks themselves with ``full_finetune``)."""
+distribution (through LoRA adapters, or the kept blocks themselves with ``full_finetune``); ``last-blocks``:
+causal-LM loss on the LM head and the last ``last_blocks`` blocks only (Reassessing Layer Pruning's partial
+fine-tuning); ``patch``: no training, one linear map per removed span estimated on calibration activations
+and fused into the weights (ReplaceMe, :mod:`pruning.healing.patch`)."""
+TRAINED_METHODS = ("lora", "distill", "last-blocks")
+"""The methods that run the training loop (:mod:`pruning.healing.train`)."""
+ESTIMATORS = ("lstsq", "cosine")
+"""``patch``: ReplaceMe's closed-form least squares (its recommended default) or its cosine objective
+optimised with Adam."""
+DEFAULT_LAST_BLOCKS = 3
+"""``last-blocks``: blocks trained besides the LM head (Reassessing Layer Pruning, arXiv 2411.15558: 3)."""
+COSINE_EPOCHS = 10
+"""``patch --estimator cosine``: passes of Adam over the calibration tokens (ReplaceMe's ``adam_method``)."""
+COSINE_BATCH_TOKENS = 1024
+"""``patch --estimator cosine``: tokens per Adam step (ReplaceMe's ``adam_method``)."""
+DEFAULT_PATCH_SAMPLES = 128
+"""``patch``: calibration windows at most (ReplaceMe's example configs: 128 sequences)."""
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 """Every linear projection of a Llama/Qwen/Mistral/Gemma block: attention and MLP."""
 DEFAULT_DISTILL_TOP_K = 64
@@ -91,6 +107,16 @@ class HealConfig:
     """``distill``: weight of the causal-LM loss added to the KL (default 0)."""
     full_finetune: bool = False
     """``distill``: train every weight of the kept blocks instead of LoRA adapters."""
+    last_blocks: int | None = None
+    """``last-blocks``: how many of the last blocks are trained with the LM head (default
+    :data:`DEFAULT_LAST_BLOCKS`)."""
+    estimator: str | None = None
+    """``patch``: one of :data:`ESTIMATORS` (default ``lstsq``)."""
+    ridge: float | None = None
+    """``patch`` with ``lstsq``: ridge term added to the normal equations' diagonal (ReplaceMe's ``alpha``,
+    default 0)."""
+    patch_samples: int | None = None
+    """``patch``: calibration windows at most (default :data:`DEFAULT_PATCH_SAMPLES`), a seeded draw."""
     save_every: int = 50
     """Save the training state every this many steps (and on Ctrl-C, and at the end)."""
     seed: int = 0
@@ -128,6 +154,33 @@ class HealConfig:
         if self.stop_after is not None:
             _positive_int(self.stop_after, "stop_after")
         self._check_method_options()
+        self._check_new_method_options()
+
+    def _check_new_method_options(self) -> None:
+        """The options of ``last-blocks`` and ``patch``: given for another method is a mistake."""
+        owners = {
+            "--last-blocks": ("last-blocks", self.last_blocks),
+            "--estimator": ("patch", self.estimator),
+            "--ridge": ("patch", self.ridge),
+            "--patch-samples": ("patch", self.patch_samples),
+        }
+        for option, (owner, value) in owners.items():
+            if value is not None and self.method != owner:
+                raise UserError(f"{option} applies to --method {owner} only")
+        if self.method == "last-blocks":
+            self.last_blocks = DEFAULT_LAST_BLOCKS if self.last_blocks is None else self.last_blocks
+            _positive_int(self.last_blocks, "--last-blocks")
+        if self.method == "patch":
+            self.estimator = "lstsq" if self.estimator is None else self.estimator
+            if self.estimator not in ESTIMATORS:
+                raise UserError(f"--estimator must be one of {', '.join(ESTIMATORS)}, got {self.estimator!r}")
+            self.ridge = 0.0 if self.ridge is None else self.ridge
+            if isinstance(self.ridge, bool) or not math.isfinite(self.ridge) or self.ridge < 0:
+                raise UserError(f"--ridge must be >= 0, got {self.ridge!r}")
+            if self.ridge and self.estimator != "lstsq":
+                raise UserError("--ridge applies to --estimator lstsq only")
+            self.patch_samples = DEFAULT_PATCH_SAMPLES if self.patch_samples is None else self.patch_samples
+            _positive_int(self.patch_samples, "--patch-samples")
 
     def _check_method_options(self) -> None:
         if self.method != "distill":
@@ -148,7 +201,7 @@ class HealConfig:
             _positive_int(self.distill_top_k, "--distill-top-k")
             if not math.isfinite(self.lm_loss_weight) or self.lm_loss_weight < 0:
                 raise UserError(f"--lm-loss-weight must be >= 0, got {self.lm_loss_weight!r}")
-        if not self.full_finetune:
+        if self.uses_lora:
             _positive_int(self.lora_rank, "--lora-rank")
             _positive_number(self.lora_alpha, "--lora-alpha")
             self.lora_targets = tuple(target.strip() for target in self.lora_targets if target.strip())
@@ -157,8 +210,8 @@ class HealConfig:
 
     @property
     def uses_lora(self) -> bool:
-        """Whether adapters are trained (else the kept blocks themselves)."""
-        return not self.full_finetune
+        """Whether adapters are trained (else the kept blocks themselves, or nothing for ``patch``)."""
+        return self.method in ("lora", "distill") and not self.full_finetune
 
     @property
     def held_out_data(self) -> str:
@@ -180,21 +233,37 @@ class HealConfig:
             "lora_targets": list(self.lora_targets) if self.uses_lora else None,
             "lora_dropout": 0.0 if self.uses_lora else None,
             "full_finetune": self.full_finetune,
+            "last_blocks": self.last_blocks,
             "distill_top_k": self.distill_top_k,
             "lm_loss_weight": self.lm_loss_weight,
             "eval_windows": self.eval_windows,
             "dtype": self.dtype,
         }
 
+    def patch_settings(self, seq_len: int) -> dict:
+        """``patch``: the estimator's settings as recorded (``seq_len``: the window length actually used)."""
+        return {
+            "estimator": self.estimator,
+            "ridge": self.ridge,
+            "lr": self.lr if self.estimator == "cosine" else None,
+            "epochs": COSINE_EPOCHS if self.estimator == "cosine" else None,
+            "batch_tokens": COSINE_BATCH_TOKENS if self.estimator == "cosine" else None,
+            "patch_samples": self.patch_samples,
+            "seq_len": seq_len,
+            "eval_windows": self.eval_windows,
+            "dtype": self.dtype,
+        }
+
     def settings(self, seq_len: int) -> dict:
         """What decides the healed weights: the healing record without its measurements."""
+        patch = self.method == "patch"
         return {
             "method": self.method,
             "data": self.data,
             "train_split": training_split(self.data),
             "eval_data": self.held_out_data,
             "eval_split": HELD_OUT_SPLIT,
-            "steps": self.steps,
+            "steps": 0 if patch else self.steps,
             "seed": self.seed,
-            "hyperparameters": self.hyperparameters(seq_len),
+            "hyperparameters": self.patch_settings(seq_len) if patch else self.hyperparameters(seq_len),
         }

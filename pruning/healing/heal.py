@@ -28,7 +28,7 @@ from depthprune.core.errors import UserError
 from pruning.healing.config import HealConfig
 from pruning.healing.data import HealingData, load_healing_data
 from pruning.healing.state import DONE_FILE, RUN_FILE, STATE_FILE, TrainingState, run_directory, write_json
-from pruning.model.checkpoint import PRUNING_FILE
+from pruning.model.checkpoint import PRUNING_FILE, PrunedCheckpoint
 from registry.naming import DENSE, split_qualified
 from registry.records import CHOICE_FIELDS, MEASUREMENT_FIELDS, VariantInfo, VariantRecord
 
@@ -91,6 +91,27 @@ def _resolve_parent(registry, config: HealConfig) -> VariantInfo:
     return parent
 
 
+def _check_patchable(parent: VariantInfo, model_config) -> None:
+    """Refuse a patch that cannot be estimated or folded (before any weight loads)."""
+    from pruning.healing.patch import EMBEDDING, check_foldable, removed_spans
+
+    removed = PrunedCheckpoint.read(parent.checkpoint_path).removed_blocks
+    if not removed:
+        raise UserError(f"{parent.name!r} has no removed blocks: there is no span to patch")
+    if parent.parent is not None:
+        raise UserError(
+            f"{parent.name!r} was healed already (from {parent.parent!r}); the patch is estimated on the "
+            f"dense model's activations, which describe only unhealed blocks: patch {parent.parent!r} instead"
+        )
+    check_foldable(model_config.model_type)
+    spans = removed_spans(removed)
+    if getattr(model_config, "tie_word_embeddings", False) and all(s.before == EMBEDDING for s in spans):
+        raise UserError(
+            f"{parent.name!r} removes only leading blocks and ties its embeddings to the LM head: there is "
+            "no untied weight before the span to carry the patch"
+        )
+
+
 def plan_heal(config: HealConfig, registry) -> HealPlan:
     """Check a run against the registry, the variant's config and the data; load no weights.
 
@@ -109,6 +130,13 @@ def plan_heal(config: HealConfig, registry) -> HealPlan:
         raise UserError(
             f"--lora-rank {config.lora_rank} is larger than the hidden size {model_config.hidden_size}"
         )
+    if config.method == "last-blocks" and config.last_blocks > model_config.num_hidden_layers:
+        raise UserError(
+            f"--last-blocks {config.last_blocks} is more than the {model_config.num_hidden_layers} blocks "
+            f"of {parent.name!r}"
+        )
+    if config.method == "patch":
+        _check_patchable(parent, model_config)
     seq_len = min(config.seq_len, int(getattr(model_config, "max_position_embeddings", config.seq_len)))
     tokenizer = AutoTokenizer.from_pretrained(parent.checkpoint_path)
     data = load_healing_data(config, tokenizer, seq_len)
@@ -189,6 +217,84 @@ def _train_and_write(plan: HealPlan) -> VariantRecord:
     return written.variant
 
 
+def _patch_and_write(plan: HealPlan) -> VariantRecord:
+    """Estimate the patch on the dense model, fold it into the parent's weights, write the child."""
+    import time
+
+    import torch
+    from tqdm import tqdm
+
+    from pruning.healing.merge import write_healed_checkpoint
+    from pruning.healing.patch import EMBEDDING, estimate_maps, fuse_map, is_tied, pick_windows, removed_spans
+    from pruning.healing.train import heldout_loss
+    from pruning.model.blocks import load_model
+
+    config = plan.config
+    checkpoint = PrunedCheckpoint.read(plan.parent_dir)
+    spans = removed_spans(checkpoint.removed_blocks)
+    windows = pick_windows(plan.data.train_windows, config.patch_samples, config.seed)
+    started = time.perf_counter()
+    dense, _ = load_model(plan.teacher, dtype=config.dtype, device=config.device, gpus=config.gpus)
+    with tqdm(
+        total=len(windows), desc="patch: dense activations", unit="window", disable=not config.progress
+    ) as bar:
+        statistics = gather_statistics_checked(dense, windows, spans, checkpoint.base_num_blocks, config, bar)
+    tied = is_tied(dense)
+    del dense
+    maps = estimate_maps(statistics, config, config.device)
+    estimated = time.perf_counter() - started
+    student, _ = load_model(
+        plan.parent.checkpoint_path, dtype=config.dtype, device=config.device, gpus=config.gpus
+    )
+    before = heldout_loss(student, plan.data.heldout_windows, config.batch_size, config.device)
+    started = time.perf_counter()
+    patched, unpatched = [], []
+    for span, transform, stats in zip(spans, maps, statistics, strict=True):
+        if span.before == EMBEDDING and tied:
+            unpatched.append({"span": span.as_list(), "reason": "leading span with tied embeddings"})
+            continue
+        identity = torch.eye(transform.shape[0], dtype=torch.float64)
+        patched.append(
+            {
+                "span": span.as_list(),
+                "weight": fuse_map(student, checkpoint.kept_to_original, span, transform),
+                "relative_error": stats.squared_error(transform) / max(stats.squared_error(identity), 1e-300),
+            }
+        )
+    wall_seconds = estimated + time.perf_counter() - started
+    after = heldout_loss(student, plan.data.heldout_windows, config.batch_size, config.device)
+    healing = {
+        **plan.settings,
+        "calibration_windows": len(windows),
+        "calibration_tokens": sum(len(window) for window in windows),
+        "spans": patched,
+        "unpatched_spans": unpatched,
+        "wall_seconds": round(wall_seconds, 3),
+        "heldout_loss": after,
+        "parent_heldout_loss": before,
+        "device": config.device,
+    }
+    record = VariantRecord(
+        **{name: getattr(plan.parent, name) for name in PARENT_RECORD_FIELDS},
+        parent=plan.parent.name,
+        healing=healing,
+    )
+    plan.run_dir.mkdir(parents=True, exist_ok=True)
+    return write_healed_checkpoint(student, plan.tokenizer, plan.parent_dir, plan.out, record).variant
+
+
+def gather_statistics_checked(dense, windows, spans, base_num_blocks: int, config: HealConfig, bar):
+    """:func:`pruning.healing.patch.gather_statistics`, checking the base model's depth."""
+    from pruning.healing.patch import gather_statistics
+
+    blocks = dense.config.num_hidden_layers
+    if blocks != base_num_blocks:
+        raise UserError(
+            f"the base model has {blocks} blocks, but the variant was pruned from {base_num_blocks}"
+        )
+    return gather_statistics(dense, windows, spans, config, bar.update)
+
+
 def heal(config: HealConfig) -> HealOutcome:
     """Run ``config``: train the variant, write the healed checkpoint, register it as the variant's child.
 
@@ -202,7 +308,8 @@ def heal(config: HealConfig) -> HealOutcome:
 
     with open_registry(config.registry_url) as registry:
         plan = plan_heal(config, registry)
-        record = _finished(plan) or _train_and_write(plan)
+        write = _patch_and_write if config.method == "patch" else _train_and_write
+        record = _finished(plan) or write(plan)
         variant = registry.register_variant(record)
     write_json(plan.run_dir / DONE_FILE, {"variant": dataclasses.asdict(record)})
     (plan.run_dir / STATE_FILE).unlink(missing_ok=True)  # the checkpoint holds the result now
@@ -213,11 +320,11 @@ def heal(config: HealConfig) -> HealOutcome:
         checkpoint=record.checkpoint_path,
         parent=plan.parent.name,
         method=config.method,
-        steps=config.steps,
+        steps=healing["steps"],
         wall_seconds=healing["wall_seconds"],
         losses={
-            "train": healing["train_loss"],
-            "train_first": healing["train_loss_first"],
+            "train": healing.get("train_loss"),
+            "train_first": healing.get("train_loss_first"),
             "heldout": healing["heldout_loss"],
             "heldout_before": healing["parent_heldout_loss"],
         },

@@ -49,6 +49,18 @@ def saved_dtype(checkpoint_dir: Path):
 def healed_model_card(checkpoint: PrunedCheckpoint) -> str:
     """The parent's model card with a paragraph on the healing."""
     healing = checkpoint.variant.healing
+    if healing["method"] == "patch":
+        settings = healing["hyperparameters"]
+        return model_card(checkpoint) + (
+            f"\n## Repair\n\nRepaired without training from the pruned variant "
+            f"`{checkpoint.variant.parent}`: "
+            f"one linear map per removed span (ReplaceMe, `{settings['estimator']}` estimator) estimated on "
+            f"{healing['calibration_tokens']} tokens of `{healing['data']}` ({healing['train_split']} split) "
+            f"and folded into the weights that feed each span's place, so the model has its parent's shape. "
+            f"Held-out loss {healing.get('parent_heldout_loss')} before, "
+            f"{healing.get('heldout_loss')} after. "
+            f"See `variant.healing` in `{PRUNING_FILE}` for every setting.\n"
+        )
     return model_card(checkpoint) + (
         f"\n## Healing\n\nTrained from the pruned variant `{checkpoint.variant.parent}` with "
         f"`{healing['method']}` for {healing['steps']} steps on `{healing['data']}` "

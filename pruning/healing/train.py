@@ -1,10 +1,11 @@
-"""The healing training loop: LoRA adapters (or the kept blocks) trained by NLL or distillation.
+"""The healing training loop: LoRA adapters (or whole blocks) trained by NLL or distillation.
 
 :func:`trainable_model` puts LoRA adapters on the variant through ``peft`` (``LoraConfig``,
 ``get_peft_model``; adapters initialised from the seed, dropout 0 so that a step is a pure function of the
-weights and the batch), or, for a full fine-tune, unfreezes the decoder blocks only. :func:`train` runs
-AdamW with a warm-up and cosine schedule computed from the step, clips gradients at 1, shows the loss in a
-progress bar, and saves its state (:mod:`pruning.healing.state`) so that Ctrl-C and a re-run resume.
+weights and the batch), or, for a full fine-tune, unfreezes the decoder blocks only, or for ``last-blocks``
+the LM head and the last blocks only (Reassessing Layer Pruning's partial-layer fine-tuning). :func:`train`
+runs AdamW with a warm-up and cosine schedule computed from the step, clips gradients at 1, shows the loss in
+a progress bar, and saves its state (:mod:`pruning.healing.state`) so that Ctrl-C and a re-run resume.
 """
 
 from __future__ import annotations
@@ -37,18 +38,32 @@ def block_linear_names(causal_lm) -> set[str]:
     }
 
 
+def trainable_modules(causal_lm, config: HealConfig) -> list[nn.Module] | None:
+    """The modules trained whole (no adapters): the decoder blocks for a full fine-tune; the LM head and the
+    last ``config.last_blocks`` blocks for ``last-blocks``; None when adapters are trained.
+
+    With tied embeddings the LM head's matrix is the input embedding's: ``last-blocks`` then trains it on
+    both sides (the parameter count is unchanged).
+    """
+    if config.method == "last-blocks":
+        return [causal_lm.lm_head, *causal_lm.model.layers[-config.last_blocks :]]
+    return [causal_lm.model.layers] if config.full_finetune else None
+
+
 def trainable_model(causal_lm, config: HealConfig):
     """``causal_lm`` made trainable as ``config`` says: a ``PeftModel`` with LoRA adapters, or the model
-    itself with only its decoder blocks unfrozen.
+    itself with only some modules unfrozen (:func:`trainable_modules`).
 
     Raises:
         UserError: a LoRA target that is not a linear module of the blocks.
     """
-    if config.full_finetune:
+    whole = trainable_modules(causal_lm, config)
+    if whole is not None:
         for parameter in causal_lm.parameters():
             parameter.requires_grad_(False)
-        for parameter in causal_lm.model.layers.parameters():
-            parameter.requires_grad_(True)
+        for module in whole:
+            for parameter in module.parameters():
+                parameter.requires_grad_(True)
         return causal_lm
     available = block_linear_names(causal_lm)
     unknown = [target for target in config.lora_targets if target not in available]

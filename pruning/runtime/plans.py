@@ -161,7 +161,7 @@ def plan_heal_run(config, request: PlanRequest):
     if parent.is_dense or not parent.checkpoint_path:
         return config  # heal itself says why it cannot heal this one
     teacher = None
-    if config.method == "distill":
+    if config.method in ("distill", "patch"):  # the patch reads the dense model's activations
         base = registry.get_base_model(parent.base_model)
         teacher = model_config(base.path or base.model)
     sizes = HealSizes(
@@ -171,11 +171,21 @@ def plan_heal_run(config, request: PlanRequest):
         seq_len=config.seq_len,
         lora_rank=config.lora_rank,
         lora_targets=tuple(config.lora_targets),
+        last_blocks=config.last_blocks or 0,
+        patch_windows=config.patch_samples or 0,
+        patch_spans=_patch_spans(parent.removed_blocks) if config.method == "patch" else 0,
+        patch_keeps_rows=config.estimator == "cosine",
     )
     devices = plan_devices(config.device, request.gpus, request.gpu_memory_gib)
     plan = plan_heal(model_config(parent.checkpoint_path), teacher, parent.name, config.dtype, devices, sizes)
     _finish(plan, request)
     return dataclasses.replace(config, gpus=devices.count) if devices.kind == "cuda" else config
+
+
+def _patch_spans(removed_blocks) -> int:
+    """Maps the patch estimates: maximal runs of consecutive removed blocks."""
+    removed = sorted(removed_blocks)
+    return sum(1 for number, index in enumerate(removed) if number == 0 or removed[number - 1] != index - 1)
 
 
 def eval_model_paths(names, registry) -> list[str]:
