@@ -9,8 +9,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -21,6 +19,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 from depthprune.core.checksums import weights_sha256
 from depthprune.core.errors import UserError
 from depthprune.core.settings import home_dir
+from depthprune.testing.generation import transformers_greedy, vllm_greedy
 from pruning.calibration.data.sampling import text_windows
 from pruning.calibration.data.specs import load_documents
 from pruning.healing.config import HealConfig
@@ -446,38 +445,14 @@ def test_an_older_record_without_lineage_reads_back_as_before(tmp_path):
 # ---------------------------------------------------------------------------------------------------- vLLM
 
 
-def transformers_greedy(directory: str, prompt: list[int], max_tokens: int) -> tuple[list[int], list[float]]:
-    """Greedy tokens by full forwards, and the top-1 minus top-2 logit gap at each step."""
-    model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
-    tokens, gaps = list(prompt), []
-    with torch.no_grad():
-        for _ in range(max_tokens):
-            logits = model(torch.tensor([tokens]), use_cache=False).logits[0, -1]
-            top = torch.topk(logits, 2).values
-            gaps.append(float(top[0] - top[1]))
-            tokens.append(int(logits.argmax()))
-    return tokens[len(prompt) :], gaps
-
-
 @pytest.mark.slow
 @pytest.mark.vllm
 def test_vllm_greedy_tokens_on_the_healed_checkpoint_equal_transformers(healed, tmp_path):
     max_tokens = 8
-    request = tmp_path / "request.json"
-    request.write_text(
-        json.dumps({"models": [healed["checkpoint"]], "prompts": PROMPTS, "max_tokens": max_tokens})
-    )
-    result = tmp_path / "result.json"
-    completed = subprocess.run(
-        [sys.executable, "-m", "depthprune.testing.vllm_greedy", str(request), str(result)],
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    generated = json.loads(result.read_text())[healed["checkpoint"]]
+    generated = vllm_greedy([healed["checkpoint"]], PROMPTS, max_tokens, tmp_path)[healed["checkpoint"]]
+    model = AutoModelForCausalLM.from_pretrained(healed["checkpoint"], dtype=torch.float32).eval()
     for prompt, vllm_tokens in zip(PROMPTS, generated):
-        expected, gaps = transformers_greedy(healed["checkpoint"], prompt, max_tokens)
+        expected, gaps = transformers_greedy(model, prompt, max_tokens)
         assert len(vllm_tokens) == max_tokens
         for step, (ours, theirs) in enumerate(zip(vllm_tokens, expected)):
             if ours != theirs:

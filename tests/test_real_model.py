@@ -7,16 +7,13 @@ is converted once per session (about a minute on 2 cores) into the session's ``D
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
 from transformers import AutoModelForCausalLM
 
+from depthprune.testing.generation import transformers_greedy, vllm_greedy
 from pruning.model.blocks import BlockStack, load_model
 from pruning.model.checkpoint import PrunedCheckpoint, write_pruned_checkpoint
 from pruning.model.sources import resolve_model
@@ -97,39 +94,15 @@ def test_pruned_checkpoint_logits_equal_dense_with_blocks_skipped(real_model, pr
     assert difference <= LOGIT_TOLERANCE
 
 
-def transformers_greedy(model, prompt: list[int], max_tokens: int) -> tuple[list[int], list[float]]:
-    """Greedy tokens by full forwards, and the top-1 minus top-2 logit gap at each step."""
-    tokens, gaps = list(prompt), []
-    with torch.no_grad():
-        for _ in range(max_tokens):
-            logits = model(torch.tensor([tokens]), use_cache=False).logits[0, -1]
-            top = torch.topk(logits, 2).values
-            gaps.append(float(top[0] - top[1]))
-            tokens.append(int(logits.argmax()))
-    return tokens[len(prompt) :], gaps
-
-
 @pytest.mark.vllm
 def test_vllm_greedy_tokens_equal_transformers_on_pruned_real_model(real_model, pruned_variants, tmp_path):
     _, _, tokenizer = real_model
     chosen = [pruned_variants[tuple(REMOVAL_SETS[0])], pruned_variants[tuple(REMOVAL_SETS[1])]]
     prompts = [tokenizer(text).input_ids for text in TEXTS]
     max_tokens = 16
-    request, result = tmp_path / "request.json", tmp_path / "result.json"
-    request.write_text(
-        json.dumps({"models": [str(d) for d in chosen], "prompts": prompts, "max_tokens": max_tokens})
-    )
-    completed = subprocess.run(
-        [sys.executable, "-m", "depthprune.testing.vllm_greedy", str(request), str(result)],
-        capture_output=True,
-        text=True,
-        timeout=1200,
-        # vLLM's CPU engine sizes its KV cache as a fraction of host memory minus what the process holds;
-        # with a 0.5 GB model that fraction leaves nothing, so give it 1 GiB explicitly (ignored on GPUs).
-        env={**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1"},
-    )
-    assert completed.returncode == 0, completed.stderr[-4000:]
-    generated = json.loads(result.read_text())
+    # vLLM's CPU engine sizes its KV cache as a fraction of host memory minus what the process holds;
+    # with a 0.5 GB model that fraction leaves nothing, so give it 1 GiB explicitly (ignored on GPUs).
+    generated = vllm_greedy(chosen, prompts, max_tokens, tmp_path, 1200, env={"VLLM_CPU_KVCACHE_SPACE": "1"})
     for directory in chosen:
         model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32).eval()
         for prompt, vllm_tokens in zip(prompts, generated[str(directory)]):

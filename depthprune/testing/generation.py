@@ -12,6 +12,7 @@ may flip a token; ``gaps`` lets a test tell such a flip from a real difference.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -48,6 +49,7 @@ def vllm_greedy(
     max_tokens: int,
     work_dir: Path,
     timeout_s: float = 900,
+    env: dict[str, str] | None = None,
 ) -> dict[str, list[list[int]]]:
     """Greedy tokens of each model for each prompt from the real vLLM engine, in a separate process.
 
@@ -59,6 +61,7 @@ def vllm_greedy(
         max_tokens: tokens to generate per prompt (end-of-sequence ignored).
         work_dir: where the request and result files go.
         timeout_s: how long the process may take.
+        env: variables added to the process' environment (e.g. ``VLLM_CPU_KVCACHE_SPACE``).
 
     Returns:
         ``str(directory) -> generated token ids per prompt``.
@@ -71,7 +74,8 @@ def vllm_greedy(
         json.dumps({"models": [str(m) for m in models], "prompts": prompts, "max_tokens": max_tokens})
     )
     command = [sys.executable, "-m", "depthprune.testing.vllm_greedy", str(request), str(result)]
-    completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+    environment = {**os.environ, **(env or {})}
+    completed = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s, env=environment)
     if completed.returncode != 0:
         raise RuntimeError(f"vLLM greedy generation failed:\n{completed.stderr[-4000:]}")
     return json.loads(result.read_text())
