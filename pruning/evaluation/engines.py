@@ -63,6 +63,9 @@ class TorchEngine:
         batch_tokens: padded tokens per forward batch; bounds memory.
         max_length: longest sequence scored; defaults to the model's ``max_position_embeddings``.
         gpus: cards the model is spread over from ``device`` on (device_map; inputs go to the first).
+        naive: score every request as its own row with full-vocabulary logits at every position (the
+            reference :mod:`~pruning.evaluation.packed_scoring` is checked against, and its benchmark's
+            baseline); default: prefixes shared, the LM head at scored positions only.
     """
 
     name = "torch"
@@ -76,6 +79,7 @@ class TorchEngine:
         batch_tokens: int = 16384,
         max_length: int | None = None,
         gpus: int = 1,
+        naive: bool = False,
     ):
         from pruning.model.blocks import load_model
 
@@ -83,9 +87,43 @@ class TorchEngine:
         self.device = device
         self.batch_tokens = batch_tokens
         self.max_length = max_length or int(getattr(self.model.config, "max_position_embeddings", 2048))
+        self.naive = naive
+        self._stack = None
 
     def score(self, requests: Sequence[ScoreRequest], progress: bool = False) -> list[ScoreResult]:
-        """Summed continuation log-probabilities, batched by length (longest first) with right padding."""
+        """Summed continuation log-probabilities: each context's requests share its prefix in one packed
+        sequence and the LM head runs at scored positions only (:mod:`~pruning.evaluation.packed_scoring`),
+        unless ``naive`` or the architecture is not one :class:`~pruning.model.blocks.BlockStack` knows."""
+        stack = None if self.naive else self._block_stack()
+        if stack is None:
+            return self.score_naive(requests, progress)
+        from pruning.evaluation.packed_scoring import score_packed
+
+        fitted = [fit_to_length(request, self.max_length) for request in requests]
+        contexts = [request.context for request in requests]
+        scored = score_packed(stack, contexts, fitted, self.batch_tokens, progress=progress)
+        return [
+            ScoreResult(logprob, greedy, tokens_scored)
+            for (logprob, greedy), (_, tokens_scored) in zip(scored, fitted, strict=True)
+        ]
+
+    def _block_stack(self):
+        """The model as a :class:`~pruning.model.blocks.BlockStack`, or None for an unsupported one."""
+        if self._stack is None:
+            from pruning.model.architectures import check_supported
+            from pruning.model.blocks import BlockStack
+
+            try:
+                check_supported(self.model.config)
+            except UserError:  # an architecture it does not know is scored the naive way
+                self._stack = False
+            else:
+                self._stack = BlockStack(self.model)
+        return self._stack or None
+
+    def score_naive(self, requests: Sequence[ScoreRequest], progress: bool = False) -> list[ScoreResult]:
+        """Summed continuation log-probabilities, one row per request with full-vocabulary logits at every
+        position, batched by length (longest first) with right padding."""
         import torch
         from tqdm import tqdm
 
