@@ -303,7 +303,13 @@ def test_offline_suite_scores_pydoc_perplexity_and_cloze(pydoc_model):
     results = {
         (r.task, r.metric): r for r in evaluate_model(str(pydoc_model), ["offline"], prepared, settings)
     }
-    assert set(results) == {("pydoc", "perplexity"), ("pydoc_cloze", "acc"), ("pydoc_cloze", "acc_norm")}
+    assert set(results) == {
+        ("pydoc", "perplexity"),
+        ("pydoc_cloze", "acc"),
+        ("pydoc_cloze", "acc_norm"),
+        ("gcide", "perplexity"),  # the out-of-domain yardstick (tests/test_gcide.py)
+        ("gcide_define", "acc"),
+    }
     assert all(result.suite == "offline" for result in results.values())
     assert results[("pydoc_cloze", "acc")].value == pytest.approx(reference_accuracy(pydoc_model, items))
     assert results[("pydoc_cloze", "acc")].settings["documents"] == 8

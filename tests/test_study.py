@@ -449,7 +449,13 @@ def test_a_study_evaluates_the_offline_suite(tiny_demo_like, tmp_path):
     config = tiny_study(tiny_demo_like, tmp_path, samples=2, suites=("offline",), eval_limit=2)
     report = run_study(config)
     study = json.loads((report / "study.json").read_text())
-    expected = {"pydoc/perplexity", "pydoc_cloze/acc", "pydoc_cloze/acc_norm"}
+    expected = {
+        "pydoc/perplexity",
+        "pydoc_cloze/acc",
+        "pydoc_cloze/acc_norm",
+        "gcide/perplexity",
+        "gcide_define/acc",
+    }
     assert set(study["dense"]) == expected
     assert all(set(cell["metrics"]) == expected for cell in study["cells"])
 

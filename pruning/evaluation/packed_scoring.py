@@ -30,6 +30,10 @@ from pruning.model.blocks import BlockStack
 
 HEAD_CHUNK_POSITIONS = 1024
 """Scored positions sent through the LM head at once (bounds the ``[positions, vocabulary]`` logits)."""
+MIN_WIDTH_SHARE = 0.8
+"""A group joins a batch only while its packed width is at least this share of the batch's widest: padding
+is at most a fifth of any row (one batch of 500 definitions of 20 to 70 tokens padded to 70 computed about
+1.7 times the tokens it scored)."""
 
 
 def group_by_context(contexts: Sequence[tuple[int, ...]]) -> list[list[int]]:
@@ -51,13 +55,14 @@ def packed_width(group: list[int], fitted: Sequence[tuple[list[int], int]]) -> i
 def plan_batches(
     groups: list[list[int]], fitted: Sequence[tuple[list[int], int]], batch_tokens: int
 ) -> list[list[list[int]]]:
-    """Groups batched longest first, each batch at most ``batch_tokens`` padded tokens, one group at least."""
+    """Groups batched longest first, each batch at most ``batch_tokens`` padded tokens (one group at least) of
+    groups at least :data:`MIN_WIDTH_SHARE` as wide as its widest."""
     ordered = sorted(groups, key=lambda group: -packed_width(group, fitted))
     batches: list[list[list[int]]] = []
     widest = 0
     for group in ordered:
         width = packed_width(group, fitted)
-        if batches and widest * (len(batches[-1]) + 1) <= batch_tokens:
+        if batches and widest * (len(batches[-1]) + 1) <= batch_tokens and width >= MIN_WIDTH_SHARE * widest:
             batches[-1].append(group)
         else:
             batches.append([group])

