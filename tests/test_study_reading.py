@@ -112,7 +112,10 @@ def test_spearman_signs_per_cell_beside_the_pooled_rho(facts):
         ("perplexity on text-a", 12): 1.0,
         ("task_margin on qa-b", 12): 1.0,
     }
-    assert spearman["like"] == {"positive": 1, "negative": 1, "zero_or_undefined": 0, "cells": 2}
+    assert spearman["by_objective"] == {
+        "perplexity": {"positive": 0, "negative": 1, "zero_or_undefined": 0, "cells": 1},
+        "task_margin": {"positive": 1, "negative": 0, "zero_or_undefined": 0, "cells": 1},
+    }
     assert spearman["all"]["positive"] == 3
     assert -1 < spearman["pooled"] < 1
 
@@ -129,8 +132,15 @@ def test_the_text_states_extensions_disagreements_and_missing_fields(facts):
     text = render_reading(facts)
     assert "M = 12 (extension)" in text and "M = 9 (≈ the paper's 9)" in text
     assert "the paper: 2.06 and 1.85 points" in text
-    assert "Spearman ρ is positive in 1 of 2 cells and negative in 1" in text
-    assert "the paper: negative in 5 of 6. Neither sign dominates" in text
+    # §5.3 per objective, each beside the paper's count for that objective
+    assert (
+        "perplexity: ρ positive in 0 of 1 cells, negative in 1; the paper: negative in 5 of 6: **an agr"
+        in text
+    )
+    assert (
+        "task_margin: ρ positive in 1 of 1 cells, negative in 0; the paper: positive in 6 of 6: **an agr"
+        in text
+    )
     assert "is not quoted as agreement" in text
     # the paper's budget is compared with the paper; the extension's opposite direction is not
     assert (
@@ -226,7 +236,7 @@ def test_each_task_objective_is_held_to_the_premise_of_trading_perplexity_for_ac
     # M = 9: margin 70..76 against perplexity 80..86; task_ce 95 everywhere
     assert "task_margin on qa-b are 10.0 points less accurate" in text
     assert "task_margin did not buy accuracy here, **against the premise of task calibration**" in text
-    assert "task_ce on qa-b are 12.0 points more accurate" in text
+    assert "task_ce on qa-b (an extension: not in the paper) are 12.0 points more accurate" in text
     assert "task_ce bought accuracy with perplexity, the premise of task calibration." in text
 
 
@@ -237,8 +247,10 @@ def test_a_disagreement_on_the_papers_budget_is_stated_as_one():
             cell["metrics"] = metrics(10 * 2 ** (6 - STUDY_SEARCHES.index(cell["search"])), 80)
             cell["metrics"]["hellaswag/acc_norm"] = (80 + STUDY_SEARCHES.index(cell["search"])) / 100
     text = render_reading(reading_facts(study))
-    assert "Spearman ρ is positive in 2 of 2 cells and negative in 0; the paper: negative in 5 of 6. " in text
-    assert "**This disagrees with the paper**" in text
+    assert (
+        "perplexity: ρ positive in 1 of 1 cells, negative in 0; the paper: negative in 5 of 6: "
+        "**a disagreement**" in text
+    )
 
 
 def test_write_reading_rerenders_the_report_around_it(tmp_path):
@@ -288,4 +300,77 @@ def test_with_each_seed_its_own_draw_the_reading_measures_how_far_the_draw_moves
         "M = 9 (≈ the paper's 9): J across draws 0.800 for the seven (14 pairs) (across searches within a "
         "draw 1.000, across calibrations 0.000: the draw moves the mask more than the search, less than the "
         "calibration), 1.000 for the baselines" in text
+    )
+
+
+def test_the_papers_conclusion_on_accuracy_movement_is_judged_plainly(facts):
+    like = facts["movement"]["like"]
+    assert like["ratio"] == pytest.approx(10.0 / (56 / 21))
+    assert like["ratio_seeds"] is None  # one seed: no range to give
+    text = render_reading(facts)
+    assert (
+        "ratio 3.75; the paper: 2.06 and 1.85 points, ratio 1.11. **This does not support the paper's "
+        "conclusion** that configuration and search move accuracy comparably" in text
+    )
+
+
+def test_task_ce_is_an_extension_kept_out_of_every_comparison_with_the_paper():
+    study = synthetic_study()
+    study["cells"] += [
+        {**c, "objective": "task_ce", "key": c["key"].replace("task_margin", "task_ce"),
+         "removed_blocks": list(range(10, 10 + c["drop"]))}
+        for c in study["cells"]
+        if c["objective"] == "task_margin"
+    ]  # fmt: skip
+    facts = reading_facts(study)
+    at9 = facts["headline"]["by_drop"]["9"]
+    assert (at9["across_calibrations"], at9["pairs"]) == (0.0, (42, 7))  # as without task_ce
+    assert facts["headline"]["with_task_ce"][1] > 0  # task_ce's masks overlap perplexity's {0..8}
+    assert facts["movement"]["like"]["pairs"] == (7, 42)
+    assert facts["movement"]["with_task_ce"]["pairs"] == (21, 63)
+    text = render_reading(facts)
+    assert "With task_ce (an extension) as a third calibration" in text
+    assert "task_ce (an extension: not in the paper): ρ positive" in text
+    assert "| task_ce on qa-b (an extension: not in the paper) | M = 9 (≈ the paper's 9) |" in text
+
+
+def test_accuracy_variance_is_shown_beside_its_binomial_floor():
+    study = synthetic_study()
+    study["summary"]["eval_limit"] = 40
+    rows = {(r["configuration"], r["drop"]): r for r in reading_facts(study)["quality"]}
+    assert rows["perplexity on text-a", 9]["acc_floor"] == pytest.approx(83 * 17 / 40)  # accuracies 80..86
+    text = render_reading(reading_facts(study))
+    assert "| binomial floor (points²) |" in text and "| 4.0 | 35.3 | 83.0 (86.0, 80.0) |" in text
+    assert "the margin at M = 9: 4.0 points², 0.1× its binomial floor of 49.3" in text
+    assert "no more than chance gives on this many items" in text
+
+
+def test_the_accuracy_is_named_for_what_it_is_wherever_it_is_quoted():
+    study = synthetic_study()
+    study["summary"]["eval_limit"] = 40
+    study["summary"]["calibrations"] = [
+        {"objective": "perplexity", "data": "pydoc", "samples": 4, "seq_len": 32},
+        {"objective": "task_margin", "data": "pydoc-cloze", "samples": 4, "seq_len": 128},
+    ]
+    study["accuracy_metrics"] = {"pydoc_cloze": "acc_norm"}
+    for row in study["cells"]:
+        row["metrics"]["pydoc_cloze/acc_norm"] = row["metrics"].pop("hellaswag/acc_norm")
+    facts = reading_facts(study)
+    assert facts["evaluation"]["short"] == "pydoc-cloze accuracy, 40 items"
+    full = facts["evaluation"]["full"]
+    assert full.startswith("pydoc-cloze accuracy, 40 items, in-domain for the perplexity objective (built fr")
+    text = render_reading(facts)
+    for heading in ("**Accuracy movement (§5.2), ", "**Perplexity rank vs accuracy rank (§5.3), "):
+        assert heading + full in text
+    assert f"Accuracy throughout: {full}." in text
+
+
+def test_searches_converge_per_objective_beside_the_draws():
+    rows = {r["configuration"]: r for r in reading_facts(synthetic_study())["objective_agreement"]}
+    assert rows["perplexity on text-a"]["across_searches"] == 1.0  # every search removes {0..8} at M = 9
+    assert (
+        rows["perplexity on text-a"]["search_pairs"] == 21 and rows["perplexity on text-a"]["draw_pairs"] == 0
+    )
+    assert "**Do the searches converge under a fixed objective?**" in render_reading(
+        reading_facts(synthetic_study())
     )

@@ -17,6 +17,7 @@ from typing import Any
 
 from depthprune.core.checksums import has_weight_files, released_weights
 from depthprune.core.errors import UserError
+from pruning.study.paths import recorded_path
 from pruning.study.plan import Cell, StudyPlan, cell_prune_config
 
 MANIFEST = "cells.json"
@@ -42,7 +43,8 @@ class CellResult:
     variant: str | None
     """Registry name of the variant."""
     checkpoint: str | None
-    """Checkpoint directory."""
+    """Checkpoint directory, relative to the depthprune home when inside it
+    (:func:`pruning.study.paths.recorded_path`; read it with :func:`~pruning.study.paths.resolved_path`)."""
     metrics: dict[str, float] = field(default_factory=dict)
     """``"task/metric" -> value`` from the evaluation."""
     timing: str | None = None
@@ -84,10 +86,10 @@ def save_manifest(out: Path, plan: StudyPlan, cells: dict[str, CellResult], dens
     config = dataclasses.asdict(plan.config)
     config["out"], config["checkpoints"] = (
         str(plan.config.out),
-        plan.config.checkpoints and str(plan.config.checkpoints),
+        recorded_path(plan.config.checkpoints),
     )
     payload = {
-        "model": plan.model,
+        "model": recorded_path(plan.model),
         "num_blocks": plan.num_blocks,
         "config": config,
         "dense": dense,
@@ -199,7 +201,7 @@ def _cell_result(
         block_forwards=forwards,
         subset_evaluations=subsets,
         variant=name,
-        checkpoint=checkpoint,
+        checkpoint=recorded_path(checkpoint),
         timing=cell.timing,
         protected=list(cell.protected),
         data_seed=cell.data_seed,

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from pruning.study.cells import evaluate_all
+from pruning.study.paths import recorded_path
 from pruning.study.plan import DEFAULT_DATA, STUDY_HEAL_MAX_SEQ_LEN, HealOption, parse_heal_option
 
 
@@ -414,7 +415,11 @@ def healing_sections(summary: dict, cells: Sequence, dense: dict, healing: Study
         "steps": healing.steps,
         "data": healing.data,
         "variants": {
-            key: {**dataclasses.asdict(healed), "removed_blocks": list(healed.removed_blocks)}
+            key: {
+                **dataclasses.asdict(healed),
+                "removed_blocks": list(healed.removed_blocks),
+                "checkpoint": recorded_path(healed.checkpoint),
+            }
             for key, healed in healing.by_cell.items()
         },
         "spread": spread,

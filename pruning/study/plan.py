@@ -458,8 +458,10 @@ def plan_summary(plan: StudyPlan) -> dict:
     config = plan.config
     fields = ("objective", "data", "samples", "seq_len", "sampling")
     calibrations = sorted({tuple(getattr(c.calibration, name) for name in fields) for c in plan.cells})
+    from pruning.study.paths import recorded_path
+
     return {
-        "model": plan.model,
+        "model": recorded_path(plan.model),  # relative to the home when inside it: no machine path
         "model_name": Path(str(config.model)).name,  # as the user named it: smollm2-135m, Llama-3.1-8B
         "num_blocks": plan.num_blocks,
         "drops": list(config.drops),

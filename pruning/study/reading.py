@@ -38,47 +38,26 @@ from pruning.study.cross_reading import cross_facts, cross_text, text_seq_len
 from pruning.study.reading_basis import (
     PAPER,
     STUDY_SEARCHES,
+    Cells,
     PaperFacts,
     budget_label,
     configuration,
+    evaluation_label,
+    objective_label,
     paper_budgets,
     provenance_facts,
+    range_text,
+    seed_range,
 )
-from pruning.study.tables import average_perplexity, fmt, mean_accuracy, short_data
-
-
-class Cells:
-    """The study.json cells of the single-block prior, with the quality numbers the reading uses."""
-
-    def __init__(self, study: dict):
-        self.study = study
-        self.all = study["cells"]
-        self.main = [c for c in self.all if c["prior"] == "single_block"]
-        self.avg_tasks = study.get("average_perplexity_tasks") or []
-        self.acc_metrics = study.get("accuracy_metrics") or {}
-        self.num_blocks = study["summary"]["num_blocks"]
-        self.mapping = paper_budgets(self.num_blocks)
-        self.drops = sorted({c["drop"] for c in self.main})
-        self.like = [m for m in self.drops if m in self.mapping]
-        """The budgets compared with the paper."""
-
-    def log_ppl(self, cell: dict) -> float:
-        value = average_perplexity(cell["metrics"], self.avg_tasks)
-        return math.log(value) if value > 0 else math.nan
-
-    def acc(self, cell: dict) -> float:
-        return mean_accuracy(cell["metrics"], self.acc_metrics)
-
-    def of(self, searches: Sequence[str], drops: Sequence[int] | None = None) -> list[dict]:
-        return [c for c in self.main if c["search"] in searches and (drops is None or c["drop"] in drops)]
-
-    def per_cell(self, searches: Sequence[str], drops=None) -> dict[tuple, list[dict]]:
-        """(configuration, M, seed) -> its cells of ``searches``."""
-        groups = defaultdict(list)
-        for cell in self.of(searches, drops):
-            groups[(configuration(cell), cell["drop"], cell["seed"])].append(cell)
-        return dict(sorted(groups.items()))
-
+from pruning.study.reading_compare import (
+    movement_facts,
+    movement_text,
+    objective_agreement_facts,
+    objective_agreement_text,
+    spearman_facts,
+    spearman_text,
+)
+from pruning.study.tables import fmt, short_data
 
 # ------------------------------------------------------------------------------------------------- facts
 
@@ -88,97 +67,74 @@ def budget_facts(cells: Cells) -> list[dict]:
     return [{"drop": m, "fraction": m / cells.num_blocks, "paper": cells.mapping.get(m)} for m in cells.drops]
 
 
+def _headline(cells: Cells, searches, drops, *, paper_only: bool, seed=None):
+    masks = {
+        (configuration(c), c["search"], c["drop"], c["seed"]): c["removed_blocks"]
+        for c in cells.of(searches, drops, paper_only=paper_only)
+        if seed is None or c["seed"] == seed
+    }
+    return study_stats.headline_comparison(masks)
+
+
 def headline_facts(cells: Cells) -> dict:
-    """Mask agreement across searches vs across calibrations: the seven per budget, baselines apart."""
+    """Mask agreement across searches vs across calibrations: the seven per budget on the paper's objectives
+    (per-seed ranges beside), with task_ce apart; the baselines apart, on the paper's budgets and objectives;
+    the per-cell J of the seven on the paper's budgets and objectives, the extensions' apart."""
     seven = [s for s in STUDY_SEARCHES if any(c["search"] == s for c in cells.main)]
     baselines = sorted({c["search"] for c in cells.main} - set(STUDY_SEARCHES))
     by_drop = {}
     for drop in [*cells.drops, "like"]:
         drops = cells.like if drop == "like" else [drop]
-        masks = {
-            (configuration(c), c["search"], c["drop"], c["seed"]): c["removed_blocks"]
-            for c in cells.of(seven, drops)
-        }
-        result = study_stats.headline_comparison(masks)
+        result = _headline(cells, seven, drops, paper_only=True)
+        per_seed = [_headline(cells, seven, drops, paper_only=True, seed=seed) for seed in cells.seeds]
         by_drop[str(drop)] = {
             "across_searches": result.across_searches_same_objective,
             "across_calibrations": result.across_objectives_same_search,
             "pairs": (result.search_pairs, result.objective_pairs),
             "agrees": result.calibration_matters_more,
+            "across_searches_seeds": seed_range([r.across_searches_same_objective for r in per_seed]),
+            "across_calibrations_seeds": seed_range([r.across_objectives_same_search for r in per_seed]),
         }
+    everything = _headline(cells, seven, cells.like, paper_only=False)
     per_baseline = {}
     for search in baselines:
-        masks = {
-            (configuration(c), search, c["drop"], c["seed"]): c["removed_blocks"] for c in cells.of([search])
-        }
-        per_baseline[search] = study_stats.headline_comparison(masks).across_objectives_same_search
-    per_cell = [
-        study_stats.pairwise_jaccard([c["removed_blocks"] for c in members]).mean
-        for members in cells.per_cell(seven).values()
-    ]
-    pooled = study_stats.headline_comparison(
-        {
-            (configuration(c), c["search"], c["drop"], c["seed"]): c["removed_blocks"]
-            for c in cells.of(seven + baselines, cells.like)
-        }
-    )
+        per_baseline[search] = _headline(
+            cells, [search], cells.like, paper_only=True
+        ).across_objectives_same_search
+    per_cell = {
+        like: [
+            study_stats.pairwise_jaccard([c["removed_blocks"] for c in members]).mean
+            for (_, drop, _), members in cells.per_cell(seven).items()
+            if (drop in cells.like and members[0]["objective"] in cells.paper_objectives) == like
+        ]
+        for like in (True, False)
+    }
+    pooled = _headline(cells, seven + baselines, cells.like, paper_only=True)
     return {
         "seven": seven,
         "by_drop": by_drop,
+        "with_task_ce": (everything.across_searches_same_objective, everything.across_objectives_same_search),
         "baselines": per_baseline,
         "with_baselines": (pooled.across_searches_same_objective, pooled.across_objectives_same_search),
-        "per_cell_search_j": per_cell,
+        "per_cell_search_j": per_cell[True],
+        "per_cell_search_j_extensions": per_cell[False],
     }
 
 
-def movement_facts(cells: Cells) -> dict:
-    """§5.2 on the seven: mean |Δ acc| across configurations vs across searches, paper budgets and all."""
-    results = {}
-    for name, drops in (("like", cells.like), ("all", cells.drops)):
-        accuracies = {
-            (configuration(c), c["search"], c["drop"], c["seed"]): cells.acc(c)
-            for c in cells.of(STUDY_SEARCHES, drops)
-        }
-        movement = study_stats.accuracy_movement(accuracies)
-        results[name] = {
-            "configuration_mean": movement.across_configurations_mean,
-            "search_mean": movement.across_searches_mean,
-            "pairs": (movement.configuration_pairs, movement.search_pairs),
-        }
-    return results
-
-
-def spearman_facts(cells: Cells) -> dict:
-    """Per-cell ρ over the seven (signs counted, paper budgets and all) and the pooled ρ."""
-    rows, pooled_ppl, pooled_acc = [], [], []
-    for (name, drop, seed), members in cells.per_cell(STUDY_SEARCHES).items():
-        ppl = [math.exp(cells.log_ppl(c)) for c in members]
-        acc = [cells.acc(c) for c in members]
-        pooled_ppl += ppl
-        pooled_acc += acc
-        rho = study_stats.perplexity_accuracy_spearman(ppl, acc)
-        rows.append({"configuration": name, "drop": drop, "seed": seed, "n": len(members), "rho": rho})
-
-    def signs(chosen: list[dict]) -> dict:
-        return {
-            "positive": sum(r["rho"] > 0 for r in chosen),
-            "negative": sum(r["rho"] < 0 for r in chosen),
-            "zero_or_undefined": sum(not (r["rho"] > 0 or r["rho"] < 0) for r in chosen),
-            "cells": len(chosen),
-        }
-
-    return {
-        "cells": rows,
-        "like": signs([r for r in rows if r["drop"] in cells.like]),
-        "all": signs(rows),
-        "pooled": study_stats.perplexity_accuracy_spearman(pooled_ppl, pooled_acc),
-    }
+def _binomial_floor(cells: Cells, groups) -> float:
+    """The binomial variance p(1 − p)/n of one n-item accuracy at each cell's mean accuracy, in points²,
+    mean over the cells (NaN when n is not recorded): the σ² across the seven that noise alone gives."""
+    items = cells.study["summary"].get("eval_limit")
+    if not items:
+        return math.nan
+    shares = [statistics.fmean(cells.acc(c) for c in group) for group in groups]
+    return statistics.fmean(p * (100 - p) / items for p in shares)
 
 
 def quality_facts(cells: Cells) -> list[dict]:
     """Per configuration and M over the seven (seeds pooled): geometric-mean perplexity, σ² of log ppl and
-    of accuracy across the seven per cell (mean over seeds), accuracy mean/best/worst, the lowest-loss
-    pick."""
+    of accuracy across the seven per cell (mean over seeds) with accuracy's binomial floor, accuracy
+    mean (per seed too)/best/worst, the lowest-loss pick."""
     rows = []
     groups = defaultdict(list)
     for cell in cells.of(STUDY_SEARCHES):
@@ -202,7 +158,11 @@ def quality_facts(cells: Cells) -> list[dict]:
                 "acc_variance": statistics.fmean(
                     study_stats.inter_method_variance([cells.acc(c) for c in m]) for m in seeds.values()
                 ),
+                "acc_floor": _binomial_floor(cells, seeds.values()),
                 "acc_mean": statistics.fmean(accs),
+                "acc_mean_by_seed": {
+                    seed: statistics.fmean(cells.acc(c) for c in m) for seed, m in seeds.items()
+                },
                 "acc_best": max(accs),
                 "acc_worst": min(accs),
                 "lowest_loss": (best["search"], best["seed"], math.exp(cells.log_ppl(best)), cells.acc(best)),
@@ -221,10 +181,11 @@ def seed_facts(cells: Cells) -> dict:
 
 
 def draw_facts(cells: Cells) -> list[dict]:
-    """Mean Jaccard of one search's masks across seeds (same configuration and M): with each seed its own
-    calibration draw, how far the draw moves the mask; the seven and the baselines apart, per M."""
+    """Mean Jaccard of one search's masks across seeds (same configuration and M), the paper's objectives as
+    the headline: with each seed its own calibration draw, how far the draw moves the mask; the seven and the
+    baselines apart, per M."""
     by_search = defaultdict(list)
-    for cell in cells.main:
+    for cell in (c for c in cells.main if c["objective"] in cells.paper_objectives):
         by_search[(cell["drop"], cell["search"], configuration(cell))].append(cell["removed_blocks"])
     rows = []
     for drop in cells.drops:
@@ -275,7 +236,10 @@ def reading_facts(study: dict, cross: dict | None = None) -> dict:
         "budgets": budget_facts(cells),
         "like_budgets": cells.like,
         "provenance": provenance_facts(cells.all),
+        "paper_objectives": list(cells.paper_objectives),
+        "evaluation": evaluation_label(study),
         "headline": headline_facts(cells),
+        "objective_agreement": objective_agreement_facts(cells),
         "movement": movement_facts(cells),
         "spearman": spearman_facts(cells),
         "quality": quality_facts(cells),
@@ -324,10 +288,13 @@ def setup_text(facts: dict, paper: PaperFacts) -> list[str]:
             if summary.get("eval_limit")
             else ""
         )
-        + f", perplexity windows of {summary['eval_seq_len']} tokens. The paper removes M = {fractions} of "
+        + f", perplexity windows of {summary['eval_seq_len']} tokens. Accuracy throughout: "
+        f"{facts['evaluation']['full']}. The paper removes M = {fractions} of "
         f"{paper.blocks} blocks; for {n} blocks the proportional budgets are M = "
         f"{_list([str(m) for m in mapping])}. Budgets here: {'; '.join(budgets)}. Every comparison with the "
-        f"paper below uses the paper's budgets only; an extension is reported apart and labelled."
+        f"paper below uses the paper's budgets and objectives ({', '.join(facts['paper_objectives'])}) only; "
+        "an extension (another budget, or an objective the paper did not run, as task_ce) is reported apart "
+        "and labelled."
     )
     if missing:
         text += f" The paper's M = {_list(missing)} was not run."
@@ -392,140 +359,117 @@ def headline_text(facts: dict) -> list[str]:
             verdict += ", as the paper finds" if result["agrees"] else ": **this disagrees with the paper**"
         lines.append(
             f"{budget_label(facts, drop)}: J across searches {fmt(result['across_searches'])} "
-            f"({result['pairs'][0]} pairs), across calibrations {fmt(result['across_calibrations'])} "
-            f"({result['pairs'][1]} pairs): {verdict}."
+            f"({result['pairs'][0]} pairs{range_text(result['across_searches_seeds'])}), across calibrations "
+            f"{fmt(result['across_calibrations'])} ({result['pairs'][1]} pairs"
+            f"{range_text(result['across_calibrations_seeds'])}): {verdict}."
         )
-    per_cell = [j for j in headline["per_cell_search_j"] if not math.isnan(j)]
     text = (
         "**Does the calibration change the mask more than the search does?** Mean Jaccard of the removal "
-        f"sets, the paper's seven searches ({len(headline['seven'])} ran), same M and seed: "
-        + " ".join(lines)
+        f"sets, the paper's seven searches ({len(headline['seven'])} ran) and objectives "
+        f"({', '.join(facts['paper_objectives'])}), same M and seed: " + " ".join(lines)
     )
-    if per_cell:
+    with_ce = headline["with_task_ce"]
+    if with_ce != (
+        headline["by_drop"]["like"]["across_searches"],
+        headline["by_drop"]["like"]["across_calibrations"],
+    ):
         text += (
-            f" Per cell (configuration, M, seed) the seven's pairwise J ranges {fmt(min(per_cell))}–"
-            f"{fmt(max(per_cell))} over {len(per_cell)} cells."
+            f" With task_ce (an extension) as a third calibration, the paper's budgets: J across searches "
+            f"{fmt(with_ce[0])}, across calibrations {fmt(with_ce[1])}."
         )
+    for values, where in (
+        (headline["per_cell_search_j"], "on the paper's budgets and objectives"),
+        (headline["per_cell_search_j_extensions"], "in the extensions"),
+    ):
+        values = [j for j in values if not math.isnan(j)]
+        if values:
+            text += (
+                f" Per cell (configuration, M, seed) {where} the seven's pairwise J ranges "
+                f"{fmt(min(values))}–{fmt(max(values))} over {len(values)} cells."
+            )
     paragraphs = [text]
     if headline["baselines"]:
         values = ", ".join(f"{s} {fmt(j, 2)}" for s, j in headline["baselines"].items())
         paragraphs.append(
             "**The objective-blind baselines, apart.** They choose from hidden states, not from the "
             "calibration loss, so they are no part of the comparison above. J of one baseline's masks across "
-            f"calibrations: {values}. Pooled with the seven (the paper's budgets) they would read J across "
-            f"searches {fmt(headline['with_baselines'][0])}, across calibrations "
+            f"calibrations, the paper's budgets and objectives: {values}. Pooled with the seven they would "
+            f"read J across searches {fmt(headline['with_baselines'][0])}, across calibrations "
             f"{fmt(headline['with_baselines'][1])}."
         )
     return paragraphs
 
 
-def movement_text(facts: dict, paper: PaperFacts) -> list[str]:
-    like, everything = facts["movement"]["like"], facts["movement"]["all"]
-    paper_ratio = paper.movement_configuration_mean / paper.movement_search_mean
-
-    def sentence(result: dict) -> str:
-        ratio = result["configuration_mean"] / result["search_mean"] if result["search_mean"] else math.nan
-        return (
-            "a change of configuration moves the mean accuracy by "
-            f"{fmt(result['configuration_mean'], 2)} points "
-            f"({result['pairs'][0]} pairs), a change of search by {fmt(result['search_mean'], 2)} "
-            f"({result['pairs'][1]} pairs), ratio {fmt(ratio, 2)}"
-        )
-
-    if not facts["like_budgets"]:
-        return ["**Accuracy movement (§5.2).** No budget of this study matches the paper's: not compared."]
-    ours = like["configuration_mean"] > like["search_mean"]
-    agreement = (
-        "the same direction as the paper"
-        if ours == (paper.movement_configuration_mean > paper.movement_search_mean)
-        else "**the opposite direction to the paper**"
-    )
-    size = like["configuration_mean"] / paper.movement_configuration_mean
-    text = (
-        f"**Accuracy movement (§5.2), means with means, the seven, the paper's budgets "
-        f"(M = {_list([str(m) for m in facts['like_budgets']])}).** Here {sentence(like)}; the paper: "
-        f"{paper.movement_configuration_mean} and {paper.movement_search_mean} points (ratio "
-        f"{paper_ratio:.2f}). That is {agreement}; the configuration's movement is {size:.1f}× the "
-        "paper's."
-    )
-    if len(facts["like_budgets"]) < len(facts["budgets"]):
-        text += f" With the extensions included: {sentence(everything)}."
-    return [text]
-
-
-def spearman_text(facts: dict, paper: PaperFacts) -> list[str]:
-    spearman = facts["spearman"]
-    like = spearman["like"]
-    negative, of = paper.spearman_negative_cells
-    rows = ", ".join(
-        f"{r['configuration']} M = {r['drop']} seed {r['seed']}: {fmt(r['rho'], 2)}"
-        for r in spearman["cells"]
-        if r["drop"] in facts["like_budgets"]
-    )
-    majority_negative = like["negative"] > like["positive"]
-    verdict = (
-        "As in the paper, perplexity does not predict which search gives the more accurate variant"
-        if majority_negative
-        else "**This disagrees with the paper**: here a lower perplexity goes with a higher accuracy"
-        if like["positive"] > like["negative"]
-        else "Neither sign dominates"
-    )
-    text = (
-        f"**Perplexity rank vs accuracy rank (§5.3), per cell, the seven, the paper's budgets.** Spearman ρ "
-        f"is positive in {like['positive']} of {like['cells']} cells and negative in {like['negative']}"
-        + (f" (undefined or 0 in {like['zero_or_undefined']})" if like["zero_or_undefined"] else "")
-        + f"; the paper: negative in {negative} of {of}. {verdict}. Per cell: {rows or 'none'}. Pooled over "
-        f"every variant of every cell ρ = {fmt(spearman['pooled'], 2)}: "
-        "pooling mixes configurations and budgets whose quality differs widely, so it is not the paper's "
-        "per-cell statistic and is not quoted as agreement."
-    )
-    return [text]
+def _configuration_label(row: dict, paper: PaperFacts) -> str:
+    """The configuration, ``(an extension: not in the paper)`` after an objective the paper did not run."""
+    return row["configuration"] + objective_label(row["objective"], paper)[len(row["objective"]) :]
 
 
 def quality_text(facts: dict, paper: PaperFacts) -> list[str]:
     rows = facts["quality"]
     table = [
         "| configuration | M | variants | ppl (geometric mean) | σ² log ppl | σ² acc (points²) "
-        "| acc mean (best, worst) | lowest calibration loss: search (seed), ppl, acc |",
-        "|---|---|---|---|---|---|---|---|",
+        "| binomial floor (points²) | acc mean (best, worst) "
+        "| lowest calibration loss: search (seed), ppl, acc |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         search, seed, ppl, acc = r["lowest_loss"]
         table.append(
-            f"| {r['configuration']} | {budget_label(facts, r['drop'])} | {r['variants']} | "
+            f"| {_configuration_label(r, paper)} | {budget_label(facts, r['drop'])} | {r['variants']} | "
             f"{fmt(r['ppl_geomean'], 1)} | {fmt(r['log_ppl_variance'], 3)} | {fmt(r['acc_variance'], 1)} | "
-            f"{fmt(r['acc_mean'], 1)} ({fmt(r['acc_best'], 1)}, {fmt(r['acc_worst'], 1)}) | "
-            f"{search} ({seed}), {fmt(ppl, 1)}, {fmt(acc, 1)} |"
+            f"{fmt(r['acc_floor'], 1)} | {fmt(r['acc_mean'], 1)} ({fmt(r['acc_best'], 1)}, "
+            f"{fmt(r['acc_worst'], 1)}) | {search} ({seed}), {fmt(ppl, 1)}, {fmt(acc, 1)} |"
         )
     intro = (
-        "**Quality of the seven's variants** (single-block prior, seeds pooled). Perplexity is summarised on "
-        "the log scale (geometric mean; σ² of log perplexity across the seven of a cell, mean over seeds), "
-        "where a spread means the same at any perplexity; σ² of accuracy across the seven in points², as "
-        "the paper."
+        f"**Quality of the seven's variants** (single-block prior, seeds pooled; accuracy: "
+        f"{facts['evaluation']['full']}). Perplexity is summarised on the log scale (geometric mean; σ² of "
+        "log perplexity across the seven of a cell, mean over seeds), where a spread means the same at any "
+        "perplexity; σ² of accuracy across the seven in points², as the paper, beside its binomial floor "
+        "p(1 − p)/n at the cell's mean accuracy (mean over seeds): the variance one n-item measurement has "
+        "by chance, so a σ² near it is no disagreement between the searches."
     )
     paragraphs = [intro, "\n".join(table)]
     nine = next((m for m, p in paper_budgets(facts["num_blocks"], paper).items() if p == 9), None)
     margin = [r for r in rows if r["objective"] == "task_margin" and r["drop"] == nine]
     if margin:
+        found, floor = margin[0]["acc_variance"], margin[0]["acc_floor"]
+        above = found / floor if floor else math.nan
         paragraphs.append(
             f"The paper's σ² of accuracy for LLaMA3 under the margin at M = 9 is {paper.variance_margin_m9} "
-            f"points²; here, the margin at M = {nine}: {fmt(margin[0]['acc_variance'], 1)} points²"
+            f"points²; here, the margin at M = {nine}: {fmt(found, 1)} points²"
+            + (f", {above:.1f}× its binomial floor of {fmt(floor, 1)}" if not math.isnan(above) else "")
             + (
-                ", far more spread between the searches (**a disagreement**)."
-                if margin[0]["acc_variance"] > 10 * paper.variance_margin_m9
+                ": far more spread between the searches than the paper's, and more than chance alone gives "
+                "(**a disagreement**)."
+                if found > 10 * paper.variance_margin_m9 and (math.isnan(above) or above > 2)
+                else ": no more than chance gives on this many items, so not a disagreement this accuracy "
+                "can show."
+                if not math.isnan(above)
                 else "."
             )
         )
+    return paragraphs + premise_text(facts, paper)
+
+
+def premise_text(facts: dict, paper: PaperFacts) -> list[str]:
+    """Each task objective against perplexity calibration at each paper budget: the accuracy gap (per-seed
+    range beside) and the perplexity ratio, held to the premise of trading perplexity for accuracy."""
+    rows, paragraphs = facts["quality"], []
     for drop in facts["like_budgets"]:
         at = [r for r in rows if r["drop"] == drop]
         for task in (r for r in at if get_objective(r["objective"]).data_kind == MULTIPLE_CHOICE):
             for plain in (r for r in at if r["objective"] == "perplexity"):
                 gap = task["acc_mean"] - plain["acc_mean"]
+                seeds = sorted(set(task["acc_mean_by_seed"]) & set(plain["acc_mean_by_seed"]))
+                gaps = seed_range([task["acc_mean_by_seed"][s] - plain["acc_mean_by_seed"][s] for s in seeds])
                 ratio = task["ppl_geomean"] / plain["ppl_geomean"]
                 paragraphs.append(
-                    f"At {budget_label(facts, drop)} the variants of {task['configuration']} are "
+                    f"At {budget_label(facts, drop)} the variants of {_configuration_label(task, paper)} are "
                     f"{abs(gap):.1f} points {'more' if gap > 0 else 'less'} accurate on average than those "
-                    f"of {plain['configuration']}, at {ratio:,.1f}× the perplexity (geometric means)"
+                    f"of {plain['configuration']}"
+                    + (f" (per seed {gaps[0]:+.1f} to {gaps[1]:+.1f})" if gaps else "")
+                    + f", at {ratio:,.1f}× the perplexity (geometric means)"
                     + (
                         f": {task['objective']} did not buy accuracy here, **against the premise of task "
                         "calibration** (trading perplexity for task accuracy)."
@@ -633,6 +577,7 @@ def render_reading(facts: dict, paper: PaperFacts = PAPER) -> str:
         *setup_text(facts, paper),
         *provenance_text(facts),
         *headline_text(facts),
+        *objective_agreement_text(facts, paper),
         *movement_text(facts, paper),
         *spearman_text(facts, paper),
         *quality_text(facts, paper),

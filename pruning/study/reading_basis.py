@@ -5,11 +5,12 @@ both read these."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from pruning.study.tables import short_data
+from pruning.study.tables import average_perplexity, mean_accuracy, short_data
 
 STUDY_SEARCHES = ("one_shot", "greedy", "beam", "genetic", "bayesian", "cbo", "fast_block_select")
 """The paper's seven (as :data:`pruning.search.STUDY_SEARCHES`; kept here so reading needs no torch)."""
@@ -27,8 +28,14 @@ class PaperFacts:
     """§5.2: mean |Δ accuracy| (points) when the calibration configuration changes."""
     movement_search_mean: float = 1.85
     """§5.2: mean |Δ accuracy| (points) when the search changes."""
-    spearman_negative_cells: tuple[int, int] = (5, 6)
-    """§5.3: cells whose ρ(perplexity rank, accuracy rank) over the seven is negative, of the cells."""
+    objectives: tuple[str, ...] = ("perplexity", "task_margin")
+    """Its calibration objectives (perplexity on C4, the task likelihood margin); others are extensions."""
+    spearman_signs: tuple[tuple[str, str, int, int], ...] = (
+        ("perplexity", "negative", 5, 6),
+        ("task_margin", "positive", 6, 6),
+    )
+    """§5.3 per objective, ``(objective, sign, cells with that sign, cells)``: ρ(perplexity rank, accuracy
+    rank) over the seven, one cell per model and budget (3 × 2), as issue 42's audit reads the paper."""
     variance_margin_m9: float = 0.69
     """σ² of accuracy (points²) across the seven, LLaMA3 under the margin at M = 9."""
 
@@ -77,3 +84,92 @@ def budget_label(facts: dict, drop) -> str:
     """``M = 8 (≈ the paper's 9)`` or ``M = 10 (extension)``."""
     paper = next((b["paper"] for b in facts["budgets"] if b["drop"] == drop), None)
     return f"M = {drop} (≈ the paper's {paper})" if paper else f"M = {drop} (extension)"
+
+
+class Cells:
+    """The study.json cells of the single-block prior, with the quality numbers the reading uses."""
+
+    def __init__(self, study: dict, paper: PaperFacts = PAPER):
+        self.study = study
+        self.all = study["cells"]
+        self.main = [c for c in self.all if c["prior"] == "single_block"]
+        self.avg_tasks = study.get("average_perplexity_tasks") or []
+        self.acc_metrics = study.get("accuracy_metrics") or {}
+        self.num_blocks = study["summary"]["num_blocks"]
+        self.mapping = paper_budgets(self.num_blocks, paper)
+        self.drops = sorted({c["drop"] for c in self.main})
+        self.like = [m for m in self.drops if m in self.mapping]
+        """The budgets compared with the paper."""
+        self.paper_objectives = paper.objectives
+        """The objectives compared with the paper (any other, as task_ce, is an extension)."""
+        self.seeds = sorted({c["seed"] for c in self.main})
+
+    def log_ppl(self, cell: dict) -> float:
+        value = average_perplexity(cell["metrics"], self.avg_tasks)
+        return math.log(value) if value > 0 else math.nan
+
+    def acc(self, cell: dict) -> float:
+        return mean_accuracy(cell["metrics"], self.acc_metrics)
+
+    def of(
+        self, searches: Sequence[str], drops: Sequence[int] | None = None, *, paper_only: bool = False
+    ) -> list[dict]:
+        """The cells of ``searches`` at ``drops`` (all: None); ``paper_only``: of the paper's objectives."""
+        return [
+            c
+            for c in self.main
+            if c["search"] in searches
+            and (drops is None or c["drop"] in drops)
+            and (not paper_only or c["objective"] in self.paper_objectives)
+        ]
+
+    def per_cell(self, searches: Sequence[str], drops=None, *, paper_only: bool = False) -> dict[tuple, list]:
+        """(configuration, M, seed) -> its cells of ``searches``."""
+        groups = defaultdict(list)
+        for cell in self.of(searches, drops, paper_only=paper_only):
+            groups[(configuration(cell), cell["drop"], cell["seed"])].append(cell)
+        return dict(sorted(groups.items()))
+
+
+def seed_range(values: Sequence[float]) -> tuple[float, float] | None:
+    """``(lowest, highest)`` of per-seed values (NaN left out); None when fewer than two remain."""
+    finite = [v for v in values if not math.isnan(v)]
+    return (min(finite), max(finite)) if len(finite) > 1 else None
+
+
+def range_text(found: tuple[float, float] | None, digits: int = 3, unit: str = "") -> str:
+    """``; seeds 0.310–0.402`` (to close a parenthesis of pairs) or nothing for one seed."""
+    if found is None:
+        return ""
+    return f"; seeds {found[0]:,.{digits}f}–{found[1]:,.{digits}f}{unit}"
+
+
+def objective_label(objective: str, paper: PaperFacts = PAPER) -> str:
+    """``task_ce (an extension: not in the paper)`` for an objective the paper did not run."""
+    return objective if objective in paper.objectives else f"{objective} (an extension: not in the paper)"
+
+
+def evaluation_label(study: dict) -> dict:
+    """What the accuracy is, named for what it is: ``{"short": "pydoc-cloze accuracy, 40 items", "full":
+    short + ", in-domain for the perplexity objective (...)"}``. A task is in-domain for a perplexity
+    calibration whose data its name extends (``pydoc_cloze`` of ``pydoc``), and is the task objectives' own
+    kind of item when they calibrate on it (other topics of the same source)."""
+    summary = study["summary"]
+    tasks = [task.replace("_", "-") for task in study.get("accuracy_metrics") or {}]
+    limit = summary.get("eval_limit")
+    items = f", {limit} items" if limit else ""
+    short = (f"{tasks[0]} accuracy" if len(tasks) == 1 else f"mean accuracy over {', '.join(tasks)}") + items
+    notes = []
+    for calibration in summary.get("calibrations", []):
+        data = short_data(str(calibration["data"])).replace("_", "-")
+        for task in tasks:
+            own = data == task and calibration["objective"] != "perplexity"
+            text = calibration["objective"] == "perplexity" and task.startswith(data) and task != data
+            if text:
+                notes.append(
+                    f"in-domain for the perplexity objective (built from {data}, its calibration source)"
+                )
+            elif own:
+                notes.append("the task objectives' own kind of item (calibrated on other topics of it)")
+    notes = list(dict.fromkeys(notes))
+    return {"short": short, "full": short + (", " + " and ".join(notes) if notes else "")}

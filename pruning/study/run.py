@@ -25,6 +25,7 @@ from pruning.study.cells import (
     save_manifest,
 )
 from pruning.study.healing import heal_study
+from pruning.study.paths import resolved_path
 from pruning.study.plan import StudyConfig, plan_study, plan_summary
 from pruning.study.report import write_report
 from pruning.study.worker import run_worker
@@ -47,7 +48,7 @@ def run_study(config: StudyConfig) -> Path:
     dense: dict[str, float] = {}
     for cell in (cell for cell in plan.cells if cell.reused_from is None):  # reused ones: fill_reused
         recorded = manifest.get(cell.key)
-        if recorded and recorded.matches(cell) and Path(recorded.checkpoint or "").is_dir():
+        if recorded and recorded.matches(cell) and Path(resolved_path(recorded.checkpoint) or "").is_dir():
             done[cell.key] = manifest[cell.key]
         else:
             found = find_in_registry(registry, plan.model, cell)

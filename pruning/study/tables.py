@@ -631,7 +631,8 @@ def spearman_section(view: StudyView) -> Section:
         ],
         ["searches", "calibration", "M", *view.seed_column, "n", "ρ"],
         rows,
-        ["figures/rank_correlation.png"],
+        ["figures/rank_correlation.png"]
+        + (["figures/rank_correlation_extensions.png"] if _has_extensions(view) else []),
     )
 
 
@@ -691,11 +692,23 @@ def random_prior_section(view: StudyView) -> Section | None:
     )
 
 
+def _has_extensions(view: StudyView) -> bool:
+    """Whether some cell is an extension (another budget than the paper's, or another objective), drawn in
+    the ``*_extensions.png`` figures apart from the paper's."""
+    from pruning.study.reading_basis import PAPER, paper_budgets  # it reads this module
+
+    budgets = paper_budgets(view.num_blocks)
+    return any(c.drop not in budgets or c.objective not in PAPER.objectives for c in view.main)
+
+
 def figures_section(view: StudyView) -> Section:
-    """The heatmaps (one per budget) and the trade-off figure."""
+    """The heatmaps (one per budget) and the trade-off figures (the paper's; the extensions' apart)."""
     drops = view.summary["drops"]
+    extensions = ["figures/tradeoff_extensions.png"] if _has_extensions(view) else []
     return Section(
-        "Figures", [], images=[*[f"figures/heatmap_m{drop}.png" for drop in drops], "figures/tradeoff.png"]
+        "Figures",
+        [],
+        images=[*[f"figures/heatmap_m{drop}.png" for drop in drops], "figures/tradeoff.png", *extensions],
     )
 
 
