@@ -270,6 +270,45 @@ def test_a_healed_child_is_refused_for_a_patch(parent, patched, tmp_path):
     assert not (tmp_path / "o").exists()
 
 
+def test_prune_heal_patch_repairs_the_selected_variant(demo_tiny_dir, tmp_path):
+    from depthprune.testing.cli import run_cli
+
+    model = str(demo_tiny_dir)
+    code, stdout, stderr = run_cli(
+        "prune", "--model", model, "--objective", "perplexity", "--data", f"demo:text@{model}",
+        "--samples", "4", "--seq-len", "32", "--drop", "2", "--search", "one_shot,block_influence",
+        "--heal", "patch", "--out", tmp_path, "--json",
+    )  # fmt: skip
+    assert code == 0, stderr[-3000:]
+    *variants, healed = (json.loads(line) for line in stdout.strip().splitlines())
+    selected = [variant["name"] for variant in variants if variant["selected"]]
+    assert healed["method"] == "patch" and [healed["parent"]] == selected
+    with open_registry() as registry:
+        child = registry.resolve(healed["name"])
+    assert child.parent == selected[0] and child.healing["hyperparameters"]["seq_len"] == 32
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--heal", "lora"], "--heal must be one of patch"),
+        (["--heal", "patch", "--heal-data", "QA"], "is multiple-choice: pass --heal-data"),
+        (["--heal-data", "pydoc"], "--heal-data applies with --heal patch only"),
+    ],
+)
+def test_prune_heal_refuses_what_it_cannot_run_before_pruning(demo_tiny_dir, tmp_path, extra, message):
+    from depthprune.testing.cli import run_cli
+
+    model = str(demo_tiny_dir)
+    extra = [f"demo:qa@{model}" if item == "QA" else item for item in extra]
+    code, stdout, stderr = run_cli(
+        "prune", "--model", model, "--objective", "perplexity", "--data", f"demo:text@{model}",
+        "--samples", "4", "--seq-len", "32", "--drop", "2", "--search", "one_shot", *extra, "--out", tmp_path,
+    )  # fmt: skip
+    assert code == 2 and message in stderr.strip().splitlines()[-1] and not stdout
+    assert not any(tmp_path.iterdir())
+
+
 def test_heal_help_names_every_method():
     from depthprune.testing.cli import run_cli
 

@@ -38,6 +38,8 @@ from pruning.cli.options import (
     MarginClipOption,
     MaxPerplexityRatioOption,
     PatchSamplesOption,
+    PruneHealDataOption,
+    PruneHealOption,
     RidgeOption,
     TruncateOption,
     ValidationOption,
@@ -341,6 +343,8 @@ def prune(
     truncate: TruncateOption = False,
     validation: ValidationOption = None,
     max_ppl_ratio: MaxPerplexityRatioOption = DEFAULT_MAX_PPL_RATIO,
+    heal: PruneHealOption = None,
+    heal_data: PruneHealDataOption = None,
 ) -> None:
     """Choose M blocks to remove under a calibration configuration, write and register the pruned model.
 
@@ -349,6 +353,7 @@ def prune(
     from depthprune.planning.devices import auto_device_dtype
     from pruning.calibration.config import CalibrationConfig
     from pruning.cli.groups import Placement, PruneRunOptions, SearchRequest, prune_config
+    from pruning.cli.repair import patch_request
     from pruning.pipeline.prune import parse_searches
     from pruning.runtime.plans import PlanRequest
 
@@ -361,18 +366,24 @@ def prune(
         seed, random_prior, memory_budget_gb, overwrite, shortcuts, validation, max_ppl_ratio
     )
     config = prune_config(model, drop, calibration, searches, Placement(out, registry, dtype, device), run)
-    _run_prune(config, PlanRequest(dry_run, gpus, gpu_memory_gib, as_json))
+    repair = patch_request(heal, heal_data, config)
+    _run_prune(config, PlanRequest(dry_run, gpus, gpu_memory_gib, as_json), repair)
 
 
-def _run_prune(config, plan) -> None:
-    """Plan the run's memory, run every search, then print one line per variant."""
+def _run_prune(config, plan, repair=None) -> None:
+    """Plan the run's memory, run every search, print one line per variant; with ``repair`` (``--heal``),
+    repair the selected variant and print its line too."""
+    from pruning.cli.repair import repair_selected
     from pruning.pipeline.prune import prune as run_prune
     from pruning.runtime.plans import plan_prune_run
 
     config = plan_prune_run(config, plan)
     # One line per variant once every search has run: each line says whether it is the one selected.
-    for outcome in run_prune(config):
+    outcomes = list(run_prune(config))
+    for outcome in outcomes:
         _print_variant(outcome, plan.as_json)
+    if repair is not None and (healed := repair_selected(outcomes, repair, plan)) is not None:
+        _print_healed(healed, plan.as_json)
 
 
 # ------------------------------------------------------------------------------------------------- heal

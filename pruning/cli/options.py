@@ -91,3 +91,19 @@ PatchSamplesOption = Annotated[
     ),
 ]
 """``heal --patch-samples``."""
+PruneHealOption = Annotated[
+    str | None,
+    typer.Option(
+        "--heal",
+        help="patch: repair the selected variant right after the search (heal --method patch, its defaults) "
+        "and register both, the patched one as the selected one's child.",
+    ),
+]
+"""``prune --heal``."""
+PruneHealDataOption = Annotated[
+    str | None,
+    typer.Option(
+        help="With --heal: text the patch is estimated on (default: the calibration data).", metavar="SPEC"
+    ),
+]
+"""``prune --heal-data``."""
