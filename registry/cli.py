@@ -118,6 +118,20 @@ def list_command(
     _console().print(table)
 
 
+def _evaluation_cells(item) -> tuple[str, str]:
+    """An evaluation's value with its stored 95 % interval, and its settings without the per-item scores
+    (``statistics.items``: hundreds of keys that belong in ``--json``, not in a table)."""
+    statistics = item.settings.get("statistics") or {}
+    ci95 = statistics.get("perplexity_ci95" if item.metric == "perplexity" else "accuracy_ci95")
+    value = display_number(item.value, 6)
+    if ci95:
+        value += f" [{display_number(ci95[0], 4)}, {display_number(ci95[1], 4)}] n={statistics.get('n')}"
+    settings = {key: value_ for key, value_ in item.settings.items() if key != "statistics"}
+    if statistics:
+        settings["statistics"] = {key: value_ for key, value_ in statistics.items() if key != "items"}
+    return value, json.dumps(settings, sort_keys=True)
+
+
 def _variant_fields(variant: VariantInfo, healed: list[VariantInfo]) -> Table:
     """The one-variant table of ``variants show``: every recorded field, lineage included."""
     from rich.table import Table
@@ -194,8 +208,7 @@ def show(
                 item.suite,
                 item.task,
                 item.metric,
-                display_number(item.value, 6),
-                json.dumps(item.settings, sort_keys=True),
+                *_evaluation_cells(item),
                 item.created_at.strftime("%Y-%m-%d %H:%M"),
             )
         console.print(table)

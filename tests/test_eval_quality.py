@@ -152,6 +152,15 @@ def test_eval_user_files_gives_the_paired_schema(dense_dir, pruned_dir, user_fil
     assert paired_notes["baseline"] == str(dense_dir)
     assert '"keys"' not in json.dumps(first)  # per-item scores go to the registry, not the screen
     assert eval_json(dense_dir, pruned_dir, suite=f"text:{text},mc:{mc}") == first  # fixed seed
+    from pruning.evaluation.report import quality_lines
+
+    table = quality_lines(first)
+    assert max(len(line) for line in table if line.startswith("  ")) <= 100  # rows; headings name models
+    assert (
+        f"{quiz['accuracy']:.2f} [{quiz['accuracy_ci95'][0]:.2f}, {quiz['accuracy_ci95'][1]:.2f}]"
+        in "\n".join(table)
+    )
+    assert any(paired_quiz["verdict"] in line for line in table)
 
 
 def test_user_mc_scores_as_the_lm_eval_demo_task(demo_tiny_dir, tmp_path):
@@ -261,3 +270,28 @@ def test_registry_keeps_statistics_and_pairs_separate_runs(dense_dir, other_dens
     evaluate_variants([str(other_dense_dir)], replace(settings, seq_len=16), registry)  # other windows
     _, other = recorded_comparison(registry, [str(dense_dir), str(other_dense_dir)])
     assert other["tasks"]["notes"]["verdict"].startswith("not paired: items differ")
+
+
+# ------------------------------------------------------------------------------- prune's held-out data
+
+
+def test_prune_says_before_loading_that_the_draw_leaves_nothing_to_validate_on(
+    dense_dir, tmp_path, monkeypatch
+):
+    import pruning.model.blocks as blocks
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a model was loaded before the validation data was checked")
+
+    monkeypatch.setattr(blocks, "load_model", no_model)
+    rng = random.Random(4)
+    mc = write_jsonl(tmp_path / "quiz.jsonl", random_questions(rng, rows=24, choices=2))
+    text = write_jsonl(tmp_path / "notes.jsonl", random_texts(rng, rows=8, words=30))
+    cases = ((f"mc:{mc}", "task_ce", "items", 24), (f"text:{text}", "perplexity", "documents", 8))
+    for data, objective, what, samples in cases:
+        code, _, err = run_cli(
+            "prune", "--model", dense_dir, "--objective", objective, "--data", data, "--drop", 1,
+            "--samples", samples, "--seq-len", 16,
+        )  # fmt: skip
+        assert code == 2, err
+        assert f"no {what} left after the calibration draw" in err and "\n" not in err.strip()

@@ -119,8 +119,10 @@ EvalSuiteOption = Annotated[
     str,
     typer.Option(
         help="perplexity (WikiText-2, C4, LAMBADA), zero-shot (HellaSwag, WinoGrande, ARC-E/C, PIQA, "
-        "BoolQ), demo (the demo model's local text perplexity and QA accuracy), or all (demo suites on a "
-        "demo model, else perplexity + zero-shot); comma-separated for several."
+        "BoolQ), demo (the demo model's local text perplexity and QA accuracy), offline (real text and "
+        "questions that need no network), all (demo suites on a demo model, else perplexity + zero-shot), "
+        "or your own files: text:PATH (perplexity) and mc:PATH (accuracy), the formats prune --data takes; "
+        "comma-separated for several."
     ),
 ]
 """Evaluation suites (``eval --suite``, ``study --suite``)."""
@@ -172,33 +174,12 @@ def checkpoint(
 
 
 def _print_evaluation_tables(outcome) -> None:
-    """One rich table per evaluated variant: every result with its stderr and what it was measured on."""
-    from rich.console import Console
-    from rich.table import Table
+    """Per model, each task's ``n`` and value with its 95 % interval; after the first model, the paired change
+    against it, retention and verdict (:mod:`pruning.evaluation.report`)."""
+    from pruning.evaluation.report import quality_lines
+    from pruning.evaluation.suites import results_as_json
 
-    console = Console()
-    for item in outcome:
-        table = Table(
-            title=f"{item.label}" + (f" (recorded as {item.variant})" if item.variant else " (not recorded)")
-        )
-        for column in ("suite", "task", "metric", "value", "± stderr", "measured on"):
-            table.add_column(column, justify="right" if column in ("value", "± stderr") else "left")
-        for result in item.results:
-            stderr = result.settings.get("stderr")
-            detail = (
-                f"{result.settings['windows']} × {result.settings['seq_len']} tokens"
-                if "windows" in result.settings
-                else f"{result.settings.get('documents')} documents"
-            )
-            table.add_row(
-                result.suite,
-                result.task,
-                result.metric,
-                f"{result.value:.4f}",
-                "" if stderr is None else f"{stderr:.4f}",
-                f"{detail} ({result.settings['engine']})",
-            )
-        console.print(table)
+    print("\n".join(quality_lines(results_as_json(outcome))))
 
 
 def evaluate(
@@ -230,7 +211,8 @@ def evaluate(
     gpus: GpusOption = None,
     gpu_memory_gib: GpuMemoryOption = None,
 ) -> None:
-    """Measure perplexity and zero-shot accuracy of dense and pruned variants; record them in the registry."""
+    """Measure perplexity and accuracy of dense and pruned variants, each with n and a 95 % interval, every
+    variant paired against the first named on the same items; record them in the registry."""
     from depthprune.planning.devices import auto_device_dtype
     from pruning.evaluation.suites import EvalSettings, evaluate_variants, results_as_json
     from pruning.runtime.plans import PlanRequest

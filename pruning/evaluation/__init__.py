@@ -5,6 +5,11 @@
   in the registry;
 * :mod:`~pruning.evaluation.engines` — the two scoring engines (vLLM, torch) behind one interface;
 * :mod:`~pruning.evaluation.lm_eval_models` — lm-eval ``LM`` adapters over those engines;
+* :mod:`~pruning.evaluation.user_suites` — the user's own files as suites (``text:PATH``, ``mc:PATH``);
+* :mod:`~pruning.evaluation.intervals`, :mod:`~pruning.evaluation.item_scores`,
+  :mod:`~pruning.evaluation.paired` — 95 % intervals, per-item scores, the paired comparison against the
+  baseline (docs/evaluation.md, "Quality: intervals and pairing"); :mod:`~pruning.evaluation.report` — the
+  tables;
 * ``tasks/`` — lm-eval task YAMLs of the project (the demo QA task, the pydoc cloze task).
 """
 
@@ -12,7 +17,10 @@ from depthprune.core.lazy import lazy_exports
 
 _EXPORTS = {
     "EvalSettings": "pruning.evaluation.suites",
-    "EvalResult": "pruning.evaluation.suites",
+    "EvalResult": "pruning.evaluation.results",
+    "ComparedModel": "pruning.evaluation.paired",
+    "paired_comparison": "pruning.evaluation.paired",
+    "recorded_comparison": "pruning.evaluation.paired",
     "evaluate_variants": "pruning.evaluation.suites",
     "evaluate_model": "pruning.evaluation.suites",
     "SUITES": "pruning.evaluation.suites",

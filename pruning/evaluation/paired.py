@@ -194,12 +194,12 @@ def task_records(results: Sequence, primary_only: bool = True) -> dict[str, dict
     Args:
         results: the model's :class:`~pruning.evaluation.suites.EvalResult` list.
         primary_only: per task only its perplexity or the accuracy the study reports (``acc_norm`` where
-            lm-eval defines it, :func:`~pruning.evaluation.suites.primary_metric`); False keeps every
+            lm-eval defines it, :func:`~pruning.evaluation.results.primary_metric`); False keeps every
             metric, keyed ``task/metric``.
 
     A task name two suites share is keyed ``suite/task``.
     """
-    from pruning.evaluation.suites import primary_metric
+    from pruning.evaluation.results import primary_metric
 
     measured: dict[tuple[str, str], list[str]] = {}
     suites: dict[str, set[str]] = {}
@@ -248,7 +248,7 @@ def recorded_comparison(registry, names: Sequence[str], primary_only: bool = Tru
     For each (suite, task, metric) the latest evaluation of each model is used; pairing is refused (said in
     ``verdict``) where its items differ from the baseline's.
     """
-    from pruning.evaluation.suites import EvalResult
+    from pruning.evaluation.results import EvalResult
 
     models = []
     for name in names:

@@ -55,6 +55,7 @@ from pathlib import Path
 
 from depthprune.core.errors import UserError
 from depthprune.demo.paths import data_file, find_demo_dir
+from pruning.evaluation.results import PRIMARY_METRICS, EvalResult, primary_metric  # noqa: F401 - re-exported
 from pruning.evaluation.user_suites import USER_SUITE, is_user_suite
 
 PERPLEXITY_TASKS = {"wikitext2": "wikitext2", "c4": "c4", "lambada": "lambada"}
@@ -62,21 +63,6 @@ PERPLEXITY_TASKS = {"wikitext2": "wikitext2", "c4": "c4", "lambada": "lambada"}
 ZERO_SHOT_TASKS = ("hellaswag", "winogrande", "arc_easy", "arc_challenge", "piqa", "boolq")
 """lm-eval task names of the study's zero-shot suite."""
 ACCURACY_METRICS = ("acc", "acc_norm")
-PRIMARY_METRICS = {
-    "hellaswag": "acc_norm",
-    "arc_easy": "acc_norm",
-    "arc_challenge": "acc_norm",
-    "piqa": "acc_norm",
-    "winogrande": "acc",
-    "boolq": "acc",
-    "demo_qa": "acc_norm",
-    "pydoc_cloze": "acc_norm",
-}
-"""Task -> the accuracy the study reports: lm-eval's ``acc_norm`` where the task defines it, else ``acc``.
-
-That rule gives the paper's choice for its six tasks (its dense HellaSwag 79.3 is ``acc_norm``; WinoGrande
-and BoolQ define only ``acc``), and it is applied unchanged to the project's own tasks: ``demo_qa`` and
-``pydoc_cloze`` define both, so they report ``acc_norm``."""
 SUITES = ("perplexity", "zero-shot", "demo", "offline", "all")
 SUITE_PERPLEXITY_TASKS = {
     "perplexity": tuple(PERPLEXITY_TASKS),
@@ -111,7 +97,8 @@ class EvalSettings:
     seq_len: int = 2048
     """Perplexity window length in tokens (capped at the engine's context)."""
     limit: int | None = None
-    """At most this many windows per perplexity task / documents per zero-shot task (quick checks only)."""
+    """At most this many windows per perplexity task / documents per lm-eval task / items per ``mc:`` file
+    (quick checks only)."""
     num_fewshot: int = 0
     """Few-shot examples for lm-eval tasks (the study uses 0)."""
     progress: bool = True
@@ -144,22 +131,6 @@ class EvalSettings:
 
 
 @dataclass
-class EvalResult:
-    """One number: a metric of one task of one suite."""
-
-    suite: str
-    """``perplexity``, ``zero-shot``, ``demo`` or ``offline``."""
-    task: str
-    """Task name (``wikitext2``, ``arc_easy``, ``demo_qa``, ...)."""
-    metric: str
-    """``perplexity``, ``acc`` or ``acc_norm``."""
-    value: float
-    """The metric's value."""
-    settings: dict = field(default_factory=dict)
-    """How it was measured (engine, sequence length, windows, tokens, stderr, limit, versions)."""
-
-
-@dataclass
 class EvalTarget:
     """A variant to evaluate: what to load and where to record the results."""
 
@@ -171,14 +142,6 @@ class EvalTarget:
     """The registry's ``VariantInfo`` that receives the results (None: not recorded)."""
     demo_dir: Path | None
     """The demo model directory when this is the demo model or one of its variants."""
-
-
-def primary_metric(task: str, measured: Sequence[str] = ()) -> str:
-    """The accuracy metric reported for ``task``: :data:`PRIMARY_METRICS`, else ``acc_norm`` when it was
-    measured (``measured`` lists the metrics there are), else ``acc``."""
-    if task in PRIMARY_METRICS:
-        return PRIMARY_METRICS[task]
-    return "acc_norm" if "acc_norm" in measured else "acc"
 
 
 # ------------------------------------------------------------------------------------------------ suites

@@ -336,6 +336,7 @@ def plan_prune(config: PruneConfig) -> PrunePlan:
     Raises:
         UserError: an impossible budget, a bad option, an unsupported or missing model.
     """
+    from pruning.calibration.data.validation import check_validation_data
     from pruning.model.blocks import load_config
 
     model = canonical_model(config.model)
@@ -363,6 +364,8 @@ def plan_prune(config: PruneConfig) -> PrunePlan:
             chosen.setdefault("study_name", _bayesian_study_name(config, chosen, protected))
         parse_options(OPTIONS[search], chosen, search)  # a bad option fails now, not after loading
         options[search] = chosen
+    # now, not after a minute of loading and scoring: a draw that leaves nothing to validate on
+    check_validation_data(config.calibration, config.validation)
     for search in config.searches:  # now, not after the earlier searches of the run have been paid for
         if search in OBJECTIVE_CHECKS:
             OBJECTIVE_CHECKS[search](config.calibration.calibration_objective)

@@ -23,6 +23,44 @@ from pruning.calibration.data.items import TEXT, ChoiceSamples, TextSamples
 from pruning.calibration.data.sampling import sample_text
 from pruning.calibration.data.specs import load_choice_items, load_documents, parse_spec
 
+LOCAL_SOURCES = ("text", "mc")
+"""Sources read from a local file: checked by :func:`check_validation_data` before any model loads."""
+
+
+def check_validation_data(config, spec: str | None = None) -> None:
+    """Refuse, before any model loads, validation data that :func:`validation_samples` would refuse later.
+
+    A ``--validation`` of the wrong kind, ``stream`` sampling without one, and a local ``text:`` / ``mc:``
+    file whose calibration draw leaves nothing to validate on (no more items, or documents, than
+    ``--samples``). Other sources are large; they are checked when drawn.
+
+    Raises:
+        UserError: what :func:`validation_samples` would raise, in the same words.
+    """
+    if spec is not None and spec != config.data:
+        if parse_spec(spec).kind != config.kind:
+            raise UserError(
+                f"--validation {spec!r} is {parse_spec(spec).kind.replace('_', '-')} data; objective "
+                f"{config.objective!r} needs {config.kind.replace('_', '-')} data"
+            )
+        return
+    if config.kind == TEXT and config.sampling != "documents":
+        raise UserError("text drawn with --sampling stream has no default validation data: pass --validation")
+    if parse_spec(config.data).source not in LOCAL_SOURCES:
+        return
+    if config.kind != TEXT:
+        if len(load_choice_items(config.data, "calibration")) <= config.samples:
+            raise _nothing_left(config.data, "items", config.samples)
+    elif len(load_documents(config.data, "calibration")) <= config.samples:
+        raise _nothing_left(config.data, "documents", config.samples)
+
+
+def _nothing_left(spec: str, what: str, samples: int) -> UserError:
+    return UserError(
+        f"data {spec!r} has no {what} left after the calibration draw to validate on (--samples {samples} "
+        f"takes them all): pass --validation SPEC or lower --samples"
+    )
+
 
 def _held_out_items(spec: str, samples: int, seed: int) -> ChoiceSamples:
     items = load_choice_items(spec, "calibration")
