@@ -27,8 +27,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from pruning.study import statistics as study_stats
+from pruning.study.paper import PAPER, paper_budgets
 from pruning.study.paths import resolved_path
-from pruning.study.reading_basis import PAPER, paper_budgets
 from pruning.study.tables import StudyView, calibration_label, fmt
 
 

@@ -695,7 +695,7 @@ def random_prior_section(view: StudyView) -> Section | None:
 def _has_extensions(view: StudyView) -> bool:
     """Whether some cell is an extension (another budget than the paper's, or another objective), drawn in
     the ``*_extensions.png`` figures apart from the paper's."""
-    from pruning.study.reading_basis import PAPER, paper_budgets  # it reads this module
+    from pruning.study.paper import PAPER, paper_budgets
 
     budgets = paper_budgets(view.num_blocks)
     return any(c.drop not in budgets or c.objective not in PAPER.objectives for c in view.main)
