@@ -18,7 +18,8 @@ from depthprune.core.errors import UserError
 
 DENSE = "dense"
 """The name under which every base model itself is servable."""
-NAME_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}$")
+NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:+-]{0,127}")
+"""A variant or alias name, matched whole (``fullmatch``: a ``$`` would let a final newline through)."""
 QUALIFIER = "@"
 """``NAME@BASE`` picks the alias (or ``dense``) of one base model when several base models have it."""
 
@@ -30,7 +31,7 @@ def check_name(name: str, what: str) -> str:
     start with a letter or digit, and hold no spaces, slashes or ``@``; all-digit names would be read
     as registry ids, and ``dense`` is reserved for the base model.
     """
-    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+    if not isinstance(name, str) or not NAME_PATTERN.fullmatch(name):
         raise UserError(
             f"{what} {name!r} is not a valid name: use 1-128 letters, digits and . _ - + :, "
             "starting with a letter or digit"

@@ -277,7 +277,7 @@ def test_names_given_are_checked_and_unique(registry):
     assert registry.resolve("llama-ppl-m2").id == named.id
     with pytest.raises(UserError, match="taken by another variant"):
         register(registry, removed=(2, 4), name="llama-ppl-m2")
-    for bad in ("dense", "123", "has space", "a/b", "x@y", ""):
+    for bad in ("dense", "123", "has space", "a/b", "x@y", "", "name\n"):
         with pytest.raises(UserError):
             register(registry, removed=(2, 5), name=bad)
     assert count(registry, VariantRow) == 1
