@@ -318,14 +318,14 @@ def test_task_ce_is_an_extension_kept_out_of_every_comparison_with_the_paper():
     study = synthetic_study()
     study["cells"] += [
         {**c, "objective": "task_ce", "key": c["key"].replace("task_margin", "task_ce"),
-         "removed_blocks": list(range(10, 10 + c["drop"]))}
+         "removed_blocks": list(range(5, 5 + c["drop"]))}
         for c in study["cells"]
         if c["objective"] == "task_margin"
     ]  # fmt: skip
     facts = reading_facts(study)
     at9 = facts["headline"]["by_drop"]["9"]
     assert (at9["across_calibrations"], at9["pairs"]) == (0.0, (42, 7))  # as without task_ce
-    assert facts["headline"]["with_task_ce"][1] > 0  # task_ce's masks overlap perplexity's {0..8}
+    assert facts["headline"]["with_task_ce"][1] > 0  # task_ce's {5..13} overlaps perplexity's {0..8}
     assert facts["movement"]["like"]["pairs"] == (7, 42)
     assert facts["movement"]["with_task_ce"]["pairs"] == (21, 63)
     text = render_reading(facts)
