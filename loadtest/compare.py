@@ -175,3 +175,84 @@ def speedup_summary(throughput_ratio: float | None, counts: BlockCounts | None) 
         "fraction_of_ideal_speedup": fraction,
         "fraction_of_ideal_gain": gain,
     }
+
+
+SPEC_DECODE_COUNTERS = {
+    # our key: (the gateway's family, labelled by variant; vLLM's own family, labelled by model_name)
+    "drafts": ("depthprune_gateway_spec_decode_num_drafts", "vllm:spec_decode_num_drafts"),
+    "draft_tokens": ("depthprune_gateway_spec_decode_num_draft_tokens", "vllm:spec_decode_num_draft_tokens"),
+    "accepted_tokens": (
+        "depthprune_gateway_spec_decode_num_accepted_tokens",
+        "vllm:spec_decode_num_accepted_tokens",
+    ),
+}
+"""Speculative decoding's counters, as the gateway re-exports them per served name (``serve
+--speculative``) and as vLLM names them (``vllm/v1/spec_decode/metrics.py``), for a bare vLLM target."""
+
+
+def spec_decode_snapshot(targets: dict[str, str], api_key: str | None = None) -> dict[str, dict[str, float]]:
+    """``model -> {drafts, draft_tokens, accepted_tokens}`` read from each target's ``/metrics`` now.
+
+    Models without speculative decoding (or targets without ``/metrics``) are left out.
+    """
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    texts: dict[str, str] = {}
+    snapshot: dict[str, dict[str, float]] = {}
+    for model, target in targets.items():
+        if target not in texts:
+            try:
+                response = httpx.get(target.rstrip("/") + "/metrics", headers=headers, timeout=10)
+                texts[target] = response.text if response.status_code == 200 else ""
+            except httpx.HTTPError:
+                texts[target] = ""
+        counts: dict[str, float] = {}
+        for family in text_string_to_metric_families(texts[target]):
+            for key, names in SPEC_DECODE_COUNTERS.items():
+                if family.name not in names:
+                    continue
+                for sample in family.samples:
+                    labels = sample.labels
+                    if sample.name.endswith("_total") and model in (
+                        labels.get("variant"),
+                        labels.get("model_name"),
+                    ):
+                        counts[key] = counts.get(key, 0.0) + sample.value
+        if counts:
+            snapshot[model] = counts
+    return snapshot
+
+
+def acceptance_entry(before: dict[str, float], after: dict[str, float]) -> dict:
+    """Acceptance of one speculative arm over a run, from its counters before and after.
+
+    ``acceptance_rate`` = accepted / drafted tokens (vLLM's reading, α in Leviathan et al.);
+    ``mean_accepted_length`` = 1 + accepted / drafts, the tokens each verification step emits (vLLM's
+    "mean acceptance length", the bonus token included).
+    """
+    delta = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in SPEC_DECODE_COUNTERS}
+    return {
+        **{key: int(value) for key, value in delta.items()},
+        "acceptance_rate": delta["accepted_tokens"] / delta["draft_tokens"]
+        if delta["draft_tokens"] > 0
+        else None,
+        "mean_accepted_length": 1 + delta["accepted_tokens"] / delta["drafts"]
+        if delta["drafts"] > 0
+        else None,
+    }
+
+
+def attach_acceptance(result: dict, before: dict[str, dict], after: dict[str, dict]) -> None:
+    """Put each speculative arm's acceptance in ``result["speculative"]`` and beside its speed-up in
+    ``result["comparison"]`` (``acceptance_rate``, ``mean_accepted_length``)."""
+    arms = {model: acceptance_entry(before.get(model, {}), counts) for model, counts in after.items()}
+    if not arms:
+        return
+    result["speculative"] = arms
+    for model, entry in arms.items():
+        comparison = result.get("comparison", {}).get(model)
+        if comparison is not None:
+            comparison["acceptance_rate"] = entry["acceptance_rate"]
+            comparison["mean_accepted_length"] = entry["mean_accepted_length"]

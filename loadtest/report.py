@@ -32,6 +32,8 @@ def markdown_report(result: dict) -> str:
     lines = [_load_line(result), "", *_metrics_table(result)]
     if result.get("comparison") or result.get("aa"):
         lines += ["", *_comparison_table(result)]
+    if result.get("speculative"):
+        lines += ["", *_speculative_table(result)]
     if result.get("steady"):
         lines += ["", *_steady_section(result)]
     if result.get("sweep"):
@@ -171,6 +173,25 @@ def _comparison_table(result: dict, section: dict | None = None, title: str | No
             else f"- {section.get('rounds', result.get('rounds'))} round(s): no interval (one round)."
         )
     return lines + ([""] + notes if notes else [])
+
+
+def _speculative_table(result: dict) -> list[str]:
+    """Speculative arms (``serve --speculative``): acceptance over the measured rounds beside the speed-up."""
+    lines = [
+        f"Speculative arms (dense verifying a draft; acceptance over the measured rounds, speed-up against "
+        f"`{result['baseline']}` with its 95 % interval):",
+        "",
+        "| arm | drafted tokens | accepted | acceptance rate | mean accepted length | speedup |",
+        "|---|---|---|---|---|---|",
+    ]
+    for model, entry in result["speculative"].items():
+        comparison = result.get("comparison", {}).get(model)
+        speedup = speedup_cell(comparison) if comparison else "–"
+        lines.append(
+            f"| {model} | {entry['draft_tokens']} | {entry['accepted_tokens']} | "
+            f"{_fmt(entry['acceptance_rate'], 3)} | {_fmt(entry['mean_accepted_length'], 2)} | {speedup} |"
+        )
+    return lines
 
 
 def _steady_section(result: dict) -> list[str]:

@@ -36,7 +36,7 @@ from loadtest.blocks import block_counts
 from loadtest.capacity import CapacityConfig, CapacitySearch, search_capacity
 from loadtest.capacity_stats import capacity_section
 from loadtest.client import RequestResult, served_models
-from loadtest.compare import BlockCounts
+from loadtest.compare import BlockCounts, attach_acceptance, spec_decode_snapshot
 from loadtest.config import LoadConfig
 from loadtest.precision import StopRule
 from loadtest.prompts import (
@@ -141,6 +141,9 @@ def run_loadtest(plan: LoadTestPlan) -> dict:
     tokenizer = choose_tokenizer(plan.tokenizer_dir, plan.targets, cards, registry, plan.api_key)
     if plan.aa_arm:
         counts[plan.aa_arm] = counts.get(plan.baseline)
+    for model, card in cards.items():
+        if card.get("speculative"):  # dense with a draft: no N/(N-M) ceiling, its speed-up is the draft's
+            counts[model] = None
 
     from tqdm import tqdm
 
@@ -158,6 +161,7 @@ def run_loadtest(plan: LoadTestPlan) -> dict:
         else [],
     )
     prompts = RoundPromptPlan(config, tokenizer, list(plan.arms))
+    spec_before = spec_decode_snapshot(plan.targets, plan.api_key)  # speculative arms, after the warm-up
     common = dict(
         target=plan.target,
         targets=plan.arms,
@@ -182,6 +186,7 @@ def run_loadtest(plan: LoadTestPlan) -> dict:
         )
     else:
         result = build_result(**common, **measure(benchmark, plan, prompts))
+    attach_acceptance(result, spec_before, spec_decode_snapshot(plan.targets, plan.api_key))
     if registry is not None and plan.save_registry:
         result["registry"] = store_in_registry(registry, result)
     write_outputs(result, plan.save_result, plan.report_dir)

@@ -28,6 +28,7 @@ import asyncio
 import contextlib
 import importlib.metadata
 import itertools
+import json
 import logging
 import os
 import signal
@@ -170,6 +171,8 @@ class Backend:
             command += ["--gpu-memory-utilization", str(self.gpu_memory_utilization)]
         if self.spec.tensor_parallel_size > 1:
             command += ["--tensor-parallel-size", str(self.spec.tensor_parallel_size)]
+        if self.spec.speculative is not None:
+            command += ["--speculative-config", json.dumps(self.spec.speculative.vllm_config())]
         return command + list(opts.extra_args)
 
     def environment(self) -> dict[str, str]:

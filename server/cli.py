@@ -29,6 +29,7 @@ from server.backends import is_cpu_build
 from server.launch import gateway_summary, serve_gateway
 from server.settings import BackendSpec, GatewaySettings, VariantMetadata, VllmOptions, load_config_file
 from server.sizing import SizingRequest, size_engines
+from server.speculative import parse_speculative, speculative_backends
 
 
 def parse_variant_list(text: str) -> list[tuple[str, str | None]]:
@@ -132,17 +133,30 @@ def registered_files_check(
     Returns:
         ``check(name)``, raising :class:`UserError` with the reason; None when nothing is managed.
     """
-    managed = {spec.name: spec.model_dir for spec in settings.backends if spec.managed}
-    if not managed:
+    specs = {spec.name: spec for spec in settings.backends if spec.managed}
+    if not specs:
         return None
     from registry import open_registry
     from registry.integrity import check_model_files
 
     with open_registry(registry_url) as registry:
-        infos = {name: registry.resolve(name) for name in managed}
+        # A speculative arm is its dense model's files, and its draft's when the draft is registered.
+        infos = {
+            name: registry.resolve(spec.speculative.target if spec.speculative else name)
+            for name, spec in specs.items()
+        }
+        drafts = {
+            name: registry.resolve(spec.speculative.draft)
+            for name, spec in specs.items()
+            if spec.speculative is not None and spec.speculative.draft_variant_id is not None
+        }
 
     def check(name: str) -> None:
-        info, directory = infos[name], managed[name]
+        info, directory = infos[name], specs[name].model_dir
+        if name in drafts:
+            draft = drafts[name]
+            registered = dict(files=draft.checkpoint_files, weights_checksum=draft.checkpoint_sha256)
+            check_model_files(specs[name].speculative.model_dir, draft.qualified_name, **registered)
         if info.is_dense and not directory.startswith((".", "/", "~")):
             return  # a hub id: vLLM fetches the pinned revision itself
         registered = dict(files=info.checkpoint_files, weights_checksum=info.checkpoint_sha256)
@@ -167,6 +181,10 @@ def build_settings(options: dict[str, Any], file_config: dict[str, Any]) -> Gate
         )
     variant_list = parse_variant_list(variants_value)
     backends = resolve_backends(variant_list, pick("registry"), bool(pick("allow_unfit", False)))
+    speculative_value = pick("speculative")
+    if isinstance(speculative_value, list):
+        speculative_value = ",".join(str(item) for item in speculative_value)
+    backends += speculative_backends(parse_speculative(speculative_value), backends, pick("registry"))
     vllm_config = dict(file_config.get("vllm") or {})
     for key in (
         "dtype",
@@ -287,6 +305,14 @@ ReplicasOption = Annotated[
         "NAME=N,... [default: 1]."
     ),
 ]
+SpeculativeOption = Annotated[
+    str | None,
+    typer.Option(
+        help="Speculative arms: NAME=DRAFT[:K],... serves the dense model as NAME with DRAFT (a registry "
+        "variant, alias or checkpoint directory of the same base and vocabulary) as vLLM's draft model, K "
+        "drafted tokens per step (default 5). Greedy output equals dense's; NAME routes like any variant."
+    ),
+]
 ServeJsonOption = Annotated[
     bool,
     typer.Option(
@@ -325,6 +351,7 @@ def serve(
             help="Serve variants (and A/B arms) the quality gate marked fit: false; refused by default.",
         ),
     ] = False,
+    speculative: SpeculativeOption = None,
 ) -> None:
     """Serve variants through vLLM behind one OpenAI-compatible gateway with A/B routing and metrics.
 
@@ -350,6 +377,7 @@ def serve(
         first_port=first_port,
         vllm_args=vllm_arg or [],
         allow_unfit=allow_unfit or None,
+        speculative=speculative,
     )
     settings = build_settings(options, file_config)
     sizing = SizingRequest(

@@ -77,16 +77,29 @@ def serve_gateway(
 
 def served_variants(settings: GatewaySettings) -> list[dict]:
     """What the gateway's lease (:mod:`registry.serving`) says it serves: each managed backend's variant
-    and checkpoint directory, so that ``variants rm --delete-checkpoint`` can refuse to pull it away."""
-    return [
-        {
-            "name": spec.name,
-            "variant_id": spec.metadata.variant_id,
-            "checkpoint_path": local_path(spec.model_dir),
-        }
-        for spec in settings.backends
-        if spec.managed
-    ]
+    and checkpoint directory (a speculative arm's draft too), so that ``variants rm --delete-checkpoint`` can
+    refuse to pull it away."""
+    served = []
+    for spec in settings.backends:
+        if not spec.managed:
+            continue
+        served.append(
+            {
+                "name": spec.name,
+                "variant_id": spec.metadata.variant_id,
+                "checkpoint_path": local_path(spec.model_dir),
+            }
+        )
+        if spec.speculative is not None:  # a draft in use is served too: its checkpoint must stay
+            draft = spec.speculative
+            served.append(
+                {
+                    "name": f"{spec.name}.draft",
+                    "variant_id": draft.draft_variant_id,
+                    "checkpoint_path": local_path(draft.model_dir),
+                }
+            )
+    return served
 
 
 def local_path(model_dir: str) -> str:

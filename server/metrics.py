@@ -6,6 +6,9 @@ dashboards built for vLLM read them the same way. Each app has its own ``Collect
 several gateways (tests) can live in one process. The backends' own vLLM metrics are proxied at
 ``/metrics/backends/{variant}`` (``?replica=I`` for one replica of several).
 
+A speculative arm (``serve --speculative``) also gets vLLM's acceptance counters, read from its engines at
+each scrape of ``/metrics`` and re-exported labelled by served name (``depthprune_gateway_spec_decode_*``).
+
 A variant served by several engines (``serve --replicas``) keeps the per-variant families as they were
 (``backend_up`` is 1 while any replica answers, ``backend_restarts`` counts the restarts of all of them), so
 dashboards and alerts on them stay true; the ``replica_*`` families add a ``replica`` label (0, 1, ...) for
@@ -18,6 +21,7 @@ import re
 from urllib.parse import quote
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily
 
 # vLLM's buckets (vllm/v1/metrics/loggers.py), with finer ones below its smallest.
 TTFT_BUCKETS = (
@@ -178,6 +182,76 @@ def wire_value(text: str) -> str:
     return text if WIRE_SAFE.fullmatch(text) else quote(text, safe=WIRE_PUNCTUATION)
 
 
+SPEC_DECODE_FAMILIES = {
+    # vLLM 0.32's counters (vllm/v1/spec_decode/metrics.py, SpecDecodingProm): ours, under the prefix.
+    "vllm:spec_decode_num_drafts": (
+        "spec_decode_num_drafts",
+        "Speculative steps (drafts) of the arm's engines.",
+    ),
+    "vllm:spec_decode_num_draft_tokens": (
+        "spec_decode_num_draft_tokens",
+        "Tokens the draft model proposed for the arm (K per draft).",
+    ),
+    "vllm:spec_decode_num_accepted_tokens": (
+        "spec_decode_num_accepted_tokens",
+        "Drafted tokens the dense model accepted: acceptance rate = accepted / draft tokens, mean accepted "
+        "length = 1 + accepted / drafts.",
+    ),
+}
+"""vLLM's speculative-decoding counters re-exported per speculative arm: vLLM name -> (our name, help)."""
+SPEC_DECODE_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"
+
+
+def spec_decode_counts(exposition: str) -> dict[str, float]:
+    """Totals of vLLM's speculative-decoding counters in one ``/metrics`` text (summed over engines).
+
+    Returns:
+        ``{vLLM family name: total}`` for :data:`SPEC_DECODE_FAMILIES`, and ``"<per pos family>:<position>"``
+        for the accepted tokens per draft position; empty for an engine without speculative decoding.
+    """
+    from prometheus_client.parser import text_string_to_metric_families
+
+    counts: dict[str, float] = {}
+    for family in text_string_to_metric_families(exposition):
+        if family.name not in SPEC_DECODE_FAMILIES and family.name != SPEC_DECODE_PER_POSITION:
+            continue
+        for sample in family.samples:
+            if not sample.name.endswith("_total"):
+                continue
+            key = family.name
+            if family.name == SPEC_DECODE_PER_POSITION:
+                key = f"{family.name}:{sample.labels.get('position', '')}"
+            counts[key] = counts.get(key, 0.0) + sample.value
+    return counts
+
+
+class SpecDecodeCollector:
+    """The speculative arms' acceptance counters, as last read from their engines (at each scrape)."""
+
+    def __init__(self):
+        self.counts: dict[str, dict[str, float]] = {}
+        """``served name -> spec_decode_counts()`` summed over the arm's replicas."""
+
+    def collect(self):
+        """Prometheus collector protocol: one counter family per vLLM counter, labelled by variant."""
+        for vllm_name, (name, documentation) in SPEC_DECODE_FAMILIES.items():
+            family = CounterMetricFamily(PREFIX + name, documentation, labels=["variant"])
+            for variant, counts in sorted(self.counts.items()):
+                family.add_metric([wire_value(variant)], counts.get(vllm_name, 0.0))
+            yield family
+        family = CounterMetricFamily(
+            PREFIX + "spec_decode_num_accepted_tokens_per_pos",
+            "Drafted tokens accepted at each draft position (0 = first drafted token).",
+            labels=["variant", "position"],
+        )
+        prefix = SPEC_DECODE_PER_POSITION + ":"
+        for variant, counts in sorted(self.counts.items()):
+            for key, value in sorted(counts.items()):
+                if key.startswith(prefix):
+                    family.add_metric([wire_value(variant), key[len(prefix) :]], value)
+        yield family
+
+
 class GatewayMetrics:
     """The gateway's metric families in their own registry (one attribute per entry of :data:`FAMILIES`)."""
 
@@ -202,6 +276,8 @@ class GatewayMetrics:
             extra = {"buckets": buckets} if buckets is not None else {}
             family = kind(PREFIX + name, documentation, labels, registry=self.registry, **extra)
             setattr(self, attribute, family)
+        self.spec_decode = SpecDecodeCollector()
+        self.registry.register(self.spec_decode)
 
     def forget(self, experiment: str, arms: set[str] | None = None) -> None:
         """Remove the series of an experiment's ``arms`` (of the whole experiment when None): a deleted

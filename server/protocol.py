@@ -229,6 +229,8 @@ class ModelCard(BaseModel):
     variant_id: int | None = None
     aliases: list[str] = Field(default_factory=list)
     arms: list[dict[str, Any]] | None = None
+    speculative: dict[str, Any] | None = None
+    """A speculative arm's draft, K and dense target (``serve --speculative``); absent otherwise."""
 
 
 class ModelList(BaseModel):

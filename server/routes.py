@@ -113,6 +113,7 @@ def model_cards(state) -> list[ModelCard]:
                 search=meta.search,
                 variant_id=meta.variant_id,
                 aliases=meta.aliases,
+                speculative=meta.speculative,
             )
         )
     experiments = state.router.experiments if state.router.experiments_pending is None else {}
@@ -187,7 +188,37 @@ async def metrics(request: Request) -> Response:
         require_api_key(request)
     for name, variant in state.pool.variants.items():
         state.metrics.backend_up.labels(name).set(1 if variant.up else 0)
+    await read_spec_decode_counts(state)
     return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+async def read_spec_decode_counts(state) -> None:
+    """Read vLLM's acceptance counters of every speculative arm's engines into the gateway's metrics.
+
+    An engine that does not answer keeps the arm's last reading (counters must not go back to 0).
+    """
+    import asyncio
+
+    from server.metrics import spec_decode_counts
+
+    async def read(backend) -> dict[str, float] | None:
+        try:
+            upstream = await state.pool.client.get(f"{backend.url}/metrics", timeout=5)
+            return spec_decode_counts(upstream.text) if upstream.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+
+    for name, variant in state.pool.variants.items():
+        if variant.spec.speculative is None:
+            continue
+        readings = await asyncio.gather(*(read(backend) for backend in variant.replicas))
+        if any(reading is None for reading in readings):
+            continue
+        totals: dict[str, float] = {}
+        for reading in readings:
+            for key, value in reading.items():
+                totals[key] = totals.get(key, 0.0) + value
+        state.metrics.spec_decode.counts[name] = totals
 
 
 @router.get("/metrics/backends/{variant}")

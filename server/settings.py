@@ -39,6 +39,8 @@ class VariantMetadata:
     """True for the unpruned base model."""
     search: str | None = None
     """Search algorithm that found the removed set."""
+    speculative: dict | None = None
+    """For a speculative arm: its draft and K (:meth:`SpeculativeDraft.card`); None otherwise."""
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,42 @@ class EnginePlacement:
     """Cards of the engine (its ``CUDA_VISIBLE_DEVICES``), ``tensor_parallel_size`` of them."""
     gpu_memory_utilization: float
     """The engine's share of each of its cards; the shares of all engines on a card sum below 1."""
+
+
+@dataclass(frozen=True)
+class SpeculativeDraft:
+    """The draft model of a speculative arm (``serve --speculative NAME=DRAFT[:K]``)."""
+
+    model_dir: str
+    """The draft's checkpoint directory (vLLM ``speculative_config["model"]``)."""
+    num_speculative_tokens: int
+    """K, tokens drafted per step (vLLM ``speculative_config["num_speculative_tokens"]``)."""
+    draft: str = ""
+    """The draft as given: a registry name, alias or directory."""
+    draft_variant_id: int | None = None
+    """The draft's registry id, when it came from the registry."""
+    target: str = "dense"
+    """Registry name of the dense model that verifies the drafts."""
+
+    def __post_init__(self):
+        if self.num_speculative_tokens < 1:
+            raise UserError(f"num_speculative_tokens must be at least 1, got {self.num_speculative_tokens}")
+
+    def vllm_config(self) -> dict:
+        """vLLM's ``--speculative-config`` (field names of ``vllm.config.speculative.SpeculativeConfig``)."""
+        return {
+            "method": "draft_model",
+            "model": self.model_dir,
+            "num_speculative_tokens": self.num_speculative_tokens,
+        }
+
+    def card(self) -> dict:
+        """What ``/v1/models`` says about it."""
+        return {
+            "draft": self.draft,
+            "num_speculative_tokens": self.num_speculative_tokens,
+            "target": self.target,
+        }
 
 
 @dataclass
@@ -71,6 +109,8 @@ class BackendSpec:
     placements: tuple[EnginePlacement, ...] = ()
     """Cards and memory share of each replica's engine, from the memory plan (one per replica); empty: the
     pool's default share and whatever cards the processes see."""
+    speculative: SpeculativeDraft | None = None
+    """A speculative arm's draft model; None for a plain variant."""
 
     def __post_init__(self):
         if not self.name or "/" in self.name or " " in self.name:
@@ -263,6 +303,7 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         "registry",
         "experiments_poll_s",
         "allow_unfit",
+        "speculative",
     }
     unknown = sorted(set(data) - known)
     if unknown:

@@ -9,6 +9,8 @@ that hold no other replica of it (``replicas x tensor_parallel`` cards per varia
 each replica gets its own cards as ``CUDA_VISIBLE_DEVICES`` and its own share. ``serve --dry-run`` prints
 that plan; a GPU run applies it and refuses with the plan's advice when the engines do not fit. The CPU build
 sizes its KV cache in GiB instead (``--kv-cache-gib``): there the replicas are only started, not placed.
+A speculative arm's engine (``--speculative``) holds its draft model too: its weights, activations and KV
+cache count in that engine's need.
 """
 
 from __future__ import annotations
@@ -90,7 +92,8 @@ def size_engines(settings: GatewaySettings, request: SizingRequest, gpu_build: b
     engines = []
     for spec in managed:
         config = read_model_config(spec.model_dir)
-        engines += [(spec.name, config, tensor_parallel[spec.name])] * spec.replicas
+        draft = read_model_config(spec.speculative.model_dir) if spec.speculative is not None else None
+        engines += [(spec.name, config, tensor_parallel[spec.name], draft)] * spec.replicas
     dtype = settings.vllm.dtype if settings.vllm.dtype in ("float32", "bfloat16", "float16") else "bfloat16"
     devices = plan_devices("cuda" if planning else "auto", request.gpus, request.gpu_memory_gib)
     plan = plan_serve(engines, dtype, devices, settings.vllm.max_model_len)

@@ -361,15 +361,15 @@ def plan_study(
     return with_advice(build, devices, "device_map")
 
 
-def _largest_fitting_len(engines, dtype: str, devices: Devices, native: int) -> int:
+def _largest_fitting_len(engines, dtype: str, devices: Devices, native: int, drafts=None) -> int:
     """Longest power-of-two context (at most ``native``) at which every engine fits its card."""
     length = 1 << (max(native, MIN_MAX_MODEL_LEN).bit_length() - 1)
-    while length > MIN_MAX_MODEL_LEN and _place(engines, dtype, devices, length)[1] > 1:
+    while length > MIN_MAX_MODEL_LEN and _place(engines, dtype, devices, length, drafts)[1] > 1:
         length //= 2
     return max(min(length, native), MIN_MAX_MODEL_LEN)
 
 
-def _place(engines, dtype: str, devices: Devices, max_model_len: int):
+def _place(engines, dtype: str, devices: Devices, max_model_len: int, drafts=None):
     """Engines (name, replica, shape, tensor_parallel) on GPUs, largest need first, each on the least loaded
     cards that hold no other replica of its variant (a second engine on the same card would compete for its
     compute and halve its KV pool, adding nothing vLLM's own batching does not).
@@ -381,8 +381,20 @@ def _place(engines, dtype: str, devices: Devices, max_model_len: int):
     loads = [0] * devices.count
     holding: dict[str, set[int]] = {}  # cards that already run a replica of each variant
     placed, unplaced = [], []
+    drafts = drafts or {}
     needs = [
-        (name, replica, shape, tp, sum(i.bytes for i in engine_need(shape, dtype, max_model_len, tp)))
+        (
+            name,
+            replica,
+            shape,
+            tp,
+            sum(i.bytes for i in engine_need(shape, dtype, max_model_len, tp))
+            + (
+                sum(i.bytes for i in engine_need(drafts[name], dtype, max_model_len, tp))
+                if name in drafts
+                else 0
+            ),
+        )
         for name, replica, shape, tp in engines
     ]
     for name, replica, shape, tp, need in sorted(needs, key=lambda item: -item[4]):
@@ -430,20 +442,25 @@ def plan_serve(
 
     Args:
         engines: (variant name, its config.json, tensor_parallel_size) per engine; a name given k times is
-            k replicas of that variant, numbered 0..k-1 in order, placed on cards of their own.
+            k replicas of that variant, numbered 0..k-1 in order, placed on cards of their own. A fourth
+            item, the config.json of a speculative draft model, adds the draft's weights, activations and KV
+            cache to that engine (vLLM runs the draft inside the target's engine, in its memory share).
         max_model_len: context of every engine; None lets the planner choose the longest that fits.
     """
     seen: dict[str, int] = {}
     shaped = []
-    for name, config, tp in engines:
+    drafts: dict[str, ModelShape] = {}
+    for name, config, tp, *draft in engines:
         seen[name] = seen.get(name, -1) + 1
         shaped.append((name, seen[name], model_shape(config), tp))
+        if draft and draft[0]:
+            drafts[name] = model_shape(draft[0])
     native = min(shape.max_position_embeddings for _, _, shape, _ in shaped)
     several = {name for name, count in seen.items() if count > 0}
 
     def build(on: Devices) -> MemoryPlan:
-        length = max_model_len or _largest_fitting_len(shaped, dtype, on, native)
-        placed, _, loads, unplaced = _place(shaped, dtype, on, length)
+        length = max_model_len or _largest_fitting_len(shaped, dtype, on, native, drafts)
+        placed, _, loads, unplaced = _place(shaped, dtype, on, length, drafts)
         chosen = [
             {
                 "variant": name,
@@ -460,7 +477,7 @@ def plan_serve(
                 Item(
                     f"{name}{f' replica {replica}' if name in several else ''} engine (tensor parallel {tp})",
                     need,
-                    note=f"context {length} tokens",
+                    note=f"context {length} tokens" + (", with its draft model" if name in drafts else ""),
                 )
                 for name, replica, _, tp, need, cards in placed
                 if card in cards
