@@ -107,7 +107,7 @@ class Bracket:
                 return None, f"missed the SLO at {min(self.failed):.3g} req/s, the lowest rate tried"
             return max(rate, self.floor), None
         top = min(high if high is not None else math.inf, self.ceiling)
-        if top / low <= 1 + self.resolution:
+        if top / low <= (1 + self.resolution) * (1 + 1e-9):  # x1.1 in floats can exceed 1.1
             if high is None or self.ceiling < high:
                 return None, f"client-bound: could not send {self.ceiling:.3g} req/s"
             return None, f"bracketed within {self.resolution:.0%}"

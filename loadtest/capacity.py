@@ -5,8 +5,20 @@ Each arm (dense, its A/A arm, each variant) has its own rate search (:class:`loa
 the arms take their steps **interleaved**: step ``k`` runs every arm whose search is still open once, at its
 own next rate, in row ``k`` of the balanced order the saturation test uses (:mod:`loadtest.order`), with the
 same pause and settling requests between engines (:func:`loadtest.runner.run_round`). Each step is open
-loop: Poisson arrivals (``--burstiness`` shapes them) at the requested rate, ``rate x step_seconds``
-requests (at least ``min_step_requests``, at most ``--num-prompts``), fresh prompts tagged per arm.
+loop: Poisson arrivals (``--burstiness`` shapes them) at the requested rate, fresh prompts tagged per arm.
+
+**Requests per step: enough for the percentile the SLO names.** A step's p99 over 16 requests is its slowest
+request, so one stalled request decides the step. A step sends at least ``tail_requests / (1 - p/100)``
+requests for the highest percentile ``p`` of the SLO (5 requests at or above it: 50 for p90, 100 for p95,
+500 for p99), and at least ``rate x step_seconds``, at most ``--num-prompts``; when ``--num-prompts`` caps a
+step below what its percentile needs, the result says so (``percentile_support``).
+
+**Where the search starts: a saturation probe.** Before the first replicate every arm gets one burst of
+``probe_requests`` requests at once (interleaved like a step); its request throughput bounds what any
+latency objective can allow, and the arm's search starts at ``start_fraction`` (half) of it. Starting from
+one request stream's rate instead spent most of a 900-second budget expanding upwards through long
+low-rate steps. The lowest rate tried stays a quarter of one stream's rate (1 / warm-up latency), where
+requests barely overlap: a miss there is capacity 0 at this SLO.
 
 A step records the requested and the achieved rate (requests sent / seconds from the schedule's start to
 the last send) and the arrival lag (send time - due time, p50/p99/max). When the achieved rate falls more
@@ -16,11 +28,13 @@ not count, and the search does not go at or above that rate.
 **Replicates.** The whole search runs again, ``max_replicates`` times or until ``--time-budget`` would be
 overrun: each replicate is an independent repetition with new prompts and arrival times, started near the
 previous replicate's capacity (dithered by up to half the resolution, so replicates do not land on one grid)
-with a finer step. Replicate ``r`` gives every arm a capacity and every arm a paired ratio to the baseline
+with a step of ``1 + resolution``, so a later replicate usually ends in two or three steps. Replicate ``r``
+gives every arm a capacity and every arm a paired ratio to the baseline
 (the arms were measured interleaved, step by step, so slow drift of the machine hits all arms alike);
 :mod:`loadtest.capacity_stats` turns the replicates into intervals. A replicate is not started when three
 steps at the last capacities would overrun the budget, and no step is started that would: a replicate cut
-that way is kept in the JSON, marked incomplete, and not counted.
+that way is kept in the JSON, marked incomplete, and not counted. Every arm steps in every replicate until
+its own search is over, and only complete replicates count, so every arm has the same number of replicates.
 """
 
 from __future__ import annotations
@@ -50,17 +64,26 @@ class CapacityConfig:
     slo: Slo
     """The objectives every counted step is judged by."""
     start_rate: float | None = None
-    """First rate of the first replicate, req/s; None = one request stream's rate (1 / warm-up E2E)."""
-    factor: float = 2.0
-    """Expansion step of the first replicate (later ones step by ``1 + 2 x resolution``)."""
+    """First rate of the first replicate, req/s, every arm; None = ``start_fraction`` of each arm's probe."""
+    start_fraction: float = 0.5
+    """The first replicate starts at this fraction of the arm's saturation throughput (the probe)."""
+    probe_requests: int = 32
+    """Requests of the saturation probe's burst, per arm (at most ``--num-prompts``)."""
+    factor: float | None = None
+    """Expansion step of the first replicate (later ones step by ``1 + resolution``); None = ``(1 +
+    resolution) ** 4`` (1.46): from a bracket one factor wide, two bisections reach the resolution, so a
+    first replicate that starts within a factor of its capacity ends in about four steps (a factor of 2
+    needs three bisections)."""
     resolution: float = 0.1
     """A replicate's search ends when its bracket is this tight (high / low <= 1 + resolution)."""
     floor_fraction: float = 0.25
-    """The lowest rate tried is this fraction of the start rate; a miss there is capacity 0 at this SLO."""
+    """The lowest rate tried is this fraction of one request stream's rate; a miss there is capacity 0."""
     step_seconds: float = 10.0
-    """A step sends ``rate x step_seconds`` requests, within ``[min_step_requests, --num-prompts]``."""
+    """A step sends at least ``rate x step_seconds`` requests (see :func:`step_requests`)."""
     min_step_requests: int = 16
-    """Fewest requests per step (a p99 of fewer is the maximum)."""
+    """Fewest requests per step, whatever the percentile."""
+    tail_requests: int = 5
+    """A step has at least this many requests at or above the SLO's highest percentile."""
     max_replicates: int = 4
     """Most replicates of the whole search (the time budget may end it sooner)."""
     client_shortfall: float = 0.10
@@ -69,6 +92,8 @@ class CapacityConfig:
     """Most steps of one arm in one replicate."""
 
     def __post_init__(self):
+        if self.factor is None:
+            self.factor = (1 + self.resolution) ** 4
         if self.start_rate is not None and not (0 < self.start_rate < math.inf):
             raise UserError(f"--slo-start-rate must be a positive number of req/s, got {self.start_rate}")
         if not 1 <= self.max_replicates <= 50:
@@ -81,10 +106,18 @@ class CapacityConfig:
             )
         if self.min_step_requests < 1 or not 0 < self.client_shortfall < 1:
             raise UserError("the capacity search needs at least 1 request per step and a shortfall in (0, 1)")
+        if self.tail_requests < 1 or self.probe_requests < 1 or not 0 < self.start_fraction <= 1:
+            raise UserError("the capacity search needs tail and probe requests >= 1, a start in (0, 1]")
 
     def percentiles(self) -> tuple[float, ...]:
         """The percentiles each step records."""
         return tuple(sorted(set(STEP_PERCENTILES) | set(self.slo.percentiles)))
+
+    def percentile_requests(self) -> int:
+        """Requests a step needs so that ``tail_requests`` of them lie at or above the SLO's highest
+        percentile: ``tail_requests / (1 - p/100)`` (50 for p90, 500 for p99)."""
+        top = max(self.slo.percentiles)
+        return math.ceil(self.tail_requests / (1 - top / 100) - 1e-9)
 
 
 @dataclass
@@ -107,8 +140,12 @@ class CapacitySearch:
 
     config: CapacityConfig
     """The search settings."""
-    first_rate: float
-    """The first replicate's start rate."""
+    stream_rate: float
+    """One request stream's rate (1 / the baseline's warm-up latency): the floor is a fraction of it."""
+    start_rates: dict[str, float] = field(default_factory=dict)
+    """``arm -> first rate of the first replicate`` (from the probe, or ``start_rate``)."""
+    probe: dict[str, dict] = field(default_factory=dict)
+    """``arm -> {requests, completed, duration_s, throughput_rps}`` of the saturation probe."""
     replicates: list[Replicate] = field(default_factory=list)
     """In the order they ran."""
     stop_reason: str = ""
@@ -167,9 +204,12 @@ def step_record(run: RunResult, arm: str, capacity: CapacityConfig, output_len: 
 
 
 def step_requests(rate: float, capacity: CapacityConfig, num_prompts: int) -> int:
-    """Requests of a step at ``rate``: ``rate x step_seconds`` within ``[min_step_requests, num_prompts]``."""
-    wanted = math.ceil(rate * capacity.step_seconds)
-    return max(min(wanted, num_prompts), min(capacity.min_step_requests, num_prompts))
+    """Requests of a step at ``rate``: the most of ``rate x step_seconds``, ``min_step_requests`` and what the
+    SLO's percentile needs (:meth:`CapacityConfig.percentile_requests`), at most ``num_prompts``."""
+    wanted = max(
+        math.ceil(rate * capacity.step_seconds), capacity.min_step_requests, capacity.percentile_requests()
+    )
+    return min(wanted, num_prompts)
 
 
 def latency_bound_s(slo: Slo, output_len: int) -> float | None:
@@ -184,17 +224,46 @@ def latency_bound_s(slo: Slo, output_len: int) -> float | None:
 
 
 def new_bracket(search: CapacitySearch, previous: Replicate | None, arm_index: int, arm: str, seed: int):
-    """The search of ``arm`` in a new replicate: from the first rate, or dithered near its last capacity."""
+    """The search of ``arm`` in a new replicate: from its start rate, or dithered near its last capacity."""
     capacity = search.config
-    floor = search.first_rate * capacity.floor_fraction
+    floor = search.stream_rate * capacity.floor_fraction
     if previous is None:
-        return Bracket(search.first_rate, floor, capacity.factor, capacity.resolution, capacity.max_steps)
+        start = max(floor, search.start_rates.get(arm, search.stream_rate))
+        return Bracket(start, floor, capacity.factor, capacity.resolution, capacity.max_steps)
     last = previous.brackets[arm]
     center = last.capacity if last.capacity > 0 else floor
     dither = np.random.default_rng([seed, previous.index + 1, arm_index]).uniform(-0.5, 0.5)
     start = max(floor, center * (1 + capacity.resolution) ** dither)
-    finer = 1 + 2 * capacity.resolution
-    return Bracket(start, floor, finer, capacity.resolution, capacity.max_steps)
+    return Bracket(start, floor, 1 + capacity.resolution, capacity.resolution, capacity.max_steps)
+
+
+async def probe_saturation(client, runner: StepRunner, search: CapacitySearch) -> None:
+    """One burst of ``probe_requests`` per arm, all at once, interleaved like a step: each arm's saturation
+    throughput, and its first rate (``start_fraction`` of it); fills ``search.probe`` and ``start_rates``."""
+    capacity, config = search.config, runner.benchmark.config
+    arms = list(runner.benchmark.targets)
+    wanted = min(capacity.probe_requests, config.num_prompts)
+    prompts = runner.prompts_of_step(-1, 0)
+    runs = await run_round(
+        client,
+        runner.benchmark.targets,
+        {arm: list(prompts[arm][:wanted]) for arm in arms},
+        config,
+        0,
+        rate={arm: math.inf for arm in arms},
+        model_names=runner.benchmark.model_names,
+    )
+    for run in runs:
+        completed = sum(1 for request in run.requests if request.success)
+        throughput = completed / run.duration_s if run.duration_s > 0 else 0.0
+        search.probe[run.model] = {
+            "requests": len(run.requests),
+            "completed": completed,
+            "duration_s": run.duration_s,
+            "throughput_rps": throughput,
+        }
+        # A probe that failed outright says nothing about the rate: start at one stream's rate.
+        search.start_rates[run.model] = capacity.start_fraction * throughput or search.stream_rate
 
 
 class StepClock:
@@ -232,6 +301,10 @@ async def search_capacity(benchmark, prompts_of_step: StepPrompts, search: Capac
     runner = StepRunner(benchmark, prompts_of_step, capacity, deadline)
     bar = benchmark.progress("capacity replicates", capacity.max_replicates) if benchmark.progress else None
     async with make_client(config, benchmark.api_key) as client:
+        if capacity.start_rate is not None:
+            search.start_rates = dict.fromkeys(arms, capacity.start_rate)
+        elif not search.start_rates:
+            await probe_saturation(client, runner, search)
         for index in range(capacity.max_replicates):
             previous = search.replicates[-1] if search.replicates else None
             if previous is not None and not runner.has_time_for(previous):

@@ -54,6 +54,15 @@ def capacity_markdown(result: dict) -> str:
         f"({capacity['method']}; resolution {capacity['resolution']:.0%}): {capacity['stop_reason']}. "
         f"{len(steps)} steps, {not_counted} not counted (the client fell > 10 % behind its schedule).",
     )
+    if capacity.get("probe"):
+        probe = ", ".join(f"{arm} {entry['throughput_rps']:.3g}" for arm, entry in capacity["probe"].items())
+        notes.insert(
+            1,
+            f"- Saturation probe (req/s, one burst per arm): {probe}; each search started at "
+            f"{_fraction_text(capacity)} of its arm's.",
+        )
+    if capacity.get("percentile_support"):
+        notes.append(f"- Too few requests per step for the percentile: {capacity['percentile_support']}.")
     aa = capacity.get("aa")
     if aa and not aa["holds_1"]:
         notes.append(
@@ -61,6 +70,16 @@ def capacity_markdown(result: dict) -> str:
             "itself is biased (order, caching, warm-up); read the ratios with care."
         )
     return "\n".join([*lines, "", *notes]) + "\n"
+
+
+def _fraction_text(capacity: dict) -> str:
+    """``0.5`` of the probe, as the first rates say (the same fraction for every arm)."""
+    fractions = {
+        round(capacity["start_rates"][arm] / entry["throughput_rps"], 2)
+        for arm, entry in capacity["probe"].items()
+        if entry["throughput_rps"] and arm in capacity.get("start_rates", {})
+    }
+    return " / ".join(f"{fraction:g}" for fraction in sorted(fractions)) or "?"
 
 
 def _arm_notes(arm: str, entry: dict, capacity: dict) -> list[str]:
@@ -101,11 +120,13 @@ def write_capacity_plots(result: dict, directory: Path) -> list[Path]:
 
     figure, axes = plt.subplots(1, len(FAMILIES), figsize=(4.2 * len(FAMILIES), 4))
     for axis, (family, title) in zip(axes, FAMILIES):
+        top = _plotted_percentile(targets, SLO_FAMILY[family])
         for arm in arms:
             mine = sorted((s for s in steps if s["arm"] == arm), key=lambda s: s["requested_rps"])
             rates = [s["requested_rps"] for s in mine]
             colour = colours[arm]
-            axis.plot(rates, [s[f"p99_{family}_ms"] for s in mine], "o-", color=colour, label=f"{arm} p99")
+            tail = [s[f"p{top}_{family}_ms"] for s in mine]
+            axis.plot(rates, tail, "o-", color=colour, label=f"{arm} p{top}")
             axis.plot(rates, [s[f"p50_{family}_ms"] for s in mine], ".--", color=colour, alpha=0.6)
             if capacity["arms"][arm]["capacity_rps"]:
                 axis.axvline(capacity["arms"][arm]["capacity_rps"], color=colours[arm], linestyle=":")
@@ -114,7 +135,7 @@ def write_capacity_plots(result: dict, directory: Path) -> list[Path]:
                 axis.axhline(target, color="red", linestyle="--", label=f"SLO {name} {target:g}")
         axis.set_xscale("log")
         axis.set_xlabel("offered rate (req/s)")
-        axis.set_title(f"{title} (ms): p99 solid, p50 dashed")
+        axis.set_title(f"{title} (ms): p{top} solid, p50 dashed")
     axes[0].legend(fontsize="small")
     figure.tight_layout()
     latency = directory / "capacity_latency.png"
@@ -142,6 +163,14 @@ def write_capacity_plots(result: dict, directory: Path) -> list[Path]:
     figure.savefig(frontier_path, dpi=100)
     plt.close(figure)
     return [latency, frontier_path]
+
+
+def _plotted_percentile(targets: dict[str, float], family: str) -> str:
+    """The percentile the SLO bounds for ``family`` (``90`` for ``tpot_p90_ms``), else ``99``."""
+    for name in targets:
+        if name.startswith(family + "_p"):
+            return name[len(family) + 2 : -len("_ms")]
+    return "99"
 
 
 def pareto_frontier(points: list[tuple[float, float]]) -> list[tuple[float, float]]:

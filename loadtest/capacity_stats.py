@@ -167,7 +167,11 @@ def capacity_section(
         "slo_text": config.slo.describe(),
         "method": "repeated bracketing: " + REPEAT_METHOD,
         "resolution": config.resolution,
-        "first_rate": search.first_rate,
+        "stream_rate": search.stream_rate,
+        "start_rates": search.start_rates,
+        "probe": search.probe,
+        "step_requests_for_percentile": config.percentile_requests(),
+        "percentile_support": percentile_support(search),
         "replicates": len(complete),
         "replicates_run": len(search.replicates),
         "first_replicate_incomplete": not complete and bool(search.replicates),
@@ -183,6 +187,22 @@ def capacity_section(
             "holds_1": ratio_verdict(aa) == "no measurable change",
         }
     return section
+
+
+def percentile_support(search: CapacitySearch) -> str | None:
+    """A warning when ``--num-prompts`` capped counted steps below the requests the SLO's percentile needs
+    (:meth:`loadtest.capacity.CapacityConfig.percentile_requests`), else None."""
+    needed = search.config.percentile_requests()
+    steps = [step for replicate in search.replicates for step in replicate.steps if step["counted"]]
+    fewest = min((step["requests"] for step in steps), default=needed)
+    if fewest >= needed:
+        return None
+    top = max(search.config.slo.percentiles)
+    above = fewest * (1 - top / 100)
+    return (
+        f"p{top:g} needs {needed} requests per step for {search.config.tail_requests} at or above it; "
+        f"steps had as few as {fewest} (--num-prompts): about {above:.1f} requests decided a step's p{top:g}"
+    )
 
 
 def _marked(replicate: Replicate) -> list[dict]:

@@ -219,7 +219,8 @@ SloReplicatesOption = Annotated[
     int, typer.Option(help="With --slo: most repeats of the whole rate search (intervals come from them).")
 ]
 SloStartOption = Annotated[
-    float | None, typer.Option(help="With --slo: first rate tried (default: one request stream's rate).")
+    float | None,
+    typer.Option(help="With --slo: first rate tried (default: half each arm's throughput in a short burst)."),
 ]
 ArmGapOption = Annotated[
     float,

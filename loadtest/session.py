@@ -326,8 +326,7 @@ def measure_capacity(
     :data:`REPORT_RESERVE_S` for the report.
     """
     capacity = plan.capacity
-    first_rate = capacity.start_rate or _single_stream_rate(warm.get(plan.baseline, []), plan.config)
-    search = CapacitySearch(capacity, first_rate)
+    search = CapacitySearch(capacity, _single_stream_rate(warm.get(plan.baseline, []), plan.config))
     reserve = min(REPORT_RESERVE_S, plan.config.time_budget_s / 10)
     deadline = started + plan.config.time_budget_s - reserve
 

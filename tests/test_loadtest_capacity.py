@@ -20,11 +20,12 @@ from loadtest.capacity import (
     CapacitySearch,
     Replicate,
     latency_bound_s,
+    new_bracket,
     step_record,
     step_requests,
 )
 from loadtest.capacity_report import capacity_markdown, pareto_frontier, write_capacity_plots
-from loadtest.capacity_stats import capacity_section, log_t_estimate
+from loadtest.capacity_stats import capacity_section, log_t_estimate, percentile_support
 from loadtest.client import RequestResult
 from loadtest.compare import BlockCounts
 from loadtest.runner import RunResult
@@ -110,12 +111,61 @@ def test_noise_above_a_miss_does_not_raise_the_capacity():
     assert bracket.high == 4.0 and bracket.low == 3.36
 
 
+def test_the_default_expansion_reaches_the_resolution_in_two_bisections():
+    capacity = CapacityConfig(parse_slo("ttft_p90_ms=500"), resolution=0.1)
+    assert capacity.factor == pytest.approx(1.1**4)
+    for threshold in (2.3, 2.9, 1.7, 1.5):  # the first step passes, or misses and the next one passes
+        bracket = Bracket(start=2.0, floor=0.1, factor=capacity.factor, resolution=0.1)
+        assert len(search_with_threshold(bracket, threshold)) == 4, threshold
+        assert bracket.low < threshold <= bracket.high and bracket.high / bracket.low <= 1.1 + 1e-9
+
+
+def test_a_later_replicate_that_lands_on_the_threshold_ends_in_two_steps():
+    bracket = Bracket(start=2.0, floor=0.5, factor=1.1, resolution=0.1)
+    assert search_with_threshold(bracket, threshold=2.1) == [2.0, 2.2]  # 2.2 / 2.0 is 1.1000000000000003
+    assert bracket.stop_reason() == "bracketed within 10%"
+
+
+def test_steps_hold_enough_requests_for_the_percentile_the_slo_names():
+    p90 = CapacityConfig(parse_slo("ttft_p90_ms=500,tpot_p90_ms=50"), step_seconds=10, min_step_requests=16)
+    assert p90.percentile_requests() == 50  # 5 requests at or above the p90
+    assert step_requests(0.5, p90, 200) == 50 and step_requests(3.0, p90, 200) == 50
+    assert step_requests(12.0, p90, 200) == 120 and step_requests(50.0, p90, 200) == 200
+    assert CapacityConfig(parse_slo("ttft_p95_ms=5")).percentile_requests() == 100
+    assert CapacityConfig(parse_slo("ttft_p50_ms=5")).percentile_requests() == 10
+    p99 = CapacityConfig(parse_slo("ttft_p90_ms=500,tpot_p99_ms=50"))
+    assert p99.percentile_requests() == 500 and step_requests(0.5, p99, 64) == 64
+    search = CapacitySearch(p99, stream_rate=1.0)
+    search.replicates.append(Replicate(0, {}, steps=[{"counted": True, "requests": 64}]))
+    assert "p99 needs 500 requests" in percentile_support(
+        search
+    ) and "about 0.6 requests" in percentile_support(search)
+    search.replicates[0].steps = [{"counted": True, "requests": 500}, {"counted": False, "requests": 16}]
+    assert percentile_support(search) is None
+
+
+def test_the_first_replicate_starts_from_the_probe_and_later_ones_near_the_last_capacity():
+    capacity = CapacityConfig(parse_slo("ttft_p90_ms=500"), resolution=0.1)
+    search = CapacitySearch(capacity, stream_rate=0.8, start_rates={"dense": 5.0, "v": 0.1})
+    first = {arm: new_bracket(search, None, i, arm, seed=0) for i, arm in enumerate(("dense", "v"))}
+    assert first["dense"].start == 5.0 and first["dense"].factor == pytest.approx(1.1**4)
+    assert first["dense"].floor == 0.2
+    assert first["v"].start == 0.2, "never below the floor, a quarter of one stream's rate"
+    search_with_threshold(first["dense"], threshold=7.0)
+    later = new_bracket(search, Replicate(0, first), 0, "dense", seed=0)
+    assert (
+        later.factor == pytest.approx(1.1)
+        and abs(math.log(later.start / first["dense"].capacity)) <= math.log(1.1) / 2 + 1e-9
+    )
+
+
 def test_step_sizes_and_time_limits():
     capacity = CapacityConfig(
-        parse_slo("ttft_p99_ms=500,tpot_p99_ms=50"), step_seconds=10, min_step_requests=16
+        parse_slo("ttft_p50_ms=500,tpot_p50_ms=50"), step_seconds=10, min_step_requests=16
     )
     assert step_requests(0.5, capacity, 64) == 16 and step_requests(3.0, capacity, 64) == 30
     assert step_requests(50.0, capacity, 64) == 64 and step_requests(1.0, capacity, 8) == 8
+    capacity = CapacityConfig(parse_slo("ttft_p99_ms=500,tpot_p99_ms=50"))
     assert latency_bound_s(capacity.slo, output_len=64) == pytest.approx(0.5 + 0.05 * 64)
     assert latency_bound_s(parse_slo("e2e_p99_ms=900,ttft_p99_ms=1"), 64) == pytest.approx(0.9)
     assert latency_bound_s(parse_slo("ttft_p99_ms=100"), 64) is None
@@ -172,7 +222,7 @@ def test_log_t_interval_matches_scipy_and_never_beats_the_resolution():
 
 def section_of(thresholds: dict[str, list[float]], aa_arm: str | None = "dense (A/A)") -> dict:
     capacity = CapacityConfig(parse_slo("ttft_p99_ms=100"))
-    search = CapacitySearch(capacity, first_rate=1.0)
+    search = CapacitySearch(capacity, stream_rate=1.0)
     for index in range(len(next(iter(thresholds.values())))):
         brackets = {arm: finished(1.0 + 0.05 * index, values[index]) for arm, values in thresholds.items()}
         search.replicates.append(Replicate(index, brackets))
@@ -262,16 +312,24 @@ def test_capacity_end_to_end_with_the_aa_arm(queueing_server, tmp_path):
         low, high = capacity["arms"][arm]["capacity_ratio_ci95"]
         assert low <= capacity["arms"][arm]["capacity_ratio"] <= high
     assert "holds_1" in capacity["aa"]
+    assert set(capacity["probe"]) == set(capacity["arms"]) and capacity["step_requests_for_percentile"] == 500
+    assert "p99 needs 500 requests" in capacity["percentile_support"]
     steps = capacity["steps"]
+    for arm, probe in capacity["probe"].items():
+        assert probe["throughput_rps"] > 0 and probe["completed"] == probe["requests"] == 16
+        first = next(step for step in steps if step["arm"] == arm)
+        assert first["requested_rps"] == pytest.approx(
+            max(0.5 * probe["throughput_rps"], 0.25 * capacity["stream_rate"])
+        )
     assert {step["arm"] for step in steps} == {"dense", "v", "dense (A/A)"}
     for step in steps:
         assert step["requested_rps"] > 0 and step["achieved_rps"] > 0 and "arrival_lag_p99_ms" in step
         assert step["slo_met"] in (True, False, None) and "p99_ttft_ms" in step and "p50_e2el_ms" in step
     files = {path.rsplit("/", 1)[1] for path in result["report_files"]}
     assert files == {"loadtest.md", "capacity_latency.png", "capacity_frontier.png"}
-    assert (
-        "Capacity at p99 TTFT ≤ 60 ms, p99 TPOT ≤ 40 ms" in (tmp_path / "report" / "loadtest.md").read_text()
-    )
+    report = (tmp_path / "report" / "loadtest.md").read_text()
+    assert "Capacity at p99 TTFT ≤ 60 ms, p99 TPOT ≤ 40 ms" in report
+    assert "Saturation probe" in report and "of its arm's" in report and "Too few requests per step" in report
 
 
 def test_a_target_no_rate_can_meet_is_capacity_zero_not_a_traceback(queueing_server):
