@@ -115,6 +115,23 @@ def test_activations_are_replacemes_mlp_output_and_residual_corrected_target(par
         torch.testing.assert_close(least_squares_map(stats, 0.0), expected, rtol=1e-3, atol=1e-4)
 
 
+def test_the_cosine_estimator_raises_the_mean_cosine_from_the_identity(parent, demo_tiny_dir):
+    from torch.nn import functional
+
+    from pruning.healing.patch import cosine_map
+
+    _, data = parent
+    dense = AutoModelForCausalLM.from_pretrained(demo_tiny_dir, dtype=torch.float32).eval()
+    config = HealConfig(variant="v", data=data, method="patch", estimator="cosine", lr=1e-2, batch_size=4)
+    stats = gather_statistics(dense, windows_of(data, demo_tiny_dir), removed_spans([2]), config)[0]
+    inputs, targets = stats.rows[0]
+
+    def mean_cosine(transform):
+        return float(functional.cosine_similarity(inputs @ transform.float(), targets, dim=1).mean())
+
+    assert mean_cosine(cosine_map(stats, 1e-2, 0, "cpu")) > mean_cosine(torch.eye(64)) + 0.01
+
+
 def test_fused_child_equals_parent_with_an_explicit_map(parent):
     """Folding T into down_proj gives the logits of the parent whose MLP output is multiplied by T."""
     name, _ = parent
