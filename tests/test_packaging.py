@@ -47,7 +47,7 @@ def test_lock_pins_every_direct_dependency():
 
 
 def test_every_package_data_pattern_names_files_that_exist():
-    """A pattern matching nothing ships nothing: a wheel (the Dockerfiles install one) would lack the files."""
+    """A pattern matching nothing ships nothing: a wheel (the Dockerfiles install one) lacks the files."""
     import tomllib
 
     patterns = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
