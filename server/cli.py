@@ -27,7 +27,14 @@ from depthprune.core.options import DryRunOption, GpusOption, RegistryOption
 from depthprune.core.options import GpuMemoryOption as PlanGpuMemoryOption
 from server.backends import is_cpu_build
 from server.launch import gateway_summary, serve_gateway
-from server.settings import BackendSpec, GatewaySettings, VariantMetadata, VllmOptions, load_config_file
+from server.settings import (
+    BackendSpec,
+    GatewaySettings,
+    VariantMetadata,
+    VllmOptions,
+    load_config_file,
+    metadata_from_variant,
+)
 from server.sizing import SizingRequest, size_engines
 from server.speculative import parse_speculative, speculative_backends
 
@@ -46,22 +53,6 @@ def parse_variant_list(text: str) -> list[tuple[str, str | None]]:
         name, sep, url = item.partition("=")
         parsed.append((name.strip(), url.strip() if sep else None))
     return parsed
-
-
-def metadata_from_variant(info, served_name: str) -> VariantMetadata:
-    """What ``/v1/models`` shows for a registry :class:`VariantInfo`."""
-    aliases = [name for name in [info.name, *(info.aliases or [])] if name and name != served_name]
-    return VariantMetadata(
-        base_model=info.base_model,
-        removed_blocks=list(info.removed_blocks or []),
-        objective=None if info.is_dense else info.objective,
-        variant_id=info.id,
-        num_blocks=info.num_blocks,
-        calibration_loss=info.calibration_loss,
-        aliases=aliases,
-        is_dense=bool(info.is_dense),
-        search=info.search,
-    )
 
 
 def resolve_backends(

@@ -43,6 +43,22 @@ class VariantMetadata:
     """For a speculative arm: its draft and K (:meth:`SpeculativeDraft.card`); None otherwise."""
 
 
+def metadata_from_variant(info, served_name: str) -> VariantMetadata:
+    """What ``/v1/models`` shows for a registry :class:`VariantInfo`."""
+    aliases = [name for name in [info.name, *(info.aliases or [])] if name and name != served_name]
+    return VariantMetadata(
+        base_model=info.base_model,
+        removed_blocks=list(info.removed_blocks or []),
+        objective=None if info.is_dense else info.objective,
+        variant_id=info.id,
+        num_blocks=info.num_blocks,
+        calibration_loss=info.calibration_loss,
+        aliases=aliases,
+        is_dense=bool(info.is_dense),
+        search=info.search,
+    )
+
+
 @dataclass(frozen=True)
 class EnginePlacement:
     """Where one engine (one replica of a variant) runs on a GPU machine, as the memory plan placed it."""

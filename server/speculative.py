@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from depthprune.core.errors import UserError
-from server.settings import BackendSpec, SpeculativeDraft
+from server.settings import BackendSpec, SpeculativeDraft, metadata_from_variant
 
 __all__ = [
     "DEFAULT_NUM_SPECULATIVE_TOKENS",
@@ -152,7 +152,6 @@ def dense_of(registry, draft_dir: Path, draft_info) -> tuple[BackendSpec, str]:
     Raises:
         UserError: the draft records no base, or its base is not registered.
     """
-    from server.cli import metadata_from_variant
 
     pruning = read_json(draft_dir / "pruning.json") or {}
     base = draft_info.base_model if draft_info is not None else pruning.get("base_model")

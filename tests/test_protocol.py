@@ -121,6 +121,7 @@ def test_timing_is_checked_and_recorded_in_the_study_summary(tiny_model_dirs, tm
         objectives=("perplexity",),
         searches=("greedy", "beam"),
         data=(f"text:{data}",),
+        samples=2,  # of 4 documents: the other 2 are the held-out split prune checks for before loading
     )
     assert config.timing == "standalone"  # the study's own accounting by default
     plan = plan_study(config)
