@@ -453,7 +453,17 @@ def test_two_study_workers_share_the_grid_and_survive_a_killed_worker(tiny_demo_
     assert third.wait(timeout=300) == 0, third_log.read_text()
     assert ": cell " not in third_log.read_text() and study[:12] in third_log.read_text()
     again = json.loads((tmp_path / "report-third" / "study.json").read_text())
-    assert again["cells"] == report["cells"] and again["dense"] == report["dense"]
+    # a checkpoint is recorded relative to the writer's home when it lies inside it: the second worker's own
+    # cells read "variants/...", the third names the second's home in full; both resolve to one directory
+    second_home, third_home = tmp_path / "home-second", tmp_path / "home-third"
+    assert _resolved_cells(again, third_home) == _resolved_cells(report, second_home)
+    assert again["dense"] == report["dense"]
+
+
+def _resolved_cells(report: dict, home: Path) -> list[dict]:
+    from pruning.study.paths import resolved_path
+
+    return [{**cell, "checkpoint": resolved_path(cell["checkpoint"], home)} for cell in report["cells"]]
 
 
 def _all_cells(registry):
