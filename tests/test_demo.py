@@ -59,6 +59,14 @@ def test_demo_runs_end_to_end(tmp_path):
     for row in rows:
         if row["variant"] != "dense (A/A)":  # the A/A row is a measurement of dense, not a model of its own
             assert row["perplexity"] > 1 and 0 <= row["qa_accuracy"] <= 1
+            assert set(row["quality"]) == {"demo_text", "demo_qa"}
+    dense_text = by_variant["dense"]["quality"]["demo_text"]
+    assert dense_text["perplexity"] == pytest.approx(by_variant["dense"]["perplexity"])
+    assert dense_text["n"] > 0 and dense_text["perplexity_ci95"][0] <= dense_text["perplexity"]
+    for alias in ("ppl-best", "ce-best"):  # retention paired against dense on the same windows and items
+        for record in by_variant[alias]["quality"].values():
+            low, high = record["retention_ci95"]
+            assert low <= record["retention"] <= high and record["verdict"]
     for alias in ("ppl-best", "ce-best"):
         row = by_variant[alias]
         assert len(row["removed_blocks"]) == 2  # 25% of the tiny model's 8 blocks
@@ -69,6 +77,7 @@ def test_demo_runs_end_to_end(tmp_path):
     assert noise_floor["objective"] == "noise floor" and noise_floor["output_throughput_ratio_ci95"]
     assert (tmp_path / "home" / "demo" / "summary.json").is_file()
     assert "depthprune demo: every variant against dense" in completed.stderr
+    assert "quality kept: % of dense" in completed.stderr
     assert re.search(r"^== \[\d+:\d\d\] load test", completed.stderr, re.M), "step headings show the minutes"
     assert vllm_processes() <= before, "the demo left vLLM processes behind"
 

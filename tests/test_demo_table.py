@@ -40,8 +40,23 @@ def row(variant: str, objective: str, search: str, removed: list[int], speed: di
         "fit": True,
         "perplexity": 2493.123,
         "qa_accuracy": 0.9444,
+        "quality": DENSE_QUALITY if variant == "dense" else VARIANT_QUALITY,
         **speed_columns(speed),
     }
+
+
+DENSE_QUALITY = {
+    "pydoc": {"n": 341, "perplexity": 2493.123, "perplexity_ci95": [2301.456, 2712.789]},
+    "pydoc_cloze": {"n": 341, "accuracy": 0.9444, "accuracy_ci95": [0.9111, 0.9642]},
+    "gcide": {"n": 500, "perplexity": 28.04, "perplexity_ci95": [26.12, 30.21]},
+    "gcide_define": {"n": 500, "accuracy": 0.772, "accuracy_ci95": [0.733, 0.808]},
+}
+VARIANT_QUALITY = {  # the widest cells: three-digit retention on both sides of 100
+    "pydoc": {"retention": 38.21, "retention_ci95": [35.02, 41.7], "verdict": "worse"},
+    "pydoc_cloze": {"retention": 99.6, "retention_ci95": [96.4, 102.9], "verdict": "no measurable change"},
+    "gcide": {"retention": 101.2, "retention_ci95": [100.1, 102.5], "verdict": "better"},
+    "gcide_define": {"verdict": "not paired: items differ (500 in the baseline, 24 in the model, 24 shared)"},
+}
 
 
 def worst_case_rows() -> list[dict]:
@@ -84,8 +99,15 @@ def test_the_tables_read_whole_at_100_columns(tmp_path):
         "0.93 [0.91, 0.96]",  # fraction of the ideal speed-up
     ):
         assert interval in text, interval
-    for value in ("3.457", "3.568", "2493.12", "0.944", "1.36", "0.76", "block_influence", "dense (A/A)"):
+    for value in ("3.457", "3.568", "1.36", "0.76", "block_influence", "dense (A/A)"):
         assert value in text, value
+    # quality: dense's values and intervals, the variants' retention with paired intervals, n per column
+    for cell in ("2493 [2301, 2713]", "0.94 [0.91, 0.96]", "28.0 [26.1, 30.2]", "0.77 [0.73, 0.81]"):
+        assert cell in text, cell
+    for cell in ("38 [35, 42]", "100 [96, 103]", "101 [100, 102]", "not paired", "n = 341", "n = 500"):
+        assert cell in text, cell
+    assert "in-domain" in text and "out-of-domain" in text
+    assert "ppl-best: better than dense on GCIDE ppl; worse than dense on pydoc ppl." in text
     assert "ce-best: no measurable change" in text
     # Every row is there; the removed blocks wrap between numbers, never inside one.
     for variant in ("dense", "ppl-best", "ce-best", "#123", "#124"):

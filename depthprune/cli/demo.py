@@ -4,7 +4,7 @@ Resolves the model (the embedded ``smollm2-135m`` GGUF is converted once to a ca
 prints the plan (budget M, searches, calibration and evaluation sizes, load), prunes it under both
 calibration objectives, registers every variant and evaluates each distinct one, serves dense and the best
 variant of each objective through the gateway with one vLLM engine each, load-tests them side by side, and
-prints one table.
+prints its tables.
 Every process it starts is stopped on the way out, Ctrl-C included.
 
 Two plans (:func:`plan_demo`), sized so that ``make demo`` finishes in under 10 minutes on 2 cores:
@@ -594,11 +594,13 @@ def summary_rows(
 
     Returns:
         Rows with removed blocks, objective, search, calibration loss, held-out perplexity, accuracy
-        (``qa_accuracy``: the demo QA task or the pydoc cloze task) and the speed ratios to dense.
+        (``qa_accuracy``: the demo QA task or the pydoc cloze task), ``quality`` (per task: dense's value
+        and interval, a variant's paired retention and verdict) and the speed ratios to dense.
     """
     comparison = loadtest.get("comparison", {})
     role_of = {registry.resolve(name).name: role for role, name in served.items() if role != "dense"}
     measured = measured_as(outcomes)
+    quality = quality_against_dense(registry, served["dense"], sorted(set(measured.values())))
     rows = [
         {
             "variant": "dense",
@@ -610,6 +612,7 @@ def summary_rows(
             "validation_loss": None,
             "fit": True,
             **evaluation_metrics(registry, served["dense"], plan),
+            "quality": quality[served["dense"]],
             **speed_columns(None),
         }
     ]
@@ -629,10 +632,20 @@ def summary_rows(
                     "validation_loss": outcome.validation_loss,
                     "fit": outcome.fit,
                     **evaluation_metrics(registry, measured[outcome.name], plan),
+                    "quality": quality[measured[outcome.name]],
                     **speed_columns(comparison.get(served[role]) if role else None),
                 }
             )
     return rows
+
+
+def quality_against_dense(registry, dense: str, names: list[str]) -> dict[str, dict]:
+    """``name -> {task: record}``: dense's values with intervals and each variant's retention of them,
+    paired over the same items (:func:`pruning.evaluation.paired.recorded_comparison`)."""
+    from pruning.evaluation.paired import recorded_comparison
+
+    compared = recorded_comparison(registry, [dense, *[name for name in names if name != dense]])
+    return {entry["model"]: entry["tasks"] for entry in compared}
 
 
 def evaluation_metrics(registry, name: str, plan: DemoPlan) -> dict:

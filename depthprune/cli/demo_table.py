@@ -1,8 +1,9 @@
 """The demo's final table: every variant against dense, with the load test's ratios and 95 % intervals.
 
 Rows come from :func:`depthprune.cli.demo.summary_rows`; this module turns a load-test comparison entry
-into a row's speed columns, adds the A/A control's row and prints two tables that read whole at 100 columns,
-in a terminal or a log: what each variant is and gave up, then how fast the served ones are.
+into a row's speed columns, adds the A/A control's row and prints three tables that read whole at 100
+columns, in a terminal or a log: what each variant is, what it gave up (quality retained against dense,
+paired over the same items, in-domain and out-of-domain side by side), then how fast the served ones are.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def speed_columns(comparison: dict | None) -> dict:
 def aa_row(aa: dict) -> dict:
     """The A/A control's row: dense measured again as its own arm, the run's noise floor."""
     row = dict(variant="dense (A/A)", name="dense", removed_blocks=[], objective="noise floor", search="-")
+    row["quality"] = None  # the same weights as dense: nothing to compare
     row.update(
         dict.fromkeys(("calibration_loss", "perplexity", "qa_accuracy", *SPEED_KEYS)), ideal_speedup=1.0
     )
@@ -89,13 +91,13 @@ def _table(title: str, columns: list[tuple[str, str]]):
     return table
 
 
-def quality_table(rows: list[dict], plan):
-    """Which blocks each variant removes, under which objective and search, and what it gave up."""
+def variants_table(rows: list[dict], plan):
+    """Which blocks each variant removes, under which objective and search, and how well it fit."""
     model = f"{plan.model}, M = {plan.drop} of {plan.num_blocks}"
     table = _table(
         f"depthprune demo: every variant against dense ({model})",
         [("variant", "text"), ("objective", "text"), ("search", "text"), ("removed", "wrap")]
-        + [(header, "number") for header in ("calib.", "val.", "fit", "ppl", "acc")],
+        + [(header, "number") for header in ("calib.", "val.", "fit")],
     )
     for row in rows:
         table.add_row(
@@ -106,10 +108,85 @@ def quality_table(rows: list[dict], plan):
             _fmt(row["calibration_loss"]),
             _fmt(row.get("validation_loss")),
             _fmt(row.get("fit")),
-            _fmt(row["perplexity"], 2),
-            _fmt(row["qa_accuracy"]),
         )
     return table
+
+
+REAL_QUALITY_TASKS = (
+    ("pydoc", "in-domain\npydoc ppl"),
+    ("pydoc_cloze", "in-domain\npydoc-cloze acc"),
+    ("gcide", "out-of-domain\nGCIDE ppl"),
+    ("gcide_define", "out-of-domain\nGCIDE-define acc"),
+)
+"""A real model's quality columns (the ``offline`` suite): both objectives calibrate on Python's
+documentation, so pydoc's test split is in-domain and the GCIDE dictionary out-of-domain."""
+DEMO_QUALITY_TASKS = (("demo_text", "held-out\ntext ppl"), ("demo_qa", "held-out\nQA acc"))
+"""The demo model's quality columns: its own held-out text and questions (it knows no other domain)."""
+
+
+def quality_tasks(plan) -> tuple[tuple[str, str], ...]:
+    """``(task, header)`` of each quality column of ``plan``'s table."""
+    return DEMO_QUALITY_TASKS if plan.is_demo_model else REAL_QUALITY_TASKS
+
+
+def _interval_text(point, interval, digits: int) -> str:
+    if point is None:
+        return "-"
+    if not interval:
+        return f"{point:.{digits}f}"
+    low, high = interval
+    return f"{point:.{digits}f} [{low:.{digits}f}, {high:.{digits}f}]"
+
+
+def quality_cell(record: dict | None, baseline: bool) -> str:
+    """Dense: its value and 95 % interval; a variant: % of dense retained, with the paired interval."""
+    if not record:
+        return "-"
+    if baseline:
+        if "perplexity" not in record:
+            return _interval_text(record.get("accuracy"), record.get("accuracy_ci95"), 2)
+        value = record["perplexity"]  # three or four significant digits keep the column narrow
+        return _interval_text(value, record.get("perplexity_ci95"), 1 if value is None or value < 100 else 0)
+    verdict = record.get("verdict") or ""
+    if verdict.startswith("not paired"):
+        return "not paired"
+    return _interval_text(record.get("retention"), record.get("retention_ci95"), 0)
+
+
+def retention_table(rows: list[dict], plan):
+    """What each evaluated variant kept of dense's quality, task by task, paired over the same items."""
+    tasks = quality_tasks(plan)
+    dense = next((row.get("quality") or {} for row in rows if row["variant"] == "dense"), {})
+    headers = []
+    for task, header in tasks:
+        n = (dense.get(task) or {}).get("n")
+        headers.append((header if n is None else f"{header}\nn = {n}", "number"))
+    title = "quality kept: % of dense [95 %], paired over the same items"
+    table = _table(title, [("variant", "text"), *headers])
+    for row in rows:
+        quality = row.get("quality")
+        if quality is None:
+            continue  # the A/A control: the same weights as dense
+        cells = [quality_cell(quality.get(task), row["variant"] == "dense") for task, _ in tasks]
+        table.add_row(row["variant"], *cells)
+    return table
+
+
+def quality_notes(rows: list[dict], plan) -> list[str]:
+    """Per variant, the tasks it measurably lost (or gained) on; the rest showed no measurable change."""
+    notes = []
+    for row in rows:
+        quality = row.get("quality")
+        if not quality or row["variant"] == "dense":
+            continue
+        by_verdict: dict[str, list[str]] = {}
+        for task, header in quality_tasks(plan):
+            verdict = (quality.get(task) or {}).get("verdict")
+            if verdict in ("worse", "better"):
+                by_verdict.setdefault(verdict, []).append(header.split("\n")[-1])
+        said = [f"{verdict} than dense on {', '.join(on)}" for verdict, on in sorted(by_verdict.items())]
+        notes.append(f"{row['variant']}: {'; '.join(said) or 'no measurable change on any task'}.")
+    return notes
 
 
 def speed_table(rows: list[dict]):
@@ -149,13 +226,20 @@ def verdict_notes(rows: list[dict]) -> list[str]:
 
 
 def render(rows: list[dict], plan, console) -> None:
-    """Both tables and their notes, on ``console``."""
-    accuracy = "QA accuracy" if plan.is_demo_model else "pydoc-cloze accuracy"
-    perplexity = "held-out text perplexity" if plan.is_demo_model else "pydoc test perplexity"
-    console.print(quality_table(rows, plan))
+    """The three tables and their notes, on ``console``."""
+    console.print(variants_table(rows, plan))
     console.print(
-        f"calib./val. = calibration/validation loss of the search; fit = fit to serve; ppl = {perplexity}; "
-        f"acc = {accuracy}. #N = registry id (`depthprune variants show N`)."
+        "calib./val. = calibration/validation loss of the search; fit = fit to serve. "
+        "#N = registry id (`depthprune variants show N`)."
+    )
+    console.print()
+    console.print(retention_table(rows, plan))
+    for note in quality_notes(rows, plan):
+        console.print(note)
+    console.print(
+        "dense: its value [95 % interval] on n windows or items; a variant: % of dense's quality kept "
+        "(perplexity: dense / variant; accuracy: variant / dense, acc_norm), paired bootstrap over the same "
+        "items; a twin (same blocks) shares its evaluation."
     )
     console.print()
     console.print(speed_table(rows))
