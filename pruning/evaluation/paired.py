@@ -137,6 +137,68 @@ def paired_perplexity(baseline: tuple[list, list], model: tuple[list, list]) -> 
     }
 
 
+def gap_recovered(dense: tuple[list, list], parent: tuple[list, list], child: tuple[list, list]) -> dict:
+    """How much of its parent's perplexity gap to dense a repaired child closes, paired over the same windows.
+
+    ``(log ppl(parent) - log ppl(child)) / (log ppl(parent) - log ppl(dense))``: 1 = back to dense, 0 = no
+    repair, negative = worse than the parent. Each bootstrap resample draws the same windows for all three
+    models (:data:`PAIRED_BOOTSTRAP`), so the interval holds the repair's effect, not the windows' spread.
+
+    Args:
+        dense, parent, child: each model's ``(nll, tokens)`` per window, in the same window order.
+
+    Returns:
+        ``gap_recovered``, ``gap_recovered_ci95`` and the method; None (with the interval) when the parent
+        is no worse than dense on these windows (there is no gap to recover).
+    """
+    import numpy as np
+
+    arrays = tuple(np.asarray(values, dtype=float) for values in (*dense, *parent, *child))
+
+    def statistic(dense_nll, dense_tokens, parent_nll, parent_tokens, child_nll, child_tokens, axis=-1):
+        log_dense = dense_nll.sum(axis) / dense_tokens.sum(axis)
+        log_parent = parent_nll.sum(axis) / parent_tokens.sum(axis)
+        log_child = child_nll.sum(axis) / child_tokens.sum(axis)
+        return (log_parent - log_child) / (log_parent - log_dense)
+
+    point = float(statistic(*(array[None, :] for array in arrays))[0])
+    if not np.isfinite(point) or point_gap(arrays) <= 0:
+        return {"gap_recovered": None, "gap_recovered_ci95": None, "gap_method": PAIRED_BOOTSTRAP}
+    low, high = bootstrap_percentile(arrays, statistic, point)
+    return {"gap_recovered": point, "gap_recovered_ci95": [low, high], "gap_method": PAIRED_BOOTSTRAP}
+
+
+def point_gap(arrays: tuple) -> float:
+    """``log ppl(parent) - log ppl(dense)`` of :func:`gap_recovered`'s six arrays."""
+    dense_nll, dense_tokens, parent_nll, parent_tokens = arrays[:4]
+    return float(parent_nll.sum() / parent_tokens.sum() - dense_nll.sum() / dense_tokens.sum())
+
+
+def add_gap_recovered(baseline_results: Sequence, parent_results: Sequence, results: Sequence) -> None:
+    """Write :func:`gap_recovered` into each perplexity result's ``statistics["paired"]`` of a repaired child,
+    against the baseline (dense) and its parent's same result; results that do not pair are left alone."""
+    base_by_key = {result_key(result): result for result in baseline_results}
+    parent_by_key = {result_key(result): result for result in parent_results}
+    for result in results:
+        key = result_key(result)
+        statistics = result.settings.get("statistics") or {}
+        if result.metric != "perplexity" or key not in base_by_key or key not in parent_by_key:
+            continue
+        trio = [base_by_key[key].settings.get("statistics"), parent_by_key[key].settings.get("statistics")]
+        if None in trio or "paired" not in statistics:
+            continue
+        try:
+            order = [aligned(trio[0]["items"], other["items"]) for other in (trio[1], statistics)]
+        except PairingRefused:
+            continue
+        per_window = [(trio[0]["items"]["nll"], trio[0]["items"]["tokens"])]
+        for other, indices in zip((trio[1], statistics), order, strict=True):
+            per_window.append(
+                tuple([other["items"][field][i] for i in indices] for field in ("nll", "tokens"))
+            )
+        statistics["paired"].update(gap_recovered(*per_window))
+
+
 def compare_statistics(baseline: dict, model: dict) -> dict:
     """The paired fields of one result against the baseline's (both ``settings["statistics"]``).
 

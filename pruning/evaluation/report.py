@@ -3,8 +3,9 @@
 ``depthprune eval`` prints, per model, one row per task: ``n``, the value and its interval
 (``0.62 [0.55, 0.69]``, ``312.4 [290.1, 335.0]``); for every model after the first, a second table gives
 the paired change against the first (``-0.030 [-0.080, +0.020]``, ``x1.063 [1.012, 1.104]``), the
-retention (``94.1 % [90.6, 98.8]``) and the verdict. Plain text, columns sized to their content: a
-terminal narrower than the table wraps a line instead of eliding a number.
+retention (``94.1 % [90.6, 98.8]``) and the verdict; a repaired child named after its parent adds the
+fraction of its parent's perplexity gap it recovered (``0.412 [0.371, 0.455]``). Plain text, columns sized
+to their content: a terminal narrower than the table wraps a line instead of eliding a number.
 """
 
 from __future__ import annotations
@@ -57,6 +58,19 @@ def change_cells(record: dict) -> list[str]:
     return [record["task"], change, retention, record.get("verdict", "-")]
 
 
+def gap_lines(records: Sequence[dict]) -> list[str]:
+    """A repaired child named after its parent: the fraction of the parent's log-perplexity gap to the
+    baseline it closed, per text (:func:`pruning.evaluation.paired.gap_recovered`)."""
+    gaps = [
+        f"{record['task']} {with_interval(record['gap_recovered'], record['gap_recovered_ci95'], 'ratio')}"
+        for record in records
+        if record.get("gap_recovered") is not None
+    ]
+    if not gaps:
+        return []
+    return ["  gap to the baseline recovered from its parent (1 = all, 0 = none): " + "; ".join(gaps)]
+
+
 def aligned_rows(rows: list[list[str]], numeric: Sequence[int]) -> list[str]:
     """Rows as lines, each column padded to its widest cell (the ``numeric`` columns right-aligned)."""
     widths = [max(len(row[column]) for row in rows) for column in range(len(rows[0]))]
@@ -90,5 +104,6 @@ def quality_lines(models: Sequence[dict]) -> list[str]:
         if not model["baseline"]:
             header = ["task", "change [95 % CI]", "retention [95 % CI]", "verdict"]
             lines += aligned_rows([header] + [change_cells(record) for record in records], numeric=(1, 2))
+            lines += gap_lines(records)
         lines.append("")
     return lines

@@ -609,12 +609,18 @@ def evaluate_variants(
     prepared = prepare_data(all_suites, demo_dir)
     check_user_tasks(prepared, targets, settings)
     outcome = []
+    by_variant: dict[str, list] = {}  # registry name -> results, to find a repaired child's parent
     for target in targets:
         results = evaluate_model(target.model_path, concrete[target.label], prepared, settings)
         if outcome:  # paired with the first model named, before recording: the registry keeps the pairing
-            from pruning.evaluation.paired import add_paired
+            from pruning.evaluation.paired import add_gap_recovered, add_paired
 
             add_paired(outcome[0].label, outcome[0].results, results)
+            parent = getattr(target.variant, "parent", None)
+            if parent in by_variant:  # a healed child named after its parent: the gap it recovered
+                add_gap_recovered(outcome[0].results, by_variant[parent], results)
+        if target.variant is not None:
+            by_variant[target.variant.name] = results
         recorded = record and target.variant is not None
         if recorded:
             record_results(registry, target.variant, results)
