@@ -290,6 +290,7 @@ def test_offline_suite_scores_pydoc_perplexity_and_cloze(pydoc_model):
     from transformers import AutoTokenizer
 
     from pruning.evaluation.suites import EvalSettings, evaluate_model, expand_suites, prepare_data
+    from pruning.study.cells import _expected_metric_count
 
     assert expand_suites(["all"], is_demo=False) == ["perplexity", "zero-shot"]  # offline is explicit
     tokenizer = AutoTokenizer.from_pretrained(str(pydoc_model))
@@ -311,6 +312,7 @@ def test_offline_suite_scores_pydoc_perplexity_and_cloze(pydoc_model):
         ("gcide_define", "acc"),
     }
     assert all(result.suite == "offline" for result in results.values())
+    assert len(results) == _expected_metric_count(["offline"])  # what a study counts as a complete cell
     assert results[("pydoc_cloze", "acc")].value == pytest.approx(reference_accuracy(pydoc_model, items))
     assert results[("pydoc_cloze", "acc")].settings["documents"] == 8
     perplexity = results[("pydoc", "perplexity")]

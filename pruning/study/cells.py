@@ -404,7 +404,8 @@ def release_evaluated(plan: StudyPlan, targets: dict[str, Any], metrics: dict, e
 
 
 def _expected_metric_count(suites: list[str]) -> int:
-    from pruning.evaluation.suites import PERPLEXITY_TASKS, ZERO_SHOT_TASKS
+    """Metrics a complete evaluation on ``suites`` records: fewer means the cell is evaluated (again)."""
+    from pruning.evaluation.suites import PERPLEXITY_TASKS, SUITE_PERPLEXITY_TASKS, ZERO_SHOT_TASKS
 
     count = 0
     if "perplexity" in suites:
@@ -414,5 +415,7 @@ def _expected_metric_count(suites: list[str]) -> int:
     if "demo" in suites:
         count += 3  # demo_text perplexity, demo_qa acc and acc_norm
     if "offline" in suites:
-        count += 3  # pydoc perplexity, pydoc_cloze acc and acc_norm
+        # its texts' perplexities, pydoc_cloze acc and acc_norm, gcide_define acc (tasks/gcide_define.yaml):
+        # a cell evaluated before GCIDE joined the suite has 3 and is evaluated again
+        count += len(SUITE_PERPLEXITY_TASKS["offline"]) + 3
     return count
