@@ -1,0 +1,110 @@
+"""Training-free repair measured like speed (issue 41): patch each parent, judge all on the offline suite.
+
+On a home where ``make demo`` left its SmolLM2 variants (M = 8 of 30), for each ``--parents`` name:
+
+1. ``depthprune heal PARENT --method patch --data DATA --json`` (ReplaceMe's defaults), timed;
+2. then one ``depthprune eval dense PARENT CHILD ... --suite offline --json``: every model paired against
+   dense on the same items and windows (retention with its interval), and each child against its parent — the
+   fraction of the log-perplexity gap it recovered, with a paired bootstrap interval over windows, in-domain
+   (pydoc) and out-of-domain (GCIDE prose, which no calibration source uses).
+
+Prints the markdown table of docs/benchmarks.md ("SmolLM2-135M: training-free repair") and writes the raw JSON
+under ``--out``. Run on a quiet machine (the heal seconds are a result)::
+
+    DEPTHPRUNE_HOME=~/.depthprune heavy --quiet .venv/bin/python -m benchmarks.bench_repair --out /tmp/repair
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TASKS = (
+    ("pydoc", "pydoc ppl"),
+    ("gcide", "GCIDE ppl"),
+    ("pydoc_cloze", "pydoc-cloze"),
+    ("gcide_define", "GCIDE-define"),
+)
+
+
+def run_json(command: list[str], log: Path) -> tuple[object, float]:
+    """Run a depthprune command; its JSON output and its wall seconds (stderr to ``log``)."""
+    started = time.perf_counter()
+    with open(log, "w") as errors:
+        completed = subprocess.run(command, stdout=subprocess.PIPE, stderr=errors, text=True)
+    seconds = time.perf_counter() - started
+    if completed.returncode != 0:
+        raise SystemExit(f"{' '.join(command[2:5])} failed (exit {completed.returncode}); see {log}")
+    text = completed.stdout.strip()  # eval prints one indented document, heal one line
+    return json.loads(text if text.startswith("[") else text.splitlines()[-1]), seconds
+
+
+def interval(value, ci95, digits: int) -> str:
+    if value is None:
+        return "–"
+    if not ci95:
+        return f"{value:.{digits}f}"
+    return f"{value:.{digits}f} [{ci95[0]:.{digits}f}, {ci95[1]:.{digits}f}]"
+
+
+def cell(record: dict | None, baseline: bool) -> str:
+    """Dense: value [95 %]; others: the value and its retention (% of dense) [paired 95 %]."""
+    if not record:
+        return "–"
+    key = "perplexity" if "perplexity" in record else "accuracy"
+    value = interval(record.get(key), record.get(f"{key}_ci95"), 2 if key == "perplexity" else 3)
+    if baseline:
+        return value
+    return f"{value}; {interval(record.get('retention'), record.get('retention_ci95'), 1)} %"
+
+
+def table(models: list[dict], heal_seconds: dict[str, float]) -> list[str]:
+    """The markdown rows: one per model, then the gap each child recovered."""
+    lines = ["| model | " + " | ".join(header for _, header in TASKS) + " | heal s |"]
+    lines.append("|---|" + "---|" * len(TASKS) + "---:|")
+    for model in models:
+        cells = [cell(model["tasks"].get(task), model["baseline"]) for task, _ in TASKS]
+        seconds = heal_seconds.get(model["label"])
+        lines.append(
+            f"| {model['label']} | "
+            + " | ".join(cells)
+            + f" | {'–' if seconds is None else f'{seconds:.0f}'} |"
+        )
+    lines += ["", "| child | gap recovered, pydoc [95 %] | gap recovered, GCIDE [95 %] |", "|---|---|---|"]
+    for model in models:
+        gaps = [model["tasks"].get(task, {}) for task in ("pydoc", "gcide")]
+        if any(gap.get("gap_recovered") is not None for gap in gaps):
+            texts = [interval(gap.get("gap_recovered"), gap.get("gap_recovered_ci95"), 3) for gap in gaps]
+            lines.append(f"| {model['label']} | {texts[0]} | {texts[1]} |")
+    return lines
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="directory for the JSON and logs")
+    parser.add_argument("--parents", default="ppl-best,ce-best", help="variants to patch, comma-separated")
+    parser.add_argument("--data", default="pydoc", help="text the patch is estimated on")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    depthprune = [sys.executable, "-m", "depthprune"]
+    names, heal_seconds = ["dense"], {}
+    for parent in args.parents.split(","):
+        command = [*depthprune, "heal", parent, "--method", "patch", "--data", args.data, "--json"]
+        healed, seconds = run_json(command, args.out / f"heal-{parent}.log")
+        (args.out / f"heal-{parent}.json").write_text(json.dumps(healed, indent=1))
+        heal_seconds[healed["name"]] = seconds
+        names += [parent, healed["name"]]  # the parent first: eval pairs the child with it
+        print(f"heal {parent}: {healed['name']} in {seconds:.0f} s", file=sys.stderr, flush=True)
+    command = [*depthprune, "eval", *names, "--suite", "offline", "--json"]
+    models, seconds = run_json(command, args.out / "eval.log")
+    (args.out / "eval.json").write_text(json.dumps(models, indent=1))
+    print(f"eval of {len(names)} models on the offline suite: {seconds:.0f} s", file=sys.stderr)
+    print("\n".join(table(models, heal_seconds)))
+
+
+if __name__ == "__main__":
+    main()

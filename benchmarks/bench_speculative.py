@@ -1,0 +1,127 @@
+"""Benchmark: does a pruned draft speed dense up through vLLM's speculative decoding? (issue 43, item 5)
+
+What it does (every process it starts is stopped at the end):
+1. writes the random 16-block Llama and its 12-block variant ``v25`` of :mod:`benchmarks.bench_comparison`
+   into ``--out`` (kept for later runs) and registers both in ``--out/registry.db``;
+2. ``depthprune serve --variants dense --speculative dense-spec=v25:K`` (two vLLM CPU engines, the second
+   holding dense and its draft);
+3. checks that greedy completions of ``dense-spec`` equal dense's on a few prompts;
+4. runs ``depthprune loadtest --models dense,dense-spec --aa`` (speed-up with its 95 % interval, the A/A
+   control, and the acceptance rate and mean accepted length of ``dense-spec``), and prints the figures for
+   docs/benchmarks.md with the Leviathan et al. projection (1 - a^(K+1)) / ((1 - a)(K c + 1)).
+
+Run (timings only on a quiet machine)::
+
+    heavy --quiet .venv/bin/python -m benchmarks.bench_speculative --out /tmp/bs --k 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from benchmarks.bench_comparison import NUM_BLOCKS, REMOVED, write_models
+from depthprune.testing.servers import running_gateway
+
+PROMPTS = ["w5 w6 w7", "w100 w17 w42 w9", "w200", "w33 w33 w33 w33 w33", "w64 w65 w66 w67 w68 w69"]
+LOADTEST_ARGS = ["--aa", "--num-prompts", "16", "--input-len", "64", "--output-len", "64"]
+
+
+def register(out: Path, dense: Path, variant: Path) -> str:
+    """Step 1: a registry at ``out/registry.db`` holding dense and ``v25``; its URL."""
+    from depthprune.core.checksums import weights_sha256
+    from depthprune.testing.variants import register_example_base, register_example_variant
+    from registry import open_registry
+
+    url = f"sqlite:///{out / 'registry.db'}"
+    with open_registry(url) as registry:
+        if not registry.list_variants():
+            register_example_base(
+                registry, str(dense), weights_sha256=weights_sha256(dense), num_blocks=NUM_BLOCKS
+            )
+            register_example_variant(
+                registry, REMOVED, base_model=str(dense), checkpoint=variant, alias="v25"
+            )
+    return url
+
+
+def leviathan(alpha: float, k: int, cost: float) -> float:
+    """Expected speed-up of speculative decoding: (1 - a^(K+1)) / ((1 - a)(K c + 1))."""
+    if alpha >= 1:
+        return (k + 1) / (k * cost + 1)
+    return (1 - alpha ** (k + 1)) / ((1 - alpha) * (k * cost + 1))
+
+
+def greedy_equal(url: str) -> list[bool]:
+    """Step 3: for each prompt, whether dense-spec's greedy tokens equal dense's."""
+    equal = []
+    with httpx.Client(base_url=url, timeout=300) as client:
+        for prompt in PROMPTS:
+            body = dict(prompt=prompt, max_tokens=32, temperature=0, ignore_eos=True, logprobs=0)
+            tokens = [
+                client.post("/v1/completions", json={**body, "model": model}).json()["choices"][0][
+                    "logprobs"
+                ]["tokens"]
+                for model in ("dense", "dense-spec")
+            ]
+            equal.append(tokens[0] == tokens[1])
+    return equal
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True, help="directory for the models, logs and results")
+    parser.add_argument("--k", type=int, default=3, help="drafted tokens per step")
+    parser.add_argument("--loadtest-arg", action="append", default=[], help="extra loadtest option")
+    args = parser.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+    dense, variant = write_models(args.out)
+    registry_url = register(args.out, dense, variant)
+    options = ["--registry", registry_url, "--speculative", f"dense-spec=v25:{args.k}", "--dtype", "bfloat16"]
+    options += ["--max-model-len", "512", "--gpu-memory-utilization", "0.25", "--start-timeout", "900"]
+    options += ["--log-level", "warning"]
+    env = {"DEPTHPRUNE_HOME": str(args.out)}
+    with running_gateway("dense", args.out / "serve.log", *options, env=env, timeout_s=900) as gateway:
+        equal = greedy_equal(gateway.url)
+        result_file = args.out / f"loadtest-k{args.k}.json"
+        command = [sys.executable, "-m", "depthprune", "loadtest", "--target", gateway.url]
+        command += ["--models", "dense,dense-spec", *LOADTEST_ARGS, *args.loadtest_arg]
+        command += ["--no-save-registry", "--save-result", str(result_file)]
+        completed = subprocess.run(command, stdout=subprocess.PIPE, text=True)
+        (args.out / f"loadtest-k{args.k}.md").write_text(completed.stdout)
+        if completed.returncode != 0:
+            raise SystemExit(f"loadtest failed (exit {completed.returncode})")
+    result = json.loads(result_file.read_text())
+    spec, comparison, aa = (
+        result["speculative"]["dense-spec"],
+        result["comparison"]["dense-spec"],
+        result["aa"],
+    )
+    cost = (NUM_BLOCKS - len(REMOVED)) / NUM_BLOCKS
+    summary = {
+        "k": args.k,
+        "greedy_equal": equal,
+        "acceptance_rate": spec["acceptance_rate"],
+        "mean_accepted_length": spec["mean_accepted_length"],
+        "speedup": comparison["output_throughput_speedup"],
+        "speedup_ci95": comparison["output_throughput_speedup_ci95"],
+        "aa": aa["output_throughput_ratio"],
+        "aa_ci95": aa["output_throughput_ratio_ci95"],
+        "tpot_ratio": comparison["ratios"].get("mean_tpot_ms"),
+        "tpot_ratio_ci95": comparison["ratios_ci95"].get("mean_tpot_ms"),
+        "draft_cost_blocks": cost,
+        "leviathan_projection": leviathan(spec["acceptance_rate"] or 0.0, args.k, cost),
+        "rounds": result.get("rounds"),
+    }
+    (args.out / f"summary-k{args.k}.json").write_text(json.dumps(summary, indent=2))
+    print(json.dumps(summary, indent=2))
+    print(completed.stdout)
+
+
+if __name__ == "__main__":
+    main()
