@@ -277,7 +277,8 @@ def alias(
         str | None,
         typer.Option(
             help="Point ALIAS (default <short>-best, e.g. ce-best) at the variant with the lowest validation "
-            "loss among those whose search used this objective (never block_influence, lorp, streamline).",
+            "loss among those whose search used this objective (never block_influence, lorp, streamline) "
+            "and their patched children (heal --method patch; never lora, distill, last-blocks).",
             metavar="OBJECTIVE",
         ),
     ] = None,

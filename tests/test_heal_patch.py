@@ -17,6 +17,8 @@ from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from depthprune.core.settings import home_dir
+from pruning.calibration.config import CalibrationConfig
+from pruning.calibration.scoring.build import build_evaluator
 from pruning.healing.config import HealConfig
 from pruning.healing.patch import (
     EMBEDDING,
@@ -27,6 +29,7 @@ from pruning.healing.patch import (
     removed_spans,
 )
 from pruning.model.checkpoint import PrunedCheckpoint, write_pruned_checkpoint
+from pruning.pipeline.heldout import HeldOut
 from registry import open_registry
 from registry.records import VariantRecord
 
@@ -294,15 +297,39 @@ def test_prune_heal_patch_repairs_the_selected_variant(demo_tiny_dir, tmp_path):
     code, stdout, stderr = run_cli(
         "prune", "--model", model, "--objective", "perplexity", "--data", f"demo:text@{model}",
         "--samples", "4", "--seq-len", "32", "--drop", "2", "--search", "one_shot,block_influence",
-        "--heal", "patch", "--out", tmp_path, "--json",
+        "--heal", "patch", "--out", tmp_path, "--json", "--dtype", "float32",
     )  # fmt: skip
     assert code == 0, stderr[-3000:]
     *variants, healed = (json.loads(line) for line in stdout.strip().splitlines())
-    selected = [variant["name"] for variant in variants if variant["selected"]]
-    assert healed["method"] == "patch" and [healed["parent"]] == selected
+    selected = [variant for variant in variants if variant["selected"]]
+    assert healed["method"] == "patch" and [healed["parent"]] == [selected[0]["name"]]
     with open_registry() as registry:
         child = registry.resolve(healed["name"])
-    assert child.parent == selected[0] and child.healing["hyperparameters"]["seq_len"] == 32
+        parent = registry.resolve(child.parent)
+    assert child.parent == selected[0]["name"] and child.healing["hyperparameters"]["seq_len"] == 32
+    # The child's validation loss is the parent's validation scorer run on the child model (the checkpoint
+    # as prune's evaluator loads it), on the parent's validation windows, against the parent's dense values.
+    assert healed["validation_loss"] == child.quality["validation_loss"]
+    assert (
+        healed["parent_validation_loss"]
+        == selected[0]["validation_loss"]
+        == parent.quality["validation_loss"]
+    )
+    assert healed["selected"] == (healed["validation_loss"] < selected[0]["validation_loss"])
+    assert child.quality["validation_data"] == parent.quality["validation_data"]
+    assert child.quality["dense_perplexity"] == parent.quality["dense_perplexity"]
+    assert child.fit == child.quality["fit"]
+    assert "run's choice" in stderr and "variants alias --best perplexity" in stderr
+    evaluator = build_evaluator(
+        child.checkpoint_path, CalibrationConfig.from_record(parent.calibration), progress=False
+    )
+    scored = HeldOut(evaluator).dense  # the child scored whole, by the scorer prune gave its parent
+    assert scored["validation_loss"] == pytest.approx(child.quality["validation_loss"], rel=1e-6, abs=1e-6)
+    assert scored["perplexity"] == pytest.approx(child.quality["perplexity"], rel=1e-6)
+    removed_again = HeldOut(build_evaluator(model, evaluator.config, progress=False)).quality(
+        parent.removed_blocks
+    )  # and the parent's own number is the same scorer's on the dense model without its blocks
+    assert removed_again["validation_loss"] == pytest.approx(parent.quality["validation_loss"], rel=1e-6)
 
 
 @pytest.mark.parametrize(

@@ -84,6 +84,50 @@ def test_best_is_chosen_among_searches_that_used_the_objective_by_validation_los
     assert best_alias("task_ce") == "ce-best" and registry.resolve("ce-best").name == chosen.name
 
 
+def register_child(registry, parent, method: str, validation_loss: float | None):
+    """A healed child of ``parent`` (its removal, calibration and search), with a validation loss or none."""
+    record = VariantRecord(
+        base_model=BASE,
+        removed_blocks=parent.removed_blocks,
+        calibration=dict(parent.calibration),
+        search=parent.search,
+        search_options=dict(parent.search_options),
+        parent=parent.name,
+        healing={"method": method, "data": "pydoc", "steps": 0 if method == "patch" else 200},
+        quality=None if validation_loss is None else quality(validation_loss),
+    )
+    return registry.register_variant(record)
+
+
+def test_a_patched_child_with_a_lower_validation_loss_wins_the_alias(registry):
+    parent = register(registry, (3,), "one_shot", 1.5)
+    register(registry, (2,), "greedy", 1.2)
+    register_child(registry, parent, "patch", None)  # patched before its validation loss was recorded
+    assert best_for_objective(registry, "task_ce", BASE).search == "greedy"
+    child = register_child(registry, parent, "patch", 1.1)
+    assert best_for_objective(registry, "task_ce", BASE).name == child.name
+    assert best_for_objective(registry, "task_ce", BASE, repaired=False).search == "greedy"
+    code, _, err = run_cli("variants", "alias", "--best", "ce", "--registry", str(registry.engine.url))
+    assert code == 0, err
+    assert registry.resolve("ce-best").name == child.name
+
+
+@pytest.mark.parametrize("method", ["lora", "distill", "last-blocks"])
+def test_a_trained_child_never_wins_the_alias(registry, method):
+    parent = register(registry, (3,), "one_shot", 1.5)
+    register_child(registry, parent, method, 0.01)  # even with a (not comparable) lower loss recorded
+    assert best_for_objective(registry, "task_ce", BASE).name == parent.name
+
+
+def test_an_objective_free_search_and_its_patched_child_never_win(registry):
+    free = register(registry, (1,), "block_influence", 0.5)
+    register_child(registry, free, "patch", 0.1)
+    with pytest.raises(UserError, match="no variant .* used objective 'task_ce'"):
+        best_for_objective(registry, "task_ce", BASE)
+    searched = register(registry, (2,), "greedy", 2.0)
+    assert best_for_objective(registry, "task_ce", BASE).name == searched.name
+
+
 def test_objective_free_searches_are_searches():
     from pruning.search import SEARCHES
 

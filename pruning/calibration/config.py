@@ -100,6 +100,13 @@ class CalibrationConfig:
                 del record[name]
         return record
 
+    @classmethod
+    def from_record(cls, record: dict) -> CalibrationConfig:
+        """The configuration a registry record (:meth:`as_record`, plus what the run noted, such as
+        ``truncated_items``) describes."""
+        names = {item.name for item in dataclasses.fields(cls)}
+        return cls(**{key: value for key, value in record.items() if key in names})
+
     @property
     def needs_reference(self) -> bool:
         """Whether scoring needs the dense model's log-probabilities (``kl``, or KL added to an objective)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -354,8 +355,9 @@ def prune(
 
 def _run_prune(config, plan, repair=None) -> None:
     """Plan the run's memory, run every search, print one line per variant; with ``repair`` (``--heal``),
-    repair the selected variant and print its line too."""
-    from pruning.cli.repair import repair_selected
+    repair the selected variant, print its line too and what the repair changed about the run's choice (on
+    stderr with ``--json``)."""
+    from pruning.cli.repair import choice_notes, repair_selected
     from pruning.pipeline.prune import prune as run_prune
     from pruning.runtime.plans import plan_prune_run
 
@@ -366,6 +368,9 @@ def _run_prune(config, plan, repair=None) -> None:
         _print_variant(outcome, plan.as_json)
     if repair is not None and (healed := repair_selected(outcomes, repair, plan)) is not None:
         _print_healed(healed, plan.as_json)
+        parent = next(outcome for outcome in outcomes if outcome.selected)
+        for note in choice_notes(parent, healed, config.registry_url):
+            print(f"   {note}", file=sys.stderr if plan.as_json else sys.stdout, flush=True)
 
 
 # ------------------------------------------------------------------------------------------------- heal
@@ -433,10 +438,16 @@ def _print_healed(outcome, as_json: bool) -> None:
         if losses.get("train") is not None
         else ""
     )
+    validation = (
+        f"; validation loss {outcome.parent_validation_loss:.4f} -> {outcome.validation_loss:.4f} "
+        f"(the parent's objective and validation data), fit {outcome.fit}"
+        if outcome.validation_loss is not None
+        else ""
+    )
     print(
         f"healed {outcome.parent} with {outcome.method} "
         f"({outcome.steps} steps, {outcome.wall_seconds:.1f} s): "
-        f"held-out loss {losses['heldout_before']:.4f} -> {losses['heldout']:.4f}{training} "
+        f"held-out loss {losses['heldout_before']:.4f} -> {losses['heldout']:.4f}{training}{validation} "
         f"-> {outcome.name} ({outcome.checkpoint})",
         flush=True,
     )
@@ -482,6 +493,7 @@ def heal(
     from depthprune.planning.devices import auto_device_dtype
     from pruning.healing.config import DEFAULT_LORA_TARGETS, HealConfig
     from pruning.healing.heal import heal as run_heal
+    from pruning.pipeline.heldout import repaired_quality
     from pruning.runtime.plans import PlanRequest, plan_heal_run
 
     device, dtype = auto_device_dtype(device, dtype, gpus, gpu_memory_gib)
@@ -513,7 +525,7 @@ def heal(
         out=out,
     )
     config = plan_heal_run(config, PlanRequest(dry_run, gpus, gpu_memory_gib, as_json))
-    _print_healed(run_heal(config), as_json)
+    _print_healed(run_heal(config, assess_child=repaired_quality), as_json)
 
 
 # ------------------------------------------------------------------------------------------------ study

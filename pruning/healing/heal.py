@@ -17,9 +17,11 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,6 +53,17 @@ class HealOutcome:
     losses: dict
     """``train`` (mean over the last tenth of the steps), ``train_first`` (the first step's),
     ``heldout`` and ``heldout_before`` (the parent's), mean next-token NLL on the held-out windows."""
+    validation_loss: float | None = None
+    """A patched child's loss on its parent's validation data under the parent's objective
+    (``quality["validation_loss"]``, comparable with the parent's); None: not measured (a training method, or
+    no ``assess_child``, or a parent with nothing to compare with)."""
+    parent_validation_loss: float | None = None
+    """The parent's validation loss (``prune``'s), beside ``validation_loss``."""
+    fit: bool | None = None
+    """The quality gate's verdict on the child, with its validation loss."""
+    selected: bool | None = None
+    """``prune --heal``: whether the child replaced its parent as the run's choice (a lower validation loss);
+    None outside a prune run."""
 
 
 @dataclass
@@ -217,8 +230,15 @@ def _train_and_write(plan: HealPlan) -> VariantRecord:
     return written.variant
 
 
-def _patch_and_write(plan: HealPlan) -> VariantRecord:
-    """Estimate the patch on the dense model, fold it into the parent's weights, write the child."""
+ChildAssessor = Callable[[object, object, VariantInfo, str], dict | None]
+"""``assess(causal_lm, tokenizer, parent, model_id) -> quality record or None``: scores a patched child whole,
+comparably with its parent (:func:`pruning.pipeline.heldout.repaired_quality`, which the command line passes;
+the healing room does not import the pipeline's)."""
+
+
+def _patch_and_write(plan: HealPlan, assess: ChildAssessor | None = None) -> VariantRecord:
+    """Estimate the patch on the dense model, fold it into the parent's weights, score the child with
+    ``assess`` (when given), write it."""
     import time
 
     import torch
@@ -278,6 +298,7 @@ def _patch_and_write(plan: HealPlan) -> VariantRecord:
         **{name: getattr(plan.parent, name) for name in PARENT_RECORD_FIELDS},
         parent=plan.parent.name,
         healing=healing,
+        quality=None if assess is None else assess(student, plan.tokenizer, plan.parent, str(plan.out)),
     )
     plan.run_dir.mkdir(parents=True, exist_ok=True)
     return write_healed_checkpoint(student, plan.tokenizer, plan.parent_dir, plan.out, record).variant
@@ -295,11 +316,29 @@ def gather_statistics_checked(dense, windows, spans, base_num_blocks: int, confi
     return gather_statistics(dense, windows, spans, config, bar.update)
 
 
-def heal(config: HealConfig) -> HealOutcome:
+def _assessed(plan: HealPlan, record: VariantRecord, assess: ChildAssessor | None) -> VariantRecord:
+    """A finished patch run's record, scored with ``assess`` when it was written without a quality record."""
+    if assess is None or record.quality is not None or plan.config.method != "patch":
+        return record
+    from pruning.model.blocks import load_model
+
+    config = plan.config
+    child, _ = load_model(str(plan.out), dtype=config.dtype, device=config.device, gpus=config.gpus)
+    quality = assess(child, plan.tokenizer, plan.parent, str(plan.out))
+    return record if quality is None else dataclasses.replace(record, quality=quality)
+
+
+def heal(config: HealConfig, assess_child: ChildAssessor | None = None) -> HealOutcome:
     """Run ``config``: train the variant, write the healed checkpoint, register it as the variant's child.
 
     Interrupted runs resume: run the same command again and training continues from the last saved step
     to the same weights. A run that finished is not repeated: its checkpoint is registered again.
+
+    Args:
+        config: the run.
+        assess_child: ``patch`` only: scores the child whole on its parent's validation data before it is
+            written, so that its record carries a ``quality`` comparable with the parent's (the command line
+            passes :func:`pruning.pipeline.heldout.repaired_quality`); None: no quality record.
 
     Returns:
         The registered healed variant and its losses.
@@ -308,8 +347,12 @@ def heal(config: HealConfig) -> HealOutcome:
 
     with open_registry(config.registry_url) as registry:
         plan = plan_heal(config, registry)
-        write = _patch_and_write if config.method == "patch" else _train_and_write
-        record = _finished(plan) or write(plan)
+        if config.method == "patch":
+            write = functools.partial(_patch_and_write, assess=assess_child)
+        else:
+            write = _train_and_write
+        record = _finished(plan)
+        record = write(plan) if record is None else _assessed(plan, record, assess_child)
         variant = registry.register_variant(record)
     write_json(plan.run_dir / DONE_FILE, {"variant": dataclasses.asdict(record)})
     (plan.run_dir / STATE_FILE).unlink(missing_ok=True)  # the checkpoint holds the result now
@@ -328,4 +371,7 @@ def heal(config: HealConfig) -> HealOutcome:
             "heldout": healing["heldout_loss"],
             "heldout_before": healing["parent_heldout_loss"],
         },
+        validation_loss=(record.quality or {}).get("validation_loss"),
+        parent_validation_loss=(record.quality or {}).get("parent_validation_loss"),
+        fit=(record.quality or {}).get("fit"),
     )

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
 
 import torch
 
@@ -144,23 +145,78 @@ class HeldOut:
     def quality(self, removed_blocks) -> dict:
         """The quality record of one removal set (``VariantRecord.quality``): validation loss, held-out
         perplexity (and accuracy) against the dense model's, K, the verdict ``fit`` and its ``reasons``."""
-        measured = self._measure(frozenset(removed_blocks))
+        return self.record(self._measure(frozenset(removed_blocks)), self.dense)
+
+    def record(self, measured: dict, dense: dict) -> dict:
+        """The quality record of ``measured`` (what :meth:`_measure` returns) against ``dense``'s."""
         fit, reasons = fitness(
             measured["perplexity"],
-            self.dense["perplexity"],
+            dense["perplexity"],
             self.max_ppl_ratio,
             measured.get("accuracy"),
-            self.dense.get("accuracy"),
+            dense.get("accuracy"),
             measured.get("chance"),
         )
         return {
             **measured,
             "validation_data": self.what,
-            "dense_validation_loss": self.dense["validation_loss"],
-            "dense_perplexity": self.dense["perplexity"],
-            **({"dense_accuracy": self.dense["accuracy"]} if "accuracy" in self.dense else {}),
+            "dense_validation_loss": dense["validation_loss"],
+            "dense_perplexity": dense["perplexity"],
+            **({"dense_accuracy": dense["accuracy"]} if dense.get("accuracy") is not None else {}),
             "perplexity_data": self.what if self.config.kind == TEXT else f"{FITNESS_TEXT} (test split)",
             "max_ppl_ratio": self.max_ppl_ratio,
             "fit": fit,
             "reasons": reasons,
         }
+
+
+@dataclass(frozen=True)
+class WholeModel:
+    """What :class:`HeldOut` reads of a calibration evaluator, for a model scored whole (every block its own):
+    a repaired child, whose removal is built into its checkpoint."""
+
+    stack: object
+    """Its :class:`~pruning.model.blocks.BlockStack`."""
+    config: CalibrationConfig
+    """The parent's calibration configuration (objective, parameters, data, samples, seed)."""
+    tokenizer: object
+    model_id: str
+
+
+def incomparable(calibration: dict, parent_quality: dict | None) -> str | None:
+    """Why a repaired child of a parent with this calibration and quality record cannot have a validation
+    loss comparable with the parent's (:func:`repaired_quality`), or None when it can."""
+    recorded = parent_quality or {}
+    if not all(isinstance(recorded.get(key), int | float) for key in ("validation_loss", "dense_perplexity")):
+        return "its parent has no validation loss to compare with"
+    if CalibrationConfig.from_record(calibration).needs_reference:
+        return "its objective reads the dense model's distribution (KL), which the child scored whole lacks"
+    return None
+
+
+def repaired_quality(causal_lm, tokenizer, parent, model_id: str) -> dict | None:
+    """The quality record of a repaired child (``heal --method patch``) of ``parent`` (its registry entry),
+    comparable with the parent's; None when :func:`incomparable` says why not.
+
+    The child is scored whole by :class:`HeldOut` (the scorer ``prune`` ran on the parent's removal set) on
+    the parent's validation data (its recorded ``validation_data``: the same spec, samples and seed, so the
+    same windows or items), under the parent's calibration configuration; held-out perplexity (and accuracy)
+    and the verdict ``fit`` are against the dense values and K that the parent's record holds.
+    """
+    from pruning.calibration.data.validation import validation_spec
+    from pruning.model.blocks import BlockStack
+
+    if incomparable(parent.calibration, parent.quality) is not None:
+        return None
+    recorded = parent.quality
+    config = CalibrationConfig.from_record(parent.calibration)
+    spec = validation_spec(config, recorded.get("validation_data"))
+    max_ppl_ratio = recorded.get("max_ppl_ratio", DEFAULT_MAX_PPL_RATIO)
+    held_out = HeldOut(WholeModel(BlockStack(causal_lm), config, tokenizer, model_id), spec, max_ppl_ratio)
+    dense = {
+        "validation_loss": recorded.get("dense_validation_loss"),
+        "perplexity": recorded["dense_perplexity"],
+        "accuracy": recorded.get("dense_accuracy"),
+    }
+    record = held_out.record(held_out.dense, dense)  # HeldOut's "dense" is the child here, scored whole
+    return {**record, "parent_validation_loss": recorded["validation_loss"]}

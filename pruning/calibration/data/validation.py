@@ -97,6 +97,18 @@ def _held_out_documents(spec: str, tokenizer, samples: int, seq_len: int, seed: 
     )
 
 
+def default_validation_data(config) -> str:
+    """How a quality record names the default validation data of ``config`` (``validation_data``)."""
+    return f"{config.data} (held-out part of its calibration split)"
+
+
+def validation_spec(config, validation_data: str | None) -> str | None:
+    """The ``--validation`` spec a recorded ``validation_data`` of ``config`` was drawn with: None for the
+    default data (:func:`default_validation_data`), else the spec itself (:func:`validation_samples` names
+    an explicit spec by itself)."""
+    return None if validation_data in (None, default_validation_data(config)) else validation_data
+
+
 def validation_samples(config, tokenizer, spec: str | None = None) -> tuple[str, TextSamples | ChoiceSamples]:
     """``(what, samples)``: the validation data of a calibration configuration (module docstring).
 
@@ -114,7 +126,7 @@ def validation_samples(config, tokenizer, spec: str | None = None) -> tuple[str,
         items = load_choice_items(spec, "calibration")
         picked = sorted(random.Random(config.seed).sample(range(len(items)), min(config.samples, len(items))))
         return spec, ChoiceSamples([items[index] for index in picked], spec)
-    what = f"{config.data} (held-out part of its calibration split)"
+    what = default_validation_data(config)
     if config.kind != TEXT:
         return what, _held_out_items(config.data, config.samples, config.seed)
     if config.sampling != "documents":
