@@ -175,6 +175,8 @@ def test_the_real_model_plan_is_what_the_demo_prints(tmp_path, monkeypatch, caps
         "searches on each objective: one_shot, block_influence",
         "offline suite (pydoc perplexity, 256-token windows; pydoc_cloze accuracy), at most 24 of each",
         "one vLLM engine each (--max-model-len 512 --vllm-arg=--enforce-eager)",
+        "repair: ppl-best patched without training (heal --method patch: <= 128 windows x 256 tokens of "
+        "pydoc), evaluated as the others, not served (its speed is its parent's); about ",
         "4-8 interleaved rounds (at most 150 s) x 16 requests x (64 prompt + 64 generated tokens) per model "
         "and an A/A control, all at once, until each variant's interval excludes 1 and the A/A one is within "
         "±5%",
@@ -196,7 +198,8 @@ def test_the_demo_model_keeps_its_plan():
         2,
         2,
     )
-    assert plan.suite == "demo" and plan.serve_args == ()
+    assert plan.suite == "demo" and plan.serve_args == () and not plan.repair
+    assert "repair" not in plan.describe()
     full = plan_demo(DemoConfig(model="demo"), num_blocks=16)
     assert full.drop == 4 and (full.sizes.text_samples, full.sizes.seq_len) == (32, 128)
     assert (full.sizes.num_prompts, full.sizes.output_len, full.sizes.rounds) == (48, 64, 2)
@@ -207,3 +210,42 @@ def test_overrides_replace_the_plan_sizes():
     plan = plan_demo(config, num_blocks=30)
     assert (plan.sizes.text_samples, plan.sizes.choice_samples, plan.sizes.seq_len) == (5, 5, 64)
     assert plan.sizes.eval_limit == 3 and plan.searches == ("one_shot",) and plan.drop == 3
+
+
+def test_the_repair_step_patches_ppl_best_and_scores_the_child(demo_tiny_dir, tmp_path, capsys):
+    """The real-model step (:mod:`depthprune.cli.demo_repair`), run here on the tiny model: the child of
+    ``ppl-best`` registered with a validation loss, and its row right after its parent's."""
+    from depthprune.cli import demo_repair
+    from depthprune.cli.demo import DEMO_QUICK_SIZES, DemoPlan
+    from pruning.calibration.config import CalibrationConfig
+    from pruning.pipeline.prune import PruneConfig, prune
+    from registry import open_registry
+
+    model = str(demo_tiny_dir)
+    data = f"demo:text@{model}"
+    (outcome,) = prune(
+        PruneConfig(
+            model=model,
+            calibration=CalibrationConfig("perplexity", data, samples=4, seq_len=32),
+            drop=2,
+            searches=("one_shot",),
+            out=str(tmp_path / "variants"),
+            progress=False,
+        )
+    )
+    config = DemoConfig(recipe="tiny", quick=True, out=tmp_path / "out")
+    plan = DemoPlan(model, 8, 2, {"perplexity": data}, ("one_shot",), DEMO_QUICK_SIZES, repair=True)
+    with open_registry() as registry:
+        registry.set_alias("ppl-best", outcome.name)
+        base = registry.resolve(outcome.name).base_model
+        repaired = demo_repair.repair_best(config, plan, registry, base, pipeline.say)
+        child = registry.resolve(repaired.name)
+    assert repaired.parent == outcome.name and child.parent == outcome.name
+    assert child.removed_blocks == outcome.removed_blocks
+    assert child.quality["validation_loss"] is not None and child.quality["parent_validation_loss"] == (
+        outcome.validation_loss
+    )
+    assert "estimated" in capsys.readouterr().err
+    rows = [{"name": "dense"}, {"name": outcome.name}, {"name": "other"}]
+    row = demo_repair.repaired_row(repaired, child, {"perplexity": None, "qa_accuracy": None}, {})
+    assert [item["name"] for item in demo_repair.with_repaired(rows, row)][2] == repaired.name

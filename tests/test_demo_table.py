@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import re
+from types import SimpleNamespace
 
 from rich.console import Console
 
@@ -78,6 +79,23 @@ def worst_case_rows() -> list[dict]:
     ]  # fmt: skip
 
 
+def with_patch_row(rows: list[dict]) -> list[dict]:
+    """The rows with the demo's repaired ppl-best right after it (as in :mod:`depthprune.cli.demo_repair`)."""
+    from depthprune.cli.demo_repair import Repaired, repaired_row, with_repaired
+
+    parent = next(item for item in rows if item["variant"] == "ppl-best")
+    child = SimpleNamespace(
+        removed_blocks=SMOLLM2_REMOVED,
+        objective="perplexity",
+        search="block_influence",
+        quality={"validation_loss": 3.1234},
+        fit=True,
+    )
+    quality = {**VARIANT_QUALITY, "pydoc": {"retention": 61.4, "retention_ci95": [57.25, 65.5]}}
+    metrics = {"perplexity": 30.87, "qa_accuracy": 0.91}
+    return with_repaired(rows, repaired_row(Repaired("child", parent["name"], 80.0), child, metrics, quality))
+
+
 def rendered(rows: list[dict], plan, width: int = TABLE_WIDTH) -> str:
     stream = io.StringIO()  # not a terminal: what a CI log or `make demo | tee` gets
     render(rows, plan, Console(file=stream, width=width, force_terminal=False, color_system=None))
@@ -114,6 +132,20 @@ def test_the_tables_read_whole_at_100_columns(tmp_path):
         assert re.search(rf"^{re.escape(variant)} ", text, re.M), variant
     numbers = {int(n) for n in re.findall(r"(?<![\d.\[])(\d+)(?=,|\s|$)(?![.\d])", text)}
     assert set(SMOLLM2_REMOVED) <= numbers and "12-15" in text
+
+
+def test_the_patched_row_sits_beside_its_parent_with_quality_and_no_speed_of_its_own(tmp_path):
+    plan = plan_demo(DemoConfig(out=tmp_path), num_blocks=30)
+    rows = with_patch_row(worst_case_rows())
+    assert [item["variant"] for item in rows][2:4] == ["ppl-best", "ppl-best+patch"]
+    text = rendered(rows, plan)
+    assert max(len(line) for line in text.splitlines()) <= TABLE_WIDTH and "…" not in text
+    lines = [line for line in text.splitlines() if line.startswith("ppl-best+patch ")]
+    assert len(lines) == 2  # the variants table and the quality table; not the speed table
+    assert "block_influence+patch" in lines[0] and "3.123" in lines[0]
+    assert "61 [57, 66]" in lines[1]  # retention with its paired interval
+    note = "ppl-best+patch: not load-tested; its speed is ppl-best's by construction"
+    assert note in " ".join(text.split())
 
 
 def test_a_measurement_problem_shows_no_number():

@@ -2,9 +2,10 @@
 
 Resolves the model (the embedded ``smollm2-135m`` GGUF is converted once to a cached float32 checkpoint),
 prints the plan (budget M, searches, calibration and evaluation sizes, load), prunes it under both
-calibration objectives, registers every variant and evaluates each distinct one, serves dense and the best
-variant of each objective through the gateway with one vLLM engine each, load-tests them side by side, and
-prints its tables.
+calibration objectives, registers every variant, repairs ``ppl-best`` without training (a real model:
+:mod:`depthprune.cli.demo_repair`), evaluates each distinct one and the repaired child, serves dense and
+the best variant of each objective through the gateway with one vLLM engine each, load-tests them side by
+side, and prints its tables.
 Every process it starts is stopped on the way out, Ctrl-C included.
 
 Two plans (:func:`plan_demo`), sized so that ``make demo`` finishes in under 10 minutes on 2 cores:
@@ -35,6 +36,7 @@ from typing import Annotated
 
 import typer
 
+from depthprune.cli import demo_repair
 from depthprune.cli.demo_table import aa_row, print_table, speed_columns
 from depthprune.core.errors import UserError
 from depthprune.core.objectives import OBJECTIVES, TEXT
@@ -157,6 +159,8 @@ class DemoPlan:
     """Calibration, evaluation and load-test sizes."""
     serve_args: tuple[str, ...] = ()
     """More ``depthprune serve`` options (the same for dense and every variant)."""
+    repair: bool = False
+    """Patch ``ppl-best`` without training, show the child beside it (:mod:`depthprune.cli.demo_repair`)."""
 
     @property
     def is_demo_model(self) -> bool:
@@ -204,6 +208,7 @@ class DemoPlan:
             + (
                 "every window and item" if sizes.eval_limit is None else f"at most {sizes.eval_limit} of each"
             ),
+            *([demo_repair.describe(self)] if self.repair else []),
             f"  serving: dense, {', '.join(BEST_ALIAS.values())} through the gateway, one vLLM engine each"
             + (f" ({' '.join(self.serve_args)})" if self.serve_args else ""),
             f"  load test: {sizes.rounds}-{max(sizes.rounds, sizes.max_rounds)} interleaved rounds "
@@ -337,6 +342,7 @@ def plan_demo(config: DemoConfig, num_blocks: int) -> DemoPlan:
         searches=config.searches or (DEMO_SEARCHES if demo else REAL_SEARCHES),
         sizes=sizes,
         serve_args=() if demo else REAL_SERVE_ARGS,
+        repair=not demo,
     )
 
 
@@ -419,7 +425,8 @@ def prune_variants(config: DemoConfig, plan: DemoPlan, model_dir: Path | str, re
             )
     chosen = {}
     for objective in outcomes:
-        best = best_for_objective(registry, objective, canonical_model(str(model_dir)))
+        # searched variants only: the demo serves these, and a repaired child's speed is its parent's
+        best = best_for_objective(registry, objective, canonical_model(str(model_dir)), repaired=False)
         registry.set_alias(BEST_ALIAS[objective], best.name)
         chosen[objective] = best.removed_blocks
         print(f"   {BEST_ALIAS[objective]} -> {best.name} (removed {best.removed_blocks})", file=sys.stderr)
@@ -466,12 +473,15 @@ def measured_as(outcomes: dict[str, list]) -> dict[str, str]:
     return chosen
 
 
-def evaluate(config: DemoConfig, plan: DemoPlan, dense: str, outcomes: dict[str, list], registry) -> None:
-    """Evaluate dense and every distinct variant on the plan's suite with the torch engine (recorded)."""
+def evaluate(
+    config: DemoConfig, plan: DemoPlan, dense: str, outcomes: dict[str, list], registry, extra=()
+) -> None:
+    """Evaluate dense, every distinct variant and ``extra`` (the repaired child) on the plan's suite with the
+    torch engine (recorded)."""
     from pruning.evaluation.suites import EvalSettings, evaluate_variants
 
     twins = {name: measured for name, measured in measured_as(outcomes).items() if name != measured}
-    names = [dense, *[name for name, measured in measured_as(outcomes).items() if name == measured]]
+    names = [dense, *[name for name, measured in measured_as(outcomes).items() if name == measured], *extra]
 
     if plan.is_demo_model:
         what = "the demo suites (held-out text perplexity, QA accuracy)"
@@ -581,7 +591,7 @@ def load_test(config: DemoConfig, plan: DemoPlan, url: str, served: list[str], m
 
 
 def summary_rows(
-    outcomes: dict[str, list], registry, loadtest: dict, served: dict[str, str], plan: DemoPlan
+    outcomes: dict[str, list], registry, loadtest: dict, served: dict[str, str], plan: DemoPlan, repaired=None
 ) -> list[dict]:
     """One row per variant (dense first): what the final table and ``--json`` show.
 
@@ -591,6 +601,8 @@ def summary_rows(
         loadtest: the load test's saved result (its ``comparison`` against dense).
         served: ``dense`` and each best alias -> the served name (:func:`served_names`).
         plan: the run's plan (which tasks hold perplexity and accuracy).
+        repaired: the repaired child (:class:`~depthprune.cli.demo_repair.Repaired`), or None: its row
+            follows its parent's.
 
     Returns:
         Rows with removed blocks, objective, search, calibration loss, held-out perplexity, accuracy
@@ -600,7 +612,8 @@ def summary_rows(
     comparison = loadtest.get("comparison", {})
     role_of = {registry.resolve(name).name: role for role, name in served.items() if role != "dense"}
     measured = measured_as(outcomes)
-    quality = quality_against_dense(registry, served["dense"], sorted(set(measured.values())))
+    extra = [repaired.name] if repaired else []
+    quality = quality_against_dense(registry, served["dense"], sorted(set(measured.values())) + extra)
     rows = [
         {
             "variant": "dense",
@@ -636,7 +649,12 @@ def summary_rows(
                     **speed_columns(comparison.get(served[role]) if role else None),
                 }
             )
-    return rows
+    if repaired is None:
+        return rows
+    child = registry.resolve(repaired.name)
+    metrics = evaluation_metrics(registry, repaired.name, plan)
+    row = demo_repair.repaired_row(repaired, child, metrics, quality[child.name])
+    return demo_repair.with_repaired(rows, row)
 
 
 def quality_against_dense(registry, dense: str, names: list[str]) -> dict[str, dict]:
@@ -671,11 +689,12 @@ def run_demo(config: DemoConfig) -> list[dict]:
     print(plan.describe(), file=sys.stderr, flush=True)
     outcomes = prune_variants(config, plan, model_dir, registry)
     base_model = registry.resolve(next(iter(outcomes.values()))[0].name).base_model
+    repaired = demo_repair.repair_best(config, plan, registry, base_model, say)
     served = served_names(registry, base_model)
-    evaluate(config, plan, served["dense"], outcomes, registry)
+    evaluate(config, plan, served["dense"], outcomes, registry, [repaired.name] if repaired else [])
     with gateway(config, plan, list(served.values()), config.out / "serve.log") as url:
         loadtest = load_test(config, plan, url, list(served.values()), model_dir)
-    rows = summary_rows(outcomes, registry, loadtest, served, plan)
+    rows = summary_rows(outcomes, registry, loadtest, served, plan, repaired)
     (config.out / "summary.json").write_text(json.dumps(rows, indent=1) + "\n")
     print_table(rows, config.out, plan)
     return rows

@@ -225,12 +225,28 @@ def verdict_notes(rows: list[dict]) -> list[str]:
     return notes
 
 
+def speed_notes(rows: list[dict]) -> list[str]:
+    """One line per row that is not load-tested because its speed is another row's (a repaired child)."""
+    return [
+        f"{row['variant']}: not load-tested; its speed is {row['speed_of']}'s by construction (the same "
+        "blocks, shapes and parameter count: the patch is folded into existing weights)."
+        for row in rows
+        if row.get("speed_of")
+    ]
+
+
 def render(rows: list[dict], plan, console) -> None:
     """The three tables and their notes, on ``console``."""
     console.print(variants_table(rows, plan))
     console.print(
         "calib./val. = calibration/validation loss of the search; fit = fit to serve. "
         "#N = registry id (`depthprune variants show N`)."
+        + (
+            " +patch = the variant above repaired without training (heal --method patch); its val. is on "
+            "its parent's validation data."
+            if any(row.get("speed_of") for row in rows)
+            else ""
+        )
     )
     console.print()
     console.print(retention_table(rows, plan))
@@ -243,7 +259,7 @@ def render(rows: list[dict], plan, console) -> None:
     )
     console.print()
     console.print(speed_table(rows))
-    for note in verdict_notes(rows):
+    for note in verdict_notes(rows) + speed_notes(rows):
         console.print(note)
     console.print(
         "× = ratio to dense under the same load (throughput: higher is better; latency: lower), 95 % "

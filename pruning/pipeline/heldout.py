@@ -11,6 +11,9 @@ calibration evaluator's model (no second copy):
 * **task accuracy** (multiple-choice objectives): on the validation items, against chance (mean 1/choices);
 * **fit**: :func:`depthprune.core.fitness.fitness` of those against the dense model's.
 
+A repaired child (``heal --method patch``) is scored whole by the same class on its parent's validation data
+(:func:`repaired_quality`), so that its validation loss compares with the searched variants'.
+
 Each scorer is a naive :class:`~pruning.calibration.scoring.evaluator.SubsetEvaluator` (a full forward per
 set, nothing cached): a handful of sets is scored, and the calibration evaluator's caches stay as they are.
 """
