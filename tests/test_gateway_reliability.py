@@ -96,7 +96,9 @@ def test_burst_after_idle_is_served_without_marking_the_backend_down(caplog):
 
         async def bursts() -> list[int]:
             statuses = []
-            limits = httpx.Limits(max_connections=200, max_keepalive_connections=200)
+            # the client drops an idle connection after 1 s, well before the gateway's own keep-alive (5 s)
+            # closes it: the stale connections under test are the gateway's to the backend, not ours to it
+            limits = httpx.Limits(max_connections=200, max_keepalive_connections=200, keepalive_expiry=1.0)
             async with httpx.AsyncClient(base_url=gateway.url, timeout=30, limits=limits) as client:
                 for _ in range(3):
                     started = time.monotonic()
