@@ -88,18 +88,27 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, required=True, help="directory for the JSON and logs")
     parser.add_argument("--parents", default="ppl-best,ce-best", help="variants to patch, comma-separated")
     parser.add_argument("--data", default="pydoc", help="text the patch is estimated on")
+    parser.add_argument(
+        "--engine", default="hf", help="eval engine (hf: the torch engine of the offline-suite figures)"
+    )
+    parser.add_argument(
+        "--children", help="children patched before, one per parent in order (no heal run, no heal seconds)"
+    )
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     depthprune = [sys.executable, "-m", "depthprune"]
     names, heal_seconds = ["dense"], {}
-    for parent in args.parents.split(","):
+    if args.children:
+        for parent, child in zip(args.parents.split(","), args.children.split(","), strict=True):
+            names += [parent, child]
+    for parent in [] if args.children else args.parents.split(","):
         command = [*depthprune, "heal", parent, "--method", "patch", "--data", args.data, "--json"]
         healed, seconds = run_json(command, args.out / f"heal-{parent}.log")
         (args.out / f"heal-{parent}.json").write_text(json.dumps(healed, indent=1))
         heal_seconds[healed["name"]] = seconds
         names += [parent, healed["name"]]  # the parent first: eval pairs the child with it
         print(f"heal {parent}: {healed['name']} in {seconds:.0f} s", file=sys.stderr, flush=True)
-    command = [*depthprune, "eval", *names, "--suite", "offline", "--json"]
+    command = [*depthprune, "eval", *names, "--suite", "offline", "--engine", args.engine, "--json"]
     models, seconds = run_json(command, args.out / "eval.log")
     (args.out / "eval.json").write_text(json.dumps(models, indent=1))
     print(f"eval of {len(names)} models on the offline suite: {seconds:.0f} s", file=sys.stderr)
