@@ -86,6 +86,17 @@ def is_cpu_build() -> bool:
         return False
 
 
+def engine_dtype(requested: str, cpu_build: bool) -> str:
+    """The ``--dtype`` an engine is started with: ``auto`` is float32 on the CPU build, as every torch path of
+    depthprune chooses on CPU (:func:`depthprune.planning.devices.auto_device_dtype`).
+
+    vLLM's own ``auto`` casts a float32 checkpoint to bfloat16 on CPU, which a CPU without native bfloat16
+    (AVX2, no AVX512-BF16/AMX) emulates: SmolLM2-135M's demo load test ran about 10x slower that way
+    (docs/benchmarks.md). On the GPU build ``auto`` stays vLLM's (bfloat16 or the checkpoint's half type).
+    """
+    return "float32" if requested == "auto" and cpu_build else requested
+
+
 def log_tail(path: Path | None, lines: int = LOG_TAIL_LINES) -> str:
     """The last lines of a log file, or a note that there is none."""
     if path is None or not path.exists():
@@ -161,7 +172,7 @@ class Backend:
             "--port",
             str(self.port),
             "--dtype",
-            opts.dtype,
+            engine_dtype(opts.dtype, is_cpu_build()),
         ]
         if opts.max_model_len is not None:
             command += ["--max-model-len", str(opts.max_model_len)]

@@ -263,7 +263,11 @@ MetricsAuthOption = Annotated[
     ),
 ]
 VllmDtypeOption = Annotated[
-    str | None, typer.Option(help="vLLM --dtype of every process (auto, float32, bfloat16).")
+    str | None,
+    typer.Option(
+        help="vLLM --dtype of every process (auto, float32, bfloat16; auto is float32 on the CPU build, "
+        "where vLLM's own auto casts to bfloat16, emulated without AVX512-BF16/AMX)."
+    ),
 ]
 KvCacheOption = Annotated[
     int | None,

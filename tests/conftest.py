@@ -45,12 +45,16 @@ def tiny_model_dirs(tmp_path_factory):
 def vllm_tiny_server(tiny_model_dirs, tmp_path_factory):
     """Base URL of a real vLLM OpenAI server (CPU engine) serving the tiny random Llama as ``dense``, ``copy``
     and ``twin``, started once per session: the engine takes about a minute to start, so the load tests and
-    the experiment tests share it (each uses two of the names)."""
+    the experiment tests share it (each uses two of the names). Eager (no torch.compile): none of them
+    measures the engine's own speed, and compiling takes most of the start on 2 cores."""
     from depthprune.testing.servers import free_port, running, vllm_command
 
     port = free_port()
     command = vllm_command(
-        tiny_model_dirs("llama"), ["dense", "copy", "twin"], port, extra_args=["--max-num-seqs", "16"]
+        tiny_model_dirs("llama"),
+        ["dense", "copy", "twin"],
+        port,
+        extra_args=["--max-num-seqs", "16", "--enforce-eager"],
     )
     log = tmp_path_factory.mktemp("vllm-tiny") / "server.log"
     url = f"http://127.0.0.1:{port}"

@@ -53,6 +53,7 @@ def speculative_gateway(tiny_model_dirs, tmp_path_factory):
         "--gpu-memory-utilization",
         "0.25",
         "--vllm-arg=--max-num-seqs=8",
+        "--vllm-arg=--enforce-eager",  # compiling two engines took most of the fixture's 3 minutes
         "--start-timeout",
         "600",
         "--log-level",
