@@ -41,7 +41,6 @@ def test_the_fraction_is_the_log_perplexity_ratio_and_its_interval_holds_it():
     assert gap_recovered(dense, parent, child) == result  # seeded: the same interval again
 
 
-@pytest.mark.filterwarnings("ignore:divide by zero")
 def test_no_gap_to_recover_gives_no_fraction():
     dense = windows(2.0)
     assert gap_recovered(dense, dense, windows(2.5, seed=3))["gap_recovered"] is None

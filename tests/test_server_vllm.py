@@ -8,14 +8,13 @@ Run: ``.venv/bin/python -m pytest tests/test_server_vllm.py -q``
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import httpx
 import openai
 import pytest
 
 from depthprune.testing.servers import running_gateway
-from depthprune.testing.variants import EXAMPLE_CALIBRATION, register_example_base, register_example_variant
+from depthprune.testing.variants import registry_with_pruned_variant
 
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
@@ -30,19 +29,9 @@ EXACT = {"ignore_eos": True}  # exactly max_tokens tokens, whatever the random m
 @pytest.fixture(scope="session")
 def served_gateway(tiny_model_dirs, tmp_path_factory):
     """``(base URL, startup summary)`` of ``depthprune serve`` over a registry with dense and ppl-best."""
-    from depthprune.core.checksums import weights_sha256
-    from pruning.model.checkpoint import write_pruned_checkpoint
-    from registry import open_registry
-
     dense = tiny_model_dirs("llama")
     work = tmp_path_factory.mktemp("gateway-e2e")
-    pruned = write_pruned_checkpoint(str(dense), [2, 3], work / "pruned-2-3", calibration=EXAMPLE_CALIBRATION)
-    registry_url = f"sqlite:///{work / 'registry.db'}"
-    with open_registry(registry_url) as registry:
-        register_example_base(registry, str(dense), weights_sha256=weights_sha256(dense))
-        register_example_variant(
-            registry, [2, 3], base_model=str(dense), checkpoint=Path(pruned.path), alias="ppl-best"
-        )
+    registry_url = registry_with_pruned_variant(dense, work, [2, 3], alias="ppl-best")
     (work / "chat.jinja").write_text(CHAT_TEMPLATE)
     config = work / "gateway.json"
     config.write_text(

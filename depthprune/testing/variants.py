@@ -8,7 +8,8 @@ something; these write it with plausible search facts, so that each test states 
         checkpoint = fake_checkpoint(tmp_path / "variant")
         variant = register_example_variant(registry, checkpoint=checkpoint, alias="ppl-best")
 
-Nothing here needs torch: :func:`fake_checkpoint` is a directory that the weights checksum accepts.
+Nothing here needs torch but :func:`registry_with_pruned_variant`, which writes a real pruned checkpoint for
+the tests of real engines: :func:`fake_checkpoint` is a directory that the weights checksum accepts.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ __all__ = [
     "fake_checkpoint",
     "register_example_base",
     "register_example_variant",
+    "registry_with_pruned_variant",
 ]
 
 EXAMPLE_BASE = "org/tiny-base"
@@ -109,3 +111,25 @@ def register_example_variant(
     if alias is not None:
         registry.set_alias(alias, variant.name)
     return variant
+
+
+def registry_with_pruned_variant(dense: Path, work: Path, removed: list[int], alias: str) -> str:
+    """A SQLite registry at ``work/registry.db`` holding the real checkpoint ``dense`` as base and its
+    variant without ``removed`` (written by the pruning code under ``work``), aliased ``alias``: what the
+    tests of real vLLM engines serve.
+
+    Returns:
+        The registry's URL.
+    """
+    from pruning.model.checkpoint import write_pruned_checkpoint
+    from registry import open_registry
+
+    directory = work / f"pruned-{'-'.join(map(str, removed))}"
+    pruned = write_pruned_checkpoint(str(dense), removed, directory, calibration=EXAMPLE_CALIBRATION)
+    url = f"sqlite:///{work / 'registry.db'}"
+    with open_registry(url) as registry:
+        register_example_base(registry, str(dense), weights_sha256=weights_sha256(dense))
+        register_example_variant(
+            registry, removed, base_model=str(dense), checkpoint=Path(pruned.path), alias=alias
+        )
+    return url

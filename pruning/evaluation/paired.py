@@ -137,6 +137,16 @@ def paired_perplexity(baseline: tuple[list, list], model: tuple[list, list]) -> 
     }
 
 
+def windows_in_order(items: dict, order: Sequence[int]) -> tuple[list, list]:
+    """``(nll, tokens)`` of a perplexity result's windows in the order ``order`` gives (:func:`aligned`)."""
+    return [items["nll"][index] for index in order], [items["tokens"][index] for index in order]
+
+
+def _log_perplexities(*arrays, axis=-1) -> list:
+    """Per model, ``sum NLL / sum tokens`` of its ``(nll, tokens)`` arrays, given one pair after another."""
+    return [nll.sum(axis) / tokens.sum(axis) for nll, tokens in zip(arrays[::2], arrays[1::2], strict=True)]
+
+
 def gap_recovered(dense: tuple[list, list], parent: tuple[list, list], child: tuple[list, list]) -> dict:
     """How much of its parent's perplexity gap to dense a repaired child closes, paired over the same windows.
 
@@ -155,23 +165,16 @@ def gap_recovered(dense: tuple[list, list], parent: tuple[list, list], child: tu
 
     arrays = tuple(np.asarray(values, dtype=float) for values in (*dense, *parent, *child))
 
-    def statistic(dense_nll, dense_tokens, parent_nll, parent_tokens, child_nll, child_tokens, axis=-1):
-        log_dense = dense_nll.sum(axis) / dense_tokens.sum(axis)
-        log_parent = parent_nll.sum(axis) / parent_tokens.sum(axis)
-        log_child = child_nll.sum(axis) / child_tokens.sum(axis)
+    def statistic(*resampled, axis=-1):
+        log_dense, log_parent, log_child = _log_perplexities(*resampled, axis=axis)
         return (log_parent - log_child) / (log_parent - log_dense)
 
-    point = float(statistic(*(array[None, :] for array in arrays))[0])
-    if not np.isfinite(point) or point_gap(arrays) <= 0:
+    log_dense, log_parent, _ = _log_perplexities(*arrays)
+    if not log_parent > log_dense:
         return {"gap_recovered": None, "gap_recovered_ci95": None, "gap_method": PAIRED_BOOTSTRAP}
+    point = float(statistic(*arrays))
     low, high = bootstrap_percentile(arrays, statistic, point)
     return {"gap_recovered": point, "gap_recovered_ci95": [low, high], "gap_method": PAIRED_BOOTSTRAP}
-
-
-def point_gap(arrays: tuple) -> float:
-    """``log ppl(parent) - log ppl(dense)`` of :func:`gap_recovered`'s six arrays."""
-    dense_nll, dense_tokens, parent_nll, parent_tokens = arrays[:4]
-    return float(parent_nll.sum() / parent_tokens.sum() - dense_nll.sum() / dense_tokens.sum())
 
 
 def add_gap_recovered(baseline_results: Sequence, parent_results: Sequence, results: Sequence) -> None:
@@ -184,19 +187,18 @@ def add_gap_recovered(baseline_results: Sequence, parent_results: Sequence, resu
         statistics = result.settings.get("statistics") or {}
         if result.metric != "perplexity" or key not in base_by_key or key not in parent_by_key:
             continue
-        trio = [base_by_key[key].settings.get("statistics"), parent_by_key[key].settings.get("statistics")]
-        if None in trio or "paired" not in statistics:
+        base, parent = (by_key[key].settings.get("statistics") for by_key in (base_by_key, parent_by_key))
+        if base is None or parent is None or "paired" not in statistics:
             continue
         try:
-            order = [aligned(trio[0]["items"], other["items"]) for other in (trio[1], statistics)]
+            parent_windows, child_windows = (
+                windows_in_order(other["items"], aligned(base["items"], other["items"]))
+                for other in (parent, statistics)
+            )
         except PairingRefused:
             continue
-        per_window = [(trio[0]["items"]["nll"], trio[0]["items"]["tokens"])]
-        for other, indices in zip((trio[1], statistics), order, strict=True):
-            per_window.append(
-                tuple([other["items"][field][i] for i in indices] for field in ("nll", "tokens"))
-            )
-        statistics["paired"].update(gap_recovered(*per_window))
+        dense_windows = (base["items"]["nll"], base["items"]["tokens"])
+        statistics["paired"].update(gap_recovered(dense_windows, parent_windows, child_windows))
 
 
 def compare_statistics(baseline: dict, model: dict) -> dict:
@@ -212,10 +214,8 @@ def compare_statistics(baseline: dict, model: dict) -> dict:
         other = [int(model_items["correct"][index]) for index in order]
         paired = paired_accuracy(base, other)
     else:
-        pick = lambda values: [values[index] for index in order]  # noqa: E731
         paired = paired_perplexity(
-            (base_items["nll"], base_items["tokens"]),
-            (pick(model_items["nll"]), pick(model_items["tokens"])),
+            (base_items["nll"], base_items["tokens"]), windows_in_order(model_items, order)
         )
     return {**paired, "paired_method": PAIRED_BOOTSTRAP, "paired_seed": SEED}
 
