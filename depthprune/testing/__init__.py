@@ -22,6 +22,8 @@ test that needs only ports does not load torch. The modules:
 * :mod:`~depthprune.testing.generation` — greedy generation for parity tests: transformers in-process (with
   the logit gap of each step, to tell near-ties), the real vLLM engine in a separate process;
 * :mod:`~depthprune.testing.vllm_greedy` — that separate process (``python -m``), one engine per checkpoint;
+* :mod:`~depthprune.testing.schema_fuzz` — a bounded schemathesis run against a gateway's OpenAPI schema, in a
+  process of its own (``python -m``);
 * :mod:`~depthprune.testing.postgres` — a throwaway PostgreSQL server, and databases created and dropped on
   any server;
 * :mod:`~depthprune.testing.cli` — ``run_cli``: the console script in-process, output captured;
