@@ -10,7 +10,9 @@ Run ``depthprune --help`` or ``depthprune COMMAND --help``.
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
+import threading
 
 import typer
 
@@ -62,16 +64,48 @@ def build_app() -> typer.Typer:
     return app
 
 
+class UnwindOnSigterm:
+    """While active (in the main thread), SIGTERM raises :class:`KeyboardInterrupt` where the command is, so
+    that it unwinds as after Ctrl-C, and :attr:`received` says it came. Python's default ends the process on
+    the spot, which left the demo's gateway and engines running and an in-process vLLM engine's worker
+    orphaned; unwinding runs the ``finally`` blocks that stop them. A command that installs its own handler
+    (serve's uvicorn) keeps it while it runs."""
+
+    def __init__(self) -> None:
+        self.received = False
+        self._previous = None
+
+    def _handle(self, _signal_number, _frame) -> None:
+        self.received = True
+        raise KeyboardInterrupt
+
+    def __enter__(self) -> UnwindOnSigterm:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._handle)
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        if self._previous is not None:  # run in-process (tests): the caller's handler as it was
+            signal.signal(signal.SIGTERM, self._previous)
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Entry point of the console script; user mistakes exit 2 with one line on stderr."""
-    try:
-        build_app()(args=argv, prog_name="depthprune")
-    except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
-        raise SystemExit(2) from None
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        raise SystemExit(130) from None
+    """Entry point of the console script; user mistakes exit 2 with one line on stderr; SIGTERM exits 143
+    once the command has unwound (Ctrl-C: 130, as typer ends it)."""
+    with UnwindOnSigterm() as sigterm:
+        try:
+            build_app()(args=argv, prog_name="depthprune")
+        except UserError as error:
+            print(f"error: {error}", file=sys.stderr)
+            raise SystemExit(2) from None
+        except KeyboardInterrupt:
+            print("interrupted", file=sys.stderr)
+            raise SystemExit(130) from None
+        except SystemExit:
+            if not sigterm.received:
+                raise
+            print("terminated", file=sys.stderr)
+            raise SystemExit(128 + signal.SIGTERM) from None
 
 
 if __name__ == "__main__":
