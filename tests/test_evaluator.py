@@ -498,3 +498,25 @@ def test_a_reference_objective_not_zero_at_dense_has_its_dense_loss_computed(fil
     computed = build()
     assert skipped.dense_loss() == 0.0 and abs(computed.dense_loss()) < 1e-5
     assert computed.stats.head_positions > skipped.stats.head_positions
+
+
+@pytest.mark.parametrize(("objective", "scorers"), [("perplexity", 1), ("kl", 2)])
+def test_held_out_scores_each_removal_set_once_per_measure(files, monkeypatch, objective, scorers):
+    """Under the perplexity objective the validation loss is the held-out log perplexity: one pass per
+    removal set, not two."""
+    from pruning.calibration.scoring.evaluator import SubsetEvaluator
+    from pruning.pipeline.heldout import HeldOut
+
+    evaluator = build_evaluator(files["model"], config_for(files, objective), progress=False, batch_size=4)
+    calls = []
+    score = SubsetEvaluator.score
+    monkeypatch.setattr(
+        SubsetEvaluator, "score", lambda self, removed: calls.append(self) or score(self, removed)
+    )
+    held_out = HeldOut(evaluator)
+    quality = held_out.quality([2, 3])
+    # dense, then [2, 3]: once each per scorer
+    assert len(calls) == 2 * scorers and len({id(scorer) for scorer in calls}) == scorers
+    if objective == "perplexity":
+        assert quality["perplexity"] == pytest.approx(np.exp(quality["validation_loss"]))
+        assert quality["dense_perplexity"] == pytest.approx(np.exp(held_out.dense["validation_loss"]))

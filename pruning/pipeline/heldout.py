@@ -116,12 +116,11 @@ class HeldOut:
         self.what, samples = validation_samples(config, tokenizer, validation)
         self.validation = naive_scorer(evaluator, config, samples, tokenizer)
         if config.kind == TEXT:
-            self.text = naive_scorer(
-                evaluator,
-                dataclasses.replace(config, objective="perplexity", kl_weight=0.0),
-                samples,
-                tokenizer,
-            )
+            perplexity = dataclasses.replace(config, objective="perplexity", kl_weight=0.0)
+            # Under the perplexity objective the validation loss is the held-out log perplexity itself: one
+            # scorer, one pass per removal set (the demo's perplexity step scored every window twice).
+            same = perplexity == config
+            self.text = self.validation if same else naive_scorer(evaluator, perplexity, samples, tokenizer)
         else:
             length = min(config.seq_len, FITNESS_WINDOW_TOKENS)
             windows = sample_stream_windows(
@@ -136,10 +135,9 @@ class HeldOut:
         return None if self.config.kind == TEXT else choice_accuracy(self.validation, removed)
 
     def _measure(self, removed: frozenset[int]) -> dict:
-        measured = {
-            "validation_loss": self.validation.score(removed),
-            "perplexity": math.exp(min(self.text.score(removed), 700.0)),
-        }
+        validation_loss = self.validation.score(removed)
+        text_loss = validation_loss if self.text is self.validation else self.text.score(removed)
+        measured = {"validation_loss": validation_loss, "perplexity": math.exp(min(text_loss, 700.0))}
         accuracy = self._accuracy(removed)
         if accuracy is not None:
             measured["accuracy"], measured["chance"] = accuracy
