@@ -230,3 +230,25 @@ def auto_device_dtype(
     planning_gpus = gpus is not None or gpu_memory_gib is not None
     device = "cuda" if device.strip().lower() == "auto" and planning_gpus else resolve_device(device)
     return device, resolve_dtype(dtype, device)
+
+
+SMALL_MACHINE_CPUS = 4
+"""With at most this many usable CPUs a CPU engine binds its threads to all of them (:func:`omp_binding`)."""
+
+
+def omp_binding(environment: dict[str, str], cpu_build: bool, tensor_parallel_size: int) -> str | None:
+    """``VLLM_CPU_OMP_THREADS_BIND`` for a one-rank CPU engine on a small machine: every usable CPU; None
+    where vLLM's own ``auto`` stays (the GPU build, several ranks, a large machine, or the variable set).
+
+    vLLM's ``auto`` reserves one CPU for the engine's scheduler process and binds the model's threads to the
+    rest: on this 2-CPU machine SmolLM2-135M decoded on one core, 86 output tokens/s against 137 with both
+    bound (TPOT 134 ms against 90, one engine, 16 requests at once; ``nobind`` leaves one torch thread: 84).
+    On a large machine one reserved core is a small share and ``auto`` also keeps to one NUMA node and one
+    thread per physical core, so it stays.
+    """
+    if not cpu_build or tensor_parallel_size != 1 or "VLLM_CPU_OMP_THREADS_BIND" in environment:
+        return None
+    usable = sorted(os.sched_getaffinity(0))
+    if len(usable) > SMALL_MACHINE_CPUS:
+        return None
+    return ",".join(str(cpu) for cpu in usable)

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from depthprune.core.errors import UserError
+from depthprune.planning.devices import omp_binding
 from pruning.runtime.engine_choice import cuda_available, resolve_engine
 
 
@@ -224,6 +225,9 @@ class VllmEngine:
         from transformers import AutoConfig, AutoTokenizer
         from vllm import LLM
 
+        binding = omp_binding(dict(os.environ), not cuda_available(), tensor_parallel_size)
+        if binding is not None:  # the engine's worker process inherits it
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = binding
         config = AutoConfig.from_pretrained(model)
         native = int(getattr(config, "max_position_embeddings", 2048))
         model_len = max_length + 1 if max_length else min(native, 4096)
