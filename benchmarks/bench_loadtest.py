@@ -25,14 +25,12 @@ import argparse
 import contextlib
 import json
 import math
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from depthprune.demo.paths import data_file
-from depthprune.planning.devices import omp_binding
 from depthprune.testing.servers import (
     free_port,
     gateway_command,
@@ -79,11 +77,7 @@ def vllm_server(model_dir: Path, name: str, args, out: Path) -> tuple[subprocess
         # Eager (no torch.compile): a real model's engine starts in about 1 min here instead of 2.5.
         extra_args=["--enforce-eager"] if args.eager else [],
     )
-    env = {"VLLM_CPU_KVCACHE_SPACE": str(args.kv_cache_gib)}
-    binding = omp_binding(dict(os.environ), cpu_build=True, tensor_parallel_size=1)  # as `serve` starts it
-    if binding is not None:
-        env["VLLM_CPU_OMP_THREADS_BIND"] = binding
-    process = start_logged(command, log, env=env)
+    process = start_logged(command, log, env={"VLLM_CPU_KVCACHE_SPACE": str(args.kv_cache_gib)})
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until_up(url + "/health", process, log)

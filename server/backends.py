@@ -44,7 +44,6 @@ import httpx
 from depthprune.core.errors import UserError
 from depthprune.core.processes import stop_process_group
 from depthprune.core.settings import home_dir
-from depthprune.planning.devices import omp_binding
 from server.replicas import ReplicaSet
 from server.settings import BackendSpec, GatewaySettings, VllmOptions
 
@@ -192,15 +191,6 @@ class Backend:
         env = dict(os.environ)
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.options.kv_cache_gib))
         env.update(self.options.env)
-        binding = omp_binding(env, is_cpu_build(), self.spec.tensor_parallel_size)
-        if binding is not None:
-            env["VLLM_CPU_OMP_THREADS_BIND"] = binding
-            log.info(
-                "%s: VLLM_CPU_OMP_THREADS_BIND=%s (every usable CPU; vLLM's auto would reserve one of %d)",
-                self.name,
-                binding,
-                len(binding.split(",")),
-            )
         if self.placement is not None:
             env["CUDA_VISIBLE_DEVICES"] = ",".join(str(card) for card in self.placement.gpus)
         if self.api_key:

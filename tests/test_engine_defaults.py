@@ -1,5 +1,5 @@
-"""``serve`'s engine defaults on the CPU build: float32 unless asked (vLLM's auto would emulate bf16), and
-on a small machine threads bound to every usable CPU (vLLM's auto would reserve one of two)."""
+"""Engine defaults on the CPU build: ``serve``'s float32 unless asked (vLLM's auto would emulate bf16), and
+an offline engine's threads bound to every usable CPU of a small machine (vLLM's auto reserves one of two)."""
 
 from __future__ import annotations
 

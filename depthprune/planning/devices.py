@@ -233,18 +233,21 @@ def auto_device_dtype(
 
 
 SMALL_MACHINE_CPUS = 4
-"""With at most this many usable CPUs a CPU engine binds its threads to all of them (:func:`omp_binding`)."""
+"""With at most this many usable CPUs an offline vLLM engine binds its threads to all of them
+(:func:`omp_binding`)."""
 
 
 def omp_binding(environment: dict[str, str], cpu_build: bool, tensor_parallel_size: int) -> str | None:
-    """``VLLM_CPU_OMP_THREADS_BIND`` for a one-rank CPU engine on a small machine: every usable CPU; None
-    where vLLM's own ``auto`` stays (the GPU build, several ranks, a large machine, or the variable set).
+    """``VLLM_CPU_OMP_THREADS_BIND`` for a one-rank *offline* CPU engine (``eval --engine vllm``) on a small
+    machine: every usable CPU; None where vLLM's own ``auto`` stays (the GPU build, several ranks, a large
+    machine, or the variable set).
 
     vLLM's ``auto`` reserves one CPU for the engine's scheduler process and binds the model's threads to the
     rest: on this 2-CPU machine SmolLM2-135M decoded on one core, 86 output tokens/s against 137 with both
-    bound (TPOT 134 ms against 90, one engine, 16 requests at once; ``nobind`` leaves one torch thread: 84).
-    On a large machine one reserved core is a small share and ``auto`` also keeps to one NUMA node and one
-    thread per physical core, so it stays.
+    bound (benchmarks/omp_binding.sh). An offline engine is all there is to run, so it takes both. A served
+    engine keeps ``auto``: beside it run the gateway, the API server and the load test's client, and with
+    both CPUs bound the demo's load-test rounds spread ±8 % around the A/A ratio against ±1.5 % (docs/
+    benchmarks.md); set ``VLLM_CPU_OMP_THREADS_BIND`` for ``serve`` to bind them anyway.
     """
     if not cpu_build or tensor_parallel_size != 1 or "VLLM_CPU_OMP_THREADS_BIND" in environment:
         return None
