@@ -143,10 +143,10 @@ def test_the_real_model_plan_is_what_the_demo_prints(tmp_path, monkeypatch, caps
     plan = plan_demo(config, num_blocks=30)
     assert plan.drop == 8  # round(0.25 x 30): 27 % of SmolLM2-135M's 30 blocks
     assert plan.data == {"perplexity": "pydoc", "task_ce": "pydoc-phrase"}
-    assert plan.searches == ("one_shot", "block_influence")
+    assert plan.searches == ("one_shot",)
     assert set(plan.searches) <= set(SEARCHES)
     sizes = plan.sizes
-    assert (sizes.text_samples, sizes.choice_samples, sizes.seq_len) == (16, 24, 256)
+    assert (sizes.text_samples, sizes.choice_samples, sizes.seq_len, sizes.patch_windows) == (8, 24, 256, 64)
     assert (sizes.eval_seq_len, sizes.eval_limit) == (256, 24)
     assert (sizes.rounds, sizes.num_prompts, sizes.input_len, sizes.output_len) == (4, 16, 64, 64)
     # One block of the balanced order for 4 arms, a second only when the first did not decide.
@@ -170,12 +170,13 @@ def test_the_real_model_plan_is_what_the_demo_prints(tmp_path, monkeypatch, caps
     assert plan.describe() in printed
     for expected in (
         "smollm2-135m (30 blocks): remove M = 8 (27%; ideal speed-up N/(N-M) = 1.36x)",
-        "perplexity  on pydoc: 16 windows x 256 tokens, batch 8",
+        "perplexity  on pydoc: 8 windows x 256 tokens, batch 8",
         "task_ce     on pydoc-phrase: 24 items of at most 256 tokens, batch 8",
-        "searches on each objective: one_shot, block_influence",
-        "offline suite (pydoc perplexity, 256-token windows; pydoc_cloze accuracy), at most 24 of each",
+        "searches on each objective: one_shot",
+        "offline suite (in-domain pydoc perplexity and pydoc-cloze accuracy, out-of-domain GCIDE perplexity "
+        "and GCIDE-define accuracy; 256-token windows), at most 24 of each",
         "one vLLM engine each (--max-model-len 512 --vllm-arg=--enforce-eager)",
-        "repair: ppl-best patched without training (heal --method patch: <= 128 windows x 256 tokens of "
+        "repair: ppl-best patched without training (heal --method patch: <= 64 windows x 256 tokens of "
         "pydoc), evaluated as the others, not served (its speed is its parent's); about ",
         "4-8 interleaved rounds (at most 150 s) x 16 requests x (64 prompt + 64 generated tokens) per model "
         "and an A/A control, all at once, until each variant's interval excludes 1 and the A/A one is within "

@@ -87,6 +87,8 @@ class DemoSizes:
     stop_rule: str = "decision"
     """Load test: ``decision`` (stop once each variant's interval excludes 1 and the A/A interval is within
     ±5 %: what the demo must show) or ``precision`` (every interval ±2 %: ``--precise``)."""
+    patch_windows: int | None = None
+    """Repair: calibration windows of ``heal --method patch`` (None: its default, 128)."""
 
 
 PRECISE_MAX_ROUNDS = 36
@@ -99,7 +101,7 @@ AA_TOLERANCE = 0.05
 
 
 REAL_SIZES = DemoSizes(
-    text_samples=16,
+    text_samples=8,
     choice_samples=24,
     seq_len=256,
     eval_seq_len=256,
@@ -110,15 +112,17 @@ REAL_SIZES = DemoSizes(
     rounds=4,
     max_rounds=8,
     load_budget_s=150.0,
+    patch_windows=64,
 )
-"""A real model (SmolLM2-135M: ~5 s per subset evaluation on 2 cores at 16 x 256 tokens), full run. The load
-test: three engines and the A/A arm share 2 cores; 16 requests keep every engine batching; 64 generated
-tokens per request. With the load test's 2-second pause at each change of engine (which removed the
-first-token stall an engine's leftover work caused, docs/benchmarks.md) a round of the four arms takes ~21 s,
-and the steps before it ~7 minutes; so the load test runs one block of the balanced order (4 rounds), a
-second only when the first did not decide (both variants' intervals excluding 1, the A/A one within ±5 %),
-never a third: at most ~3 minutes, and ``make demo`` stays under 10. A 25 % pruned model is ~1.28x faster
-(docs/benchmarks.md), far outside such intervals; ``--precise`` runs the ±2 % protocol instead."""
+"""A real model (SmolLM2-135M), full run. Measured on 2026-11-26 (quiet machine, docs/benchmarks.md): a subset
+evaluation costs ~6.8 s at 16 x 256 tokens, so the perplexity objective calibrates on 8 windows (one_shot's
+31 evaluations in ~90 s, the same blocks as at 16); the patch reads 64 windows (half its default). A load-test
+round of the four arms takes ~52 s (each engine decodes on one core: vLLM reserves the other; 32 generated
+tokens instead of 64 saved only a sixth of a round, prefill on one core dominates, and spread the rounds
+±15 % instead of ±2.5 %). The load test runs one block of the balanced order (4 rounds), a second only when
+the first did not decide (both variants' intervals excluding 1, the A/A one within ±5 %) and the 150-second
+budget allows. A 25 % pruned model is ~1.28x faster (docs/benchmarks.md), far outside such intervals;
+``--precise`` runs the ±2 % protocol instead."""
 REAL_QUICK_SIZES = DemoSizes(4, 8, 128, 128, 4, 8, 64, 16, 2, max_rounds=2, load_budget_s=60)
 """A real model, ``--quick``."""
 DEMO_SIZES = DemoSizes(32, 32, 128, 2048, None, 48, 128, 64, 2)
@@ -126,9 +130,11 @@ DEMO_SIZES = DemoSizes(32, 32, 128, 2048, None, 48, 128, 64, 2)
 DEMO_QUICK_SIZES = DemoSizes(8, 8, 64, 2048, None, 8, 128, 16, 2, max_rounds=2, load_budget_s=60)
 """``--model demo``, ``--quick`` (what the tests run, with ``--recipe tiny``)."""
 
-REAL_SEARCHES = ("one_shot", "block_influence")
-"""A real model: SLEB's one-shot ranking (N + 1 subset evaluations) and ShortGPT's block influence (one
-pass over the dense model's hidden states). ``greedy`` needs ~212 evaluations on SmolLM2 (~27 min)."""
+REAL_SEARCHES = ("one_shot",)
+"""A real model: SLEB's one-shot ranking (N + 1 subset evaluations), one search per objective so that the
+objectives' choices compare like with like. ``--search one_shot,block_influence`` adds ShortGPT's block
+influence (one pass over the dense model's hidden states, objective-free; about 1.5 minutes more with its
+checkpoints and evaluation); ``greedy`` needs ~212 evaluations on SmolLM2 (~27 min)."""
 DEMO_SEARCHES = ("one_shot", "greedy")
 """The demo model: a fast and a thorough search (SLEB's iterative elimination)."""
 REAL_DATA = {"perplexity": "pydoc", TASK_OBJECTIVE: "pydoc-phrase"}
@@ -178,6 +184,17 @@ class DemoPlan:
         return ("demo_text", "demo_qa") if self.is_demo_model else ("pydoc", "pydoc_cloze")
 
     @property
+    def suite_contents(self) -> str:
+        """What the evaluation suite measures, in words."""
+        window = f"{self.sizes.eval_seq_len}-token windows"
+        if self.is_demo_model:
+            return f"{self.tasks[0]} perplexity, {window}; {self.tasks[1]} accuracy"
+        return (
+            f"in-domain pydoc perplexity and pydoc-cloze accuracy, out-of-domain GCIDE perplexity and "
+            f"GCIDE-define accuracy; {window}"
+        )
+
+    @property
     def ideal_speedup(self) -> float:
         """N / (N - M): the speed-up if time were proportional to the blocks run."""
         return self.num_blocks / (self.num_blocks - self.drop)
@@ -203,8 +220,7 @@ class DemoPlan:
             f"  {TASK_OBJECTIVE}     on {self.data[TASK_OBJECTIVE]}: {sizes.choice_samples} items of at most "
             f"{sizes.seq_len} tokens, batch {EVALUATOR_BATCH_SIZE} sequences",
             f"  searches on each objective: {', '.join(self.searches)}",
-            f"  evaluation: {self.suite} suite ({self.tasks[0]} perplexity, "
-            f"{sizes.eval_seq_len}-token windows; {self.tasks[1]} accuracy), "
+            f"  evaluation: {self.suite} suite ({self.suite_contents}), "
             + (
                 "every window and item" if sizes.eval_limit is None else f"at most {sizes.eval_limit} of each"
             ),
@@ -483,14 +499,9 @@ def evaluate(
     twins = {name: measured for name, measured in measured_as(outcomes).items() if name != measured}
     names = [dense, *[name for name, measured in measured_as(outcomes).items() if name == measured], *extra]
 
-    if plan.is_demo_model:
-        what = "the demo suites (held-out text perplexity, QA accuracy)"
-    else:
-        limit = "every" if plan.sizes.eval_limit is None else f"{plan.sizes.eval_limit}"
-        what = (
-            f"the offline suite (pydoc test perplexity, {limit} windows x {plan.sizes.eval_seq_len} tokens; "
-            f"pydoc-cloze accuracy, {limit} items)"
-        )
+    limit = plan.sizes.eval_limit
+    each = "every window and item" if limit is None else f"at most {limit} windows or items per task"
+    what = f"the {plan.suite} suite ({plan.suite_contents}; {each})"
     say(config, f"evaluate {len(names)} models on {what}")
     for name, measured in twins.items():
         print(
@@ -505,36 +516,38 @@ def evaluate(
 
 @contextlib.contextmanager
 def gateway(config: DemoConfig, plan: DemoPlan, served: list[str], log_path: Path):
-    """Run ``depthprune serve`` in its own process group until the block exits; yields its URL."""
-    command = [
-        sys.executable,
-        "-m",
-        "depthprune",
-        "serve",
-        "--variants",
-        ",".join(served),
-        "--port",
-        str(config.port),
-        "--json",
-        *plan.serve_args,
-    ]
+    """Start ``depthprune serve`` in its own process group and stop it when the block exits; yields a function
+    that waits until every engine is up and returns the gateway's URL.
+
+    The engines start while the repair and the evaluation run: those measure quality, which sharing the cores
+    does not change, and the load test, which it would, starts only once the wait has returned.
+    """
+    command = [sys.executable, "-m", "depthprune", "serve", "--variants", ",".join(served)]
+    command += ["--port", str(config.port), "--json", *plan.serve_args]
     if config.registry_url:
         command += ["--registry", config.registry_url]
     say(
         config,
-        f"serve {', '.join(served)} through the gateway (one vLLM engine each, started one after another)",
+        f"serve {', '.join(served)} through the gateway (one vLLM engine each, started one after another "
+        "in the background while the next steps run)",
     )
     log = log_path.open("w")
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=log, text=True, start_new_session=True)
-    try:
+
+    def wait_for_url() -> str:
+        started = time.monotonic()
         line = process.stdout.readline()  # serve prints one JSON line once every backend is up
         if not line:
             process.wait(timeout=30)
             tail = "".join(log_path.read_text().splitlines(keepends=True)[-15:])
             raise UserError(f"the gateway did not start (exit {process.returncode}); its log ends:\n{tail}")
         url = json.loads(line)["url"]
-        print(f"   gateway at {url} (log: {log_path})", file=sys.stderr)
-        yield url
+        waited = time.monotonic() - started
+        print(f"   gateway at {url} (log: {log_path}; waited {waited:.0f} s for it)", file=sys.stderr)
+        return url
+
+    try:
+        yield wait_for_url
     finally:
         # SIGINT, as Ctrl-C: serve stops its vLLM engines cleanly; SIGKILL for whatever is left after 30 s
         stop_process_group(process, signal.SIGINT, grace_s=30.0)
@@ -689,10 +702,11 @@ def run_demo(config: DemoConfig) -> list[dict]:
     print(plan.describe(), file=sys.stderr, flush=True)
     outcomes = prune_variants(config, plan, model_dir, registry)
     base_model = registry.resolve(next(iter(outcomes.values()))[0].name).base_model
-    repaired = demo_repair.repair_best(config, plan, registry, base_model, say)
-    served = served_names(registry, base_model)
-    evaluate(config, plan, served["dense"], outcomes, registry, [repaired.name] if repaired else [])
-    with gateway(config, plan, list(served.values()), config.out / "serve.log") as url:
+    served = served_names(registry, base_model)  # the repair adds a child; it moves no alias
+    with gateway(config, plan, list(served.values()), config.out / "serve.log") as wait_for_url:
+        repaired = demo_repair.repair_best(config, plan, registry, base_model, say)
+        evaluate(config, plan, served["dense"], outcomes, registry, [repaired.name] if repaired else [])
+        url = wait_for_url()
         loadtest = load_test(config, plan, url, list(served.values()), model_dir)
     rows = summary_rows(outcomes, registry, loadtest, served, plan, repaired)
     (config.out / "summary.json").write_text(json.dumps(rows, indent=1) + "\n")
@@ -724,8 +738,7 @@ PreciseOption = Annotated[
 SearchOption = Annotated[
     str | None,
     typer.Option(
-        help="Comma-separated searches per objective "
-        "(default: one_shot,block_influence; --model demo: one_shot,greedy)."
+        help="Comma-separated searches per objective (default: one_shot; --model demo: one_shot,greedy)."
     ),
 ]
 

@@ -48,7 +48,7 @@ def patch_settings(plan) -> tuple[int, int]:
     """``(windows, tokens per window)`` of the demo's patch on ``plan``."""
     from pruning.healing.config import DEFAULT_PATCH_SAMPLES
 
-    return DEFAULT_PATCH_SAMPLES, plan.sizes.seq_len
+    return plan.sizes.patch_windows or DEFAULT_PATCH_SAMPLES, plan.sizes.seq_len
 
 
 def estimated_seconds(plan) -> float:
@@ -95,6 +95,7 @@ def repair_best(config, plan, registry, base_model: str, say) -> Repaired | None
         data=plan.data["perplexity"],
         method="patch",
         seq_len=length,
+        patch_samples=windows,
         eval_windows=HELD_OUT_WINDOWS,
         registry_url=config.registry_url,
     )
