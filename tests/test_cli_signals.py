@@ -17,9 +17,12 @@ from server.supervisor import group_members
 
 HOLDING_COMMAND = textwrap.dedent(
     """
-    import subprocess, sys, time
+    import signal, subprocess, sys, time
     import typer
     import depthprune.cli.app as app
+
+    # Python's Ctrl-C handler, as in a terminal: started from a background job (CI) SIGINT comes ignored.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
     def build_app():
         cli = typer.Typer()
