@@ -195,6 +195,12 @@ class DemoPlan:
         )
 
     @property
+    def evaluation_limit(self) -> str:
+        """How much of each task the evaluation reads, in words."""
+        limit = self.sizes.eval_limit
+        return "every window and item" if limit is None else f"at most {limit} of each"
+
+    @property
     def ideal_speedup(self) -> float:
         """N / (N - M): the speed-up if time were proportional to the blocks run."""
         return self.num_blocks / (self.num_blocks - self.drop)
@@ -220,10 +226,7 @@ class DemoPlan:
             f"  {TASK_OBJECTIVE}     on {self.data[TASK_OBJECTIVE]}: {sizes.choice_samples} items of at most "
             f"{sizes.seq_len} tokens, batch {EVALUATOR_BATCH_SIZE} sequences",
             f"  searches on each objective: {', '.join(self.searches)}",
-            f"  evaluation: {self.suite} suite ({self.suite_contents}), "
-            + (
-                "every window and item" if sizes.eval_limit is None else f"at most {sizes.eval_limit} of each"
-            ),
+            f"  evaluation: {self.suite} suite ({self.suite_contents}), {self.evaluation_limit}",
             *([demo_repair.describe(self)] if self.repair else []),
             f"  serving: dense, {', '.join(BEST_ALIAS.values())} through the gateway, one vLLM engine each"
             + (f" ({' '.join(self.serve_args)})" if self.serve_args else ""),
@@ -499,9 +502,7 @@ def evaluate(
     twins = {name: measured for name, measured in measured_as(outcomes).items() if name != measured}
     names = [dense, *[name for name, measured in measured_as(outcomes).items() if name == measured], *extra]
 
-    limit = plan.sizes.eval_limit
-    each = "every window and item" if limit is None else f"at most {limit} windows or items per task"
-    what = f"the {plan.suite} suite ({plan.suite_contents}; {each})"
+    what = f"the {plan.suite} suite ({plan.suite_contents}; {plan.evaluation_limit})"
     say(config, f"evaluate {len(names)} models on {what}")
     for name, measured in twins.items():
         print(
