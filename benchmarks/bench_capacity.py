@@ -34,7 +34,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.bench_loadtest import prepare_models, prompt_source, start_servers
+from benchmarks.bench_loadtest import BenchModels, prepare_models, prompt_source, start_servers
 from depthprune.testing.servers import stop
 
 
@@ -102,12 +102,22 @@ def auto_slo(args: argparse.Namespace, target: str, model_dir: Path, prompts: st
     return slo, {"unloaded_median_ttft_ms": ttft, "unloaded_median_tpot_ms": tpot, "requests": len(results)}
 
 
-def loadtest_command(args: argparse.Namespace, target: str, models: list[str], prompts: str, out: Path):
+def blocks_option(models: BenchModels) -> str:
+    """``--blocks NAME=N:M`` for every served model, so the report states each arm's ideal N/(N-M)."""
+    return ",".join(
+        f"{name}={counts.num_blocks}:{counts.removed}" for name, counts in models.counts().items()
+    )
+
+
+def loadtest_command(args: argparse.Namespace, target: str, models: BenchModels, prompts: str, out: Path):
     """The ``depthprune loadtest`` command line this benchmark times."""
     command = [sys.executable, "-m", "depthprune", "loadtest", "--target", target]
+    names = ["dense"] + [variant.name for variant in models.variants]
     command += [
         "--models",
-        ",".join(models),
+        ",".join(names),
+        "--blocks",
+        blocks_option(models),
         "--aa",
         "--slo",
         args.slo,
@@ -134,7 +144,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.slo == "auto":
             args.slo, unloaded = auto_slo(args, targets["dense"], models.model_dir, prompts)
         print(f"--slo {args.slo} {unloaded}", file=sys.stderr, flush=True)
-        command = loadtest_command(args, target, list(targets), prompts, out)
+        command = loadtest_command(args, target, models, prompts, out)
         command += ["--tokenizer", str(models.model_dir)]
         started = time.monotonic()
         completed = subprocess.run(command, capture_output=True, text=True)

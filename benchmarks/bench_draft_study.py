@@ -1,0 +1,341 @@
+"""Benchmark: which calibration gives the best speculative draft of a dense model? (issue 43, item 3)
+
+What it does (every process it starts is stopped at the end):
+1. prunes ``--model`` (SmolLM2-135M by default) at every M of each ``--drafts OBJECTIVE:M,M...``
+   (``--search``, one_shot by default) into the registry of ``--home``; an existing registered variant of
+   the same configuration is reused (the registry's score memo makes a further M of an objective cost
+   only its validation);
+2. serves, through one gateway: dense; one plain draft per M (the first objective's: a draft's decode cost
+   depends on how many blocks it has, not on which) to measure its cost c, the draft's TPOT over dense's
+   under the same load; and dense with every draft as vLLM's draft model (``serve --speculative
+   spec-OBJECTIVE-mM=DRAFT:K``);
+3. per ``--concurrency`` level, one ``depthprune loadtest`` over every arm with the A/A control, in the
+   balanced interleaved rounds of the saturation test;
+4. per draft: the acceptance rate alpha and mean accepted length (vLLM's counters), the measured cost c
+   with its interval, the Leviathan et al. projection (1 - a^(K+1)) / ((1 - a)(K c + 1)) with the measured
+   c and with c = (N - M) / N (a GPU's memory-bound decode), and the measured speed-up with its 95 %
+   interval; writes ``OUT/draft-study.json``, ``OUT/draft-study.md`` and ``OUT/draft-study.png`` (alpha
+   and speed-up against M per objective).
+
+Run (timings only on a quiet machine; the engines take about a minute each to start on 2 cores)::
+
+    heavy --quiet .venv/bin/python -m benchmarks.bench_draft_study --home /tmp/demo/home --out /tmp/ds \\
+        --drafts kl:8,12,15,20 --drafts perplexity:8,15 --drafts task_ce:8,15 --concurrency 1,16
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from benchmarks.bench_speculative import leviathan
+from depthprune.testing.servers import running_gateway
+
+DATA = {"kl": "pydoc", "perplexity": "pydoc", "task_ce": "pydoc-phrase", "task_margin": "pydoc-phrase"}
+"""Calibration data per objective: the demo's (Python's documentation, offline)."""
+TEXT_SAMPLES = 8
+CHOICE_SAMPLES = 24
+SEQ_LEN = 256
+
+
+@dataclass(frozen=True)
+class Draft:
+    """A pruned variant used as a draft."""
+
+    objective: str
+    drop: int
+    name: str
+    """Its registry name."""
+    removed: list[int]
+    num_blocks: int
+
+    @property
+    def arm(self) -> str:
+        """Served name of dense with this draft."""
+        return f"spec-{self.objective.replace('_', '-')}-m{self.drop}"
+
+
+def plain_drafts(drafts: list[Draft]) -> dict[int, str]:
+    """``M -> the draft served alone at that depth`` (the first objective's: c depends on M only)."""
+    plain: dict[int, str] = {}
+    for draft in drafts:
+        plain.setdefault(draft.drop, draft.name)
+    return plain
+
+
+def prune_drafts(args: argparse.Namespace) -> list[Draft]:
+    """Step 1: one one_shot search per objective and M, registered in the home's registry."""
+    from pruning.calibration.config import CalibrationConfig
+    from pruning.model.sources import resolve_model
+    from pruning.pipeline.prune import PruneConfig, prune
+
+    model = resolve_model(args.model).model
+    drafts = []
+    for objective, drops in args.drafts.items():
+        text = objective in ("kl", "perplexity")
+        for drop in drops:
+            calibration = CalibrationConfig(
+                objective=objective,
+                data=DATA[objective],
+                samples=TEXT_SAMPLES if text else CHOICE_SAMPLES,
+                seq_len=SEQ_LEN,
+                seed=0,
+            )
+            config = PruneConfig(
+                model=str(model),
+                calibration=calibration,
+                drop=drop,
+                searches=(args.search,),
+                registry_url=args.registry,
+            )
+            (outcome,) = prune(config)
+            num_blocks = json.loads((Path(model) / "config.json").read_text())["num_hidden_layers"]
+            drafts.append(Draft(objective, drop, outcome.name, outcome.removed_blocks, num_blocks))
+            print(f"{objective} M={drop}: {outcome.name} removed {outcome.removed_blocks}", file=sys.stderr)
+    return drafts
+
+
+def serve_options(args: argparse.Namespace, drafts: list[Draft]) -> tuple[str, list[str]]:
+    """Step 2: ``--variants`` and the other ``serve`` options."""
+    variants = ",".join(["dense", *plain_drafts(drafts).values()])
+    speculative = ",".join(f"{draft.arm}={draft.name}:{args.k}" for draft in drafts)
+    options = ["--registry", args.registry, "--speculative", speculative, "--allow-unfit"]
+    options += ["--max-model-len", "512", "--vllm-arg=--enforce-eager", "--start-timeout", "1800"]
+    return variants, options + ["--log-level", "warning"]
+
+
+def held_out_prompts(out: Path) -> str:
+    """The demo's load-test prompts: pydoc's test split, never calibration data (in the kl and perplexity
+    drafts' domain, so their acceptance is an in-domain reading)."""
+    from pruning.calibration.data.pydoc import pydoc_documents
+
+    path = out / "prompts-pydoc-test.jsonl"
+    path.write_text("".join(json.dumps({"text": doc.text}) + "\n" for doc in pydoc_documents("test")))
+    return str(path)
+
+
+def measure(args: argparse.Namespace, url: str, arms: list[str], concurrency: int) -> dict:
+    """Step 3: one load test over ``arms`` (dense first) with the A/A control, ``concurrency`` in flight."""
+    result_file = args.out / f"loadtest-c{concurrency}.json"
+    command = [sys.executable, "-m", "depthprune", "loadtest", "--target", url, "--models", ",".join(arms)]
+    command += ["--aa", "--input-len", "64", "--output-len", str(args.output_len), "--prompts", args.prompts]
+    command += ["--rounds", str(args.rounds), "--max-rounds", str(args.rounds)]
+    command += [
+        "--num-prompts",
+        str(args.num_prompts if concurrency == 1 else max(concurrency, args.num_prompts)),
+    ]
+    command += ["--max-concurrency", str(concurrency), "--registry", args.registry, *args.loadtest_arg]
+    command += [
+        "--no-save-registry",
+        "--save-result",
+        str(result_file),
+        "--report-dir",
+        str(args.out / f"report-c{concurrency}"),
+    ]
+    completed = subprocess.run(command, stdout=subprocess.PIPE, text=True)
+    (args.out / f"loadtest-c{concurrency}.md").write_text(completed.stdout)
+    if completed.returncode != 0:
+        raise SystemExit(f"loadtest failed (exit {completed.returncode}); see {args.out}")
+    return json.loads(result_file.read_text())
+
+
+def draft_rows(
+    result: dict, drafts: list[Draft], plain: dict[int, str], k: int, concurrency: int
+) -> list[dict]:
+    """Step 4: one row per draft at one concurrency level (``plain``: M -> the served draft of that depth)."""
+    rows = []
+    for draft in drafts:
+        spec = result.get("speculative", {}).get(draft.arm, {})
+        comparison = result["comparison"][draft.arm]
+        alone = result["comparison"][plain[draft.drop]]
+        cost = alone["ratios"].get("mean_tpot_ms")
+        cost_ci = alone["ratios_ci95"].get("mean_tpot_ms")
+        alpha = spec.get("acceptance_rate")
+        block_cost = (draft.num_blocks - draft.drop) / draft.num_blocks
+        rows.append(
+            {
+                **asdict(draft),
+                "arm": draft.arm,
+                "concurrency": concurrency,
+                "k": k,
+                "acceptance_rate": alpha,
+                "mean_accepted_length": spec.get("mean_accepted_length"),
+                "draft_cost": cost,
+                "draft_cost_ci95": cost_ci,
+                "projection_measured_cost": None
+                if alpha is None or cost is None
+                else leviathan(alpha, k, cost),
+                "projection_block_cost": None if alpha is None else leviathan(alpha, k, block_cost),
+                "speedup": comparison["output_throughput_speedup"],
+                "speedup_ci95": comparison["output_throughput_speedup_ci95"],
+            }
+        )
+    return rows
+
+
+def markdown(rows: list[dict], aa: dict[int, dict]) -> str:
+    """The study's table, one row per draft and concurrency level, and each level's A/A control."""
+
+    def number(value, digits=2):
+        return "–" if value is None else f"{value:.{digits}f}"
+
+    def interval(value, ci):
+        return "–" if value is None else f"{value:.2f}x [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else f"{value:.2f}x"
+
+    lines = [
+        "| objective | M | conc. | alpha | accepted length | c measured [95 %] | projected (c measured) "
+        "| projected (c = (N-M)/N) | measured speed-up [95 %] |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for row in rows:
+        cost = row["draft_cost"]
+        cost_text = (
+            "–"
+            if cost is None
+            else f"{cost:.2f} [{row['draft_cost_ci95'][0]:.2f}, {row['draft_cost_ci95'][1]:.2f}]"
+        )
+        alpha, accepted = number(row["acceptance_rate"], 3), number(row["mean_accepted_length"])
+        lines.append(
+            f"| {row['objective']} | {row['drop']} | {row['concurrency']} | {alpha} | {accepted} "
+            f"| {cost_text} | {number(row['projection_measured_cost'])}x "
+            f"| {number(row['projection_block_cost'])}x | {interval(row['speedup'], row['speedup_ci95'])} |"
+        )
+    for concurrency, control in aa.items():
+        lines.append(
+            f"\nA/A control at {concurrency} in flight: "
+            f"{interval(control['output_throughput_ratio'], control['output_throughput_ratio_ci95'])}"
+        )
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """alpha and the measured speed-up (with its interval) against M, a line per objective and level."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    for objective in dict.fromkeys(row["objective"] for row in rows):
+        mine = [
+            row
+            for row in rows
+            if row["objective"] == objective and row["concurrency"] == rows[0]["concurrency"]
+        ]
+        left.plot([r["drop"] for r in mine], [r["acceptance_rate"] for r in mine], "o-", label=objective)
+        for concurrency in dict.fromkeys(row["concurrency"] for row in rows):
+            level = [
+                row for row in rows if row["objective"] == objective and row["concurrency"] == concurrency
+            ]
+            drops = [r["drop"] for r in level]
+            speedups = [r["speedup"] for r in level]
+            errors = [
+                [r["speedup"] - r["speedup_ci95"][0] for r in level],
+                [r["speedup_ci95"][1] - r["speedup"] for r in level],
+            ]
+            right.errorbar(
+                drops,
+                speedups,
+                yerr=errors,
+                marker="o",
+                capsize=3,
+                label=f"{objective}, {concurrency} in flight",
+            )
+    left.set(xlabel="M (blocks removed from the draft)", ylabel="acceptance rate alpha", title="Acceptance")
+    right.axhline(1.0, color="grey", linewidth=0.8)
+    right.set(
+        xlabel="M (blocks removed from the draft)",
+        ylabel="speed-up over dense [95 %]",
+        title="Measured speed-up",
+    )
+    left.legend()
+    right.legend(fontsize=7)
+    figure.tight_layout()
+    figure.savefig(path, dpi=120)
+
+
+DEFAULT_DRAFTS = [f"{objective}:8,12,15,20" for objective in ("kl", "perplexity", "task_ce")]
+"""The issue's grid: three calibrations, four depths."""
+
+
+def parse_drafts(item: str, parser: argparse.ArgumentParser) -> tuple[str, list[int]]:
+    """``OBJECTIVE:M,M...`` -> (objective, [M, ...]); a malformed item is a one-line usage error."""
+    objective, _, drops = item.partition(":")
+    if objective not in DATA:
+        parser.error(f"--drafts {item!r}: unknown objective {objective!r}; choose from {', '.join(DATA)}")
+    try:
+        return objective, [int(part) for part in drops.split(",")]
+    except ValueError:
+        parser.error(f"--drafts {item!r} must look like OBJECTIVE:M,M... (e.g. kl:8,15)")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The benchmark's command line."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--home", type=Path, required=True, help="DEPTHPRUNE_HOME holding the registry (a demo's)"
+    )
+    parser.add_argument("--out", type=Path, required=True, help="directory for logs and results")
+    parser.add_argument("--model", default="smollm2-135m")
+    parser.add_argument(
+        "--drafts",
+        action="append",
+        metavar="OBJECTIVE:M,M...",
+        help="drafts to prune and serve (repeatable); default: kl, perplexity and task_ce at 8,12,15,20",
+    )
+    parser.add_argument("--search", default="one_shot")
+    parser.add_argument("--k", type=int, default=3, help="drafted tokens per step")
+    parser.add_argument("--concurrency", default="1,16", help="comma-separated most requests in flight")
+    parser.add_argument("--num-prompts", type=int, default=4, help="measured requests per arm and round")
+    parser.add_argument("--output-len", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per load test (fixed)")
+    parser.add_argument("--loadtest-arg", action="append", default=[], help="extra loadtest option")
+    args = parser.parse_args(argv)
+    args.drafts = dict(parse_drafts(item, parser) for item in args.drafts or DEFAULT_DRAFTS)
+    args.levels = [int(part) for part in args.concurrency.split(",")]
+    args.home = args.home.resolve()
+    args.registry = f"sqlite:///{args.home / 'registry.db'}"
+    return args
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the study (steps in the module docstring)."""
+    import os
+
+    args = parse_args(argv)
+    os.environ["DEPTHPRUNE_HOME"] = str(args.home)
+    args.out.mkdir(parents=True, exist_ok=True)
+    drafts = prune_drafts(args)
+    args.prompts = held_out_prompts(args.out)
+    variants, options = serve_options(args, drafts)
+    plain = plain_drafts(drafts)
+    arms = ["dense", *plain.values(), *(draft.arm for draft in drafts)]
+    rows, controls = [], {}
+    log = args.out / "serve.log"
+    with running_gateway(
+        variants, log, *options, env={"DEPTHPRUNE_HOME": str(args.home)}, timeout_s=1800
+    ) as gateway:
+        for level in args.levels:
+            result = measure(args, gateway.url, arms, level)
+            rows += draft_rows(result, drafts, plain, args.k, level)
+            controls[level] = result["aa"]
+    summary = {
+        "k": args.k,
+        "search": args.search,
+        "drafts": [asdict(d) for d in drafts],
+        "rows": rows,
+        "aa": controls,
+    }
+    (args.out / "draft-study.json").write_text(json.dumps(summary, indent=2))
+    table = markdown(rows, controls)
+    (args.out / "draft-study.md").write_text(table + "\n")
+    plot(rows, args.out / "draft-study.png")
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
