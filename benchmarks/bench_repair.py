@@ -1,8 +1,11 @@
-"""Training-free repair measured like speed (issue 41): patch each parent, judge all on the offline suite.
+"""Repair measured like speed (issue 41): heal each parent by each method, judge all on the offline suite.
 
-On a home where ``make demo`` left its SmolLM2 variants (M = 8 of 30), for each ``--parents`` name:
+On a home where ``make demo`` left its SmolLM2 variants (M = 8 of 30), for each ``--parents`` name and each
+``--methods`` one (default: the training-free patch only):
 
-1. ``depthprune heal PARENT --method patch --data DATA --json`` (ReplaceMe's defaults), timed;
+1. ``depthprune heal PARENT --method METHOD --data DATA --json``, timed: the patch with ReplaceMe's defaults;
+   lora, distill and last-blocks with the settings of docs/benchmarks.md's healing section
+   (:data:`METHOD_ARGS`), so the training methods' seconds and quality are comparable with it;
 2. then one ``depthprune eval dense PARENT CHILD ... --suite offline --json``: every model paired against
    dense on the same items and windows (retention with its interval), and each child against its parent — the
    fraction of the log-perplexity gap it recovered, with a paired bootstrap interval over windows, in-domain
@@ -12,6 +15,8 @@ Prints the markdown table of docs/benchmarks.md ("SmolLM2-135M: training-free re
 under ``--out``. Run on a quiet machine (the heal seconds are a result)::
 
     DEPTHPRUNE_HOME=~/.depthprune heavy --quiet .venv/bin/python -m benchmarks.bench_repair --out /tmp/repair
+    DEPTHPRUNE_HOME=~/.depthprune heavy --quiet .venv/bin/python -m benchmarks.bench_repair \
+        --out /tmp/repair --methods patch,lora,distill,last-blocks
 """
 
 from __future__ import annotations
@@ -22,6 +27,33 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+
+def training(steps: int, lr: str) -> list[str]:
+    """``heal`` options of a training method: batches of 4 x 128 tokens, held-out loss on 16 windows."""
+    return [
+        "--steps",
+        str(steps),
+        "--lr",
+        lr,
+        "--batch-size",
+        "4",
+        "--seq-len",
+        "128",
+        "--eval-windows",
+        "16",
+    ]
+
+
+METHOD_ARGS = {
+    "patch": [],
+    "lora": training(50, "1e-3"),
+    "distill": training(25, "1e-3"),
+    "last-blocks": training(50, "1e-4"),
+}
+"""``heal`` options per method: the patch at its defaults; the training methods as in the healing section
+(50 steps of 4 x 128 tokens, lr 1e-3; distill 25 steps), last-blocks at heal's default lr 1e-4 (a full
+fine-tune of the LM head and the last three blocks: LoRA's lr would overshoot)."""
 
 TASKS = (
     ("pydoc", "pydoc ppl"),
@@ -87,7 +119,10 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="directory for the JSON and logs")
     parser.add_argument("--parents", default="ppl-best,ce-best", help="variants to patch, comma-separated")
-    parser.add_argument("--data", default="pydoc", help="text the patch is estimated on")
+    parser.add_argument("--data", default="pydoc", help="text the repair is estimated or trained on")
+    parser.add_argument(
+        "--methods", default="patch", help=f"comma-separated heal methods: {', '.join(METHOD_ARGS)}"
+    )
     parser.add_argument(
         "--engine", default="hf", help="eval engine (hf: the torch engine of the offline-suite figures)"
     )
@@ -95,6 +130,10 @@ def main(argv: list[str] | None = None) -> None:
         "--children", help="children patched before, one per parent in order (no heal run, no heal seconds)"
     )
     args = parser.parse_args(argv)
+    methods = args.methods.split(",")
+    unknown = [method for method in methods if method not in METHOD_ARGS]
+    if unknown:
+        parser.error(f"unknown method {unknown[0]!r}; choose from {', '.join(METHOD_ARGS)}")
     args.out.mkdir(parents=True, exist_ok=True)
     depthprune = [sys.executable, "-m", "depthprune"]
     names, heal_seconds = ["dense"], {}
@@ -102,12 +141,18 @@ def main(argv: list[str] | None = None) -> None:
         for parent, child in zip(args.parents.split(","), args.children.split(","), strict=True):
             names += [parent, child]
     for parent in [] if args.children else args.parents.split(","):
-        command = [*depthprune, "heal", parent, "--method", "patch", "--data", args.data, "--json"]
-        healed, seconds = run_json(command, args.out / f"heal-{parent}.log")
-        (args.out / f"heal-{parent}.json").write_text(json.dumps(healed, indent=1))
-        heal_seconds[healed["name"]] = seconds
-        names += [parent, healed["name"]]  # the parent first: eval pairs the child with it
-        print(f"heal {parent}: {healed['name']} in {seconds:.0f} s", file=sys.stderr, flush=True)
+        names.append(parent)  # the parent before its children: eval pairs each child with it
+        for method in methods:
+            command = [*depthprune, "heal", parent, "--method", method, "--data", args.data, "--json"]
+            healed, seconds = run_json(
+                command + METHOD_ARGS[method], args.out / f"heal-{parent}-{method}.log"
+            )
+            (args.out / f"heal-{parent}-{method}.json").write_text(json.dumps(healed, indent=1))
+            heal_seconds[healed["name"]] = seconds
+            names.append(healed["name"])
+            print(
+                f"heal {parent} ({method}): {healed['name']} in {seconds:.0f} s", file=sys.stderr, flush=True
+            )
     command = [*depthprune, "eval", *names, "--suite", "offline", "--engine", args.engine, "--json"]
     models, seconds = run_json(command, args.out / "eval.log")
     (args.out / "eval.json").write_text(json.dumps(models, indent=1))
