@@ -5,12 +5,12 @@ What it does (every process it starts is stopped at the end):
    (``--search``, one_shot by default) into the registry of ``--home``; an existing registered variant of
    the same configuration is reused (the registry's score memo makes a further M of an objective cost
    only its validation);
-2. serves, through one gateway: dense; one plain draft per M (the first objective's: a draft's decode cost
-   depends on how many blocks it has, not on which) to measure its cost c, the draft's TPOT over dense's
-   under the same load; and dense with every draft as vLLM's draft model (``serve --speculative
-   spec-OBJECTIVE-mM=DRAFT:K``);
-3. per ``--concurrency`` level, one ``depthprune loadtest`` over every arm with the A/A control, in the
-   balanced interleaved rounds of the saturation test;
+2. serves, through gateways of dense and at most two more engines each (:data:`ENGINES_BESIDE_DENSE`):
+   one plain draft per M (the first objective's: a draft's decode cost depends on how many blocks it has,
+   not on which) to measure its cost c, the draft's TPOT over dense's under the same load; and dense with
+   each draft as vLLM's draft model (``serve --speculative spec-OBJECTIVE-mM=DRAFT:K``);
+3. per gateway and ``--concurrency`` level, one ``depthprune loadtest`` of its arms with the A/A control,
+   in the balanced interleaved rounds of the saturation test (each ratio is to that gateway's dense);
 4. per draft: the acceptance rate alpha and mean accepted length (vLLM's counters), the measured cost c
    with its interval, the Leviathan et al. projection (1 - a^(K+1)) / ((1 - a)(K c + 1)) with the measured
    c and with c = (N - M) / N (a GPU's memory-bound decode), and the measured speed-up with its 95 %
@@ -99,13 +99,44 @@ def prune_drafts(args: argparse.Namespace) -> list[Draft]:
     return drafts
 
 
-def serve_options(args: argparse.Namespace, drafts: list[Draft]) -> tuple[str, list[str]]:
-    """Step 2: ``--variants`` and the other ``serve`` options."""
-    variants = ",".join(["dense", *plain_drafts(drafts).values()])
-    speculative = ",".join(f"{draft.arm}={draft.name}:{args.k}" for draft in drafts)
-    options = ["--registry", args.registry, "--speculative", speculative, "--allow-unfit"]
-    options += ["--max-model-len", "512", "--vllm-arg=--enforce-eager", "--start-timeout", "1800"]
-    return variants, options + ["--log-level", "warning"]
+ENGINES_BESIDE_DENSE = 2
+"""Engines per gateway besides dense: a SmolLM2 engine holds about 4 GB here (API server, engine core, and a
+worker with its 1 GiB KV cache), one with a draft 5 GB; nine at once exhausted this 23 GB machine."""
+
+
+@dataclass(frozen=True)
+class Session:
+    """One gateway: dense and either drafts served alone (their cost) or dense with drafts (the arms)."""
+
+    label: str
+    plain: list[str]
+    """Drafts served alone (registry names)."""
+    speculative: list[Draft]
+    """Drafts served as dense's draft model."""
+
+    @property
+    def arms(self) -> list[str]:
+        """The load test's models, dense first."""
+        return ["dense", *self.plain, *(draft.arm for draft in self.speculative)]
+
+
+def sessions(drafts: list[Draft], beside_dense: int = ENGINES_BESIDE_DENSE) -> list[Session]:
+    """Step 2's gateways: the plain drafts first, then the speculative arms, at most ``beside_dense`` each."""
+    plain = list(plain_drafts(drafts).values())
+    chunks = [plain[i : i + beside_dense] for i in range(0, len(plain), beside_dense)]
+    planned = [Session(f"alone-{n + 1}", chunk, []) for n, chunk in enumerate(chunks)]
+    arms = [drafts[i : i + beside_dense] for i in range(0, len(drafts), beside_dense)]
+    return planned + [Session(f"drafting-{n + 1}", [], chunk) for n, chunk in enumerate(arms)]
+
+
+def serve_options(args: argparse.Namespace, session: Session) -> tuple[str, list[str]]:
+    """Step 2: ``--variants`` and the other ``serve`` options of one gateway."""
+    options = ["--registry", args.registry, "--allow-unfit", "--max-model-len", "512"]
+    if session.speculative:
+        arms = ",".join(f"{draft.arm}={draft.name}:{args.k}" for draft in session.speculative)
+        options += ["--speculative", arms]
+    options += ["--vllm-arg=--enforce-eager", "--start-timeout", "1800", "--log-level", "warning"]
+    return ",".join(["dense", *session.plain]), options
 
 
 def held_out_prompts(out: Path) -> str:
@@ -118,9 +149,11 @@ def held_out_prompts(out: Path) -> str:
     return str(path)
 
 
-def measure(args: argparse.Namespace, url: str, arms: list[str], concurrency: int) -> dict:
-    """Step 3: one load test over ``arms`` (dense first) with the A/A control, ``concurrency`` in flight."""
-    result_file = args.out / f"loadtest-c{concurrency}.json"
+def measure(args: argparse.Namespace, url: str, session: Session, concurrency: int) -> dict:
+    """Step 3: one load test of a gateway's arms with the A/A control, ``concurrency`` in flight."""
+    tag = f"{session.label}-c{concurrency}"
+    arms = session.arms
+    result_file = args.out / f"loadtest-{tag}.json"
     command = [sys.executable, "-m", "depthprune", "loadtest", "--target", url, "--models", ",".join(arms)]
     command += ["--aa", "--input-len", "64", "--output-len", str(args.output_len), "--prompts", args.prompts]
     command += ["--rounds", str(args.rounds), "--max-rounds", str(args.rounds)]
@@ -134,10 +167,10 @@ def measure(args: argparse.Namespace, url: str, arms: list[str], concurrency: in
         "--save-result",
         str(result_file),
         "--report-dir",
-        str(args.out / f"report-c{concurrency}"),
+        str(args.out / f"report-{tag}"),
     ]
     completed = subprocess.run(command, stdout=subprocess.PIPE, text=True)
-    (args.out / f"loadtest-c{concurrency}.md").write_text(completed.stdout)
+    (args.out / f"loadtest-{tag}.md").write_text(completed.stdout)
     if completed.returncode != 0:
         raise SystemExit(f"loadtest failed (exit {completed.returncode}); see {args.out}")
     return json.loads(result_file.read_text())
@@ -183,6 +216,9 @@ def markdown(rows: list[dict], aa: dict[int, dict]) -> str:
     def number(value, digits=2):
         return "–" if value is None else f"{value:.{digits}f}"
 
+    def times(value):
+        return "–" if value is None else f"{value:.2f}x"
+
     def interval(value, ci):
         return "–" if value is None else f"{value:.2f}x [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else f"{value:.2f}x"
 
@@ -201,14 +237,12 @@ def markdown(rows: list[dict], aa: dict[int, dict]) -> str:
         alpha, accepted = number(row["acceptance_rate"], 3), number(row["mean_accepted_length"])
         lines.append(
             f"| {row['objective']} | {row['drop']} | {row['concurrency']} | {alpha} | {accepted} "
-            f"| {cost_text} | {number(row['projection_measured_cost'])}x "
-            f"| {number(row['projection_block_cost'])}x | {interval(row['speedup'], row['speedup_ci95'])} |"
+            f"| {cost_text} | {times(row['projection_measured_cost'])} "
+            f"| {times(row['projection_block_cost'])} | {interval(row['speedup'], row['speedup_ci95'])} |"
         )
-    for concurrency, control in aa.items():
-        lines.append(
-            f"\nA/A control at {concurrency} in flight: "
-            f"{interval(control['output_throughput_ratio'], control['output_throughput_ratio_ci95'])}"
-        )
+    for where, control in aa.items():
+        ratio = interval(control["output_throughput_ratio"], control["output_throughput_ratio_ci95"])
+        lines.append(f"\nA/A control ({where}): {ratio}")
     return "\n".join(lines)
 
 
@@ -311,18 +345,20 @@ def main(argv: list[str] | None = None) -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     drafts = prune_drafts(args)
     args.prompts = held_out_prompts(args.out)
-    variants, options = serve_options(args, drafts)
     plain = plain_drafts(drafts)
-    arms = ["dense", *plain.values(), *(draft.arm for draft in drafts)]
-    rows, controls = [], {}
-    log = args.out / "serve.log"
-    with running_gateway(
-        variants, log, *options, env={"DEPTHPRUNE_HOME": str(args.home)}, timeout_s=1800
-    ) as gateway:
-        for level in args.levels:
-            result = measure(args, gateway.url, arms, level)
-            rows += draft_rows(result, drafts, plain, args.k, level)
-            controls[level] = result["aa"]
+    merged = {level: {"comparison": {}, "speculative": {}} for level in args.levels}
+    controls = {}
+    for session in sessions(drafts):
+        variants, options = serve_options(args, session)
+        log = args.out / f"serve-{session.label}.log"
+        env = {"DEPTHPRUNE_HOME": str(args.home)}
+        with running_gateway(variants, log, *options, env=env, timeout_s=1800) as gateway:
+            for level in args.levels:
+                result = measure(args, gateway.url, session, level)
+                merged[level]["comparison"].update(result["comparison"])
+                merged[level]["speculative"].update(result.get("speculative") or {})
+                controls[f"{session.label}, {level} in flight"] = result["aa"]
+    rows = [row for level in args.levels for row in draft_rows(merged[level], drafts, plain, args.k, level)]
     summary = {
         "k": args.k,
         "search": args.search,
