@@ -68,7 +68,24 @@ def plain_drafts(drafts: list[Draft]) -> dict[int, str]:
 
 
 def prune_drafts(args: argparse.Namespace) -> list[Draft]:
-    """Step 1: one one_shot search per objective and M, registered in the home's registry."""
+    """Step 1: one one_shot search per objective and M, registered in the home's registry; the drafts an
+    earlier run into the same ``--out`` pruned are read from its ``drafts.json`` instead."""
+    record = args.out / "drafts.json"
+    earlier = (
+        {(d["objective"], d["drop"]): Draft(**d) for d in json.loads(record.read_text())}
+        if record.is_file()
+        else {}
+    )
+    wanted = [(objective, drop) for objective, drops in args.drafts.items() for drop in drops]
+    if all(key in earlier for key in wanted):
+        return [earlier[key] for key in wanted]
+    drafts = search_drafts(args)
+    record.write_text(json.dumps([asdict(draft) for draft in drafts], indent=1))
+    return drafts
+
+
+def search_drafts(args: argparse.Namespace) -> list[Draft]:
+    """One search per objective and M (the registry's score memo makes a further M nearly free)."""
     from pruning.calibration.config import CalibrationConfig
     from pruning.model.sources import resolve_model
     from pruning.pipeline.prune import PruneConfig, prune
@@ -156,7 +173,7 @@ def measure(args: argparse.Namespace, url: str, session: Session, concurrency: i
     result_file = args.out / f"loadtest-{tag}.json"
     command = [sys.executable, "-m", "depthprune", "loadtest", "--target", url, "--models", ",".join(arms)]
     command += ["--aa", "--input-len", "64", "--output-len", str(args.output_len), "--prompts", args.prompts]
-    command += ["--rounds", str(args.rounds), "--max-rounds", str(args.rounds)]
+    command += ["--rounds", str(args.rounds), "--max-rounds", str(args.rounds), "--steady-fraction", "0"]
     command += [
         "--num-prompts",
         str(args.num_prompts if concurrency == 1 else max(concurrency, args.num_prompts)),
