@@ -112,10 +112,9 @@ def blocks_option(models: BenchModels) -> str:
 def loadtest_command(args: argparse.Namespace, target: str, models: BenchModels, prompts: str, out: Path):
     """The ``depthprune loadtest`` command line this benchmark times."""
     command = [sys.executable, "-m", "depthprune", "loadtest", "--target", target]
-    names = ["dense"] + [variant.name for variant in models.variants]
     command += [
         "--models",
-        ",".join(names),
+        ",".join(models.counts()),
         "--blocks",
         blocks_option(models),
         "--aa",

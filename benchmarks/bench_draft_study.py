@@ -2,9 +2,9 @@
 
 What it does (every process it starts is stopped at the end):
 1. prunes ``--model`` (SmolLM2-135M by default) at every M of each ``--drafts OBJECTIVE:M,M...``
-   (``--search``, one_shot by default) into the registry of ``--home``; an existing registered variant of
-   the same configuration is reused (the registry's score memo makes a further M of an objective cost
-   only its validation);
+   (``--search``, one_shot by default) into the registry of ``--home`` (the registry's score memo makes a
+   further M of an objective cost only its validation); a rerun into the same ``--out`` reads the drafts
+   from its ``drafts.json``;
 2. serves, through gateways of dense and at most two more engines each (:data:`ENGINES_BESIDE_DENSE`):
    one plain draft per M (the first objective's: a draft's decode cost depends on how many blocks it has,
    not on which) to measure its cost c, the draft's TPOT over dense's under the same load; and dense with
@@ -34,6 +34,7 @@ from pathlib import Path
 
 from benchmarks.bench_speculative import leviathan
 from depthprune.testing.servers import running_gateway
+from loadtest.intervals import format_ratio, from_json
 
 DATA = {"kl": "pydoc", "perplexity": "pydoc", "task_ce": "pydoc-phrase", "task_margin": "pydoc-phrase"}
 """Calibration data per objective: the demo's (Python's documentation, offline)."""
@@ -86,14 +87,16 @@ def prune_drafts(args: argparse.Namespace) -> list[Draft]:
 
 def search_drafts(args: argparse.Namespace) -> list[Draft]:
     """One search per objective and M (the registry's score memo makes a further M nearly free)."""
+    from depthprune.core.objectives import OBJECTIVES, TEXT
     from pruning.calibration.config import CalibrationConfig
     from pruning.model.sources import resolve_model
     from pruning.pipeline.prune import PruneConfig, prune
 
     model = resolve_model(args.model).model
+    num_blocks = json.loads((Path(model) / "config.json").read_text())["num_hidden_layers"]
     drafts = []
     for objective, drops in args.drafts.items():
-        text = objective in ("kl", "perplexity")
+        text = OBJECTIVES[objective].data_kind == TEXT
         for drop in drops:
             calibration = CalibrationConfig(
                 objective=objective,
@@ -110,7 +113,6 @@ def search_drafts(args: argparse.Namespace) -> list[Draft]:
                 registry_url=args.registry,
             )
             (outcome,) = prune(config)
-            num_blocks = json.loads((Path(model) / "config.json").read_text())["num_hidden_layers"]
             drafts.append(Draft(objective, drop, outcome.name, outcome.removed_blocks, num_blocks))
             print(f"{objective} M={drop}: {outcome.name} removed {outcome.removed_blocks}", file=sys.stderr)
     return drafts
@@ -227,17 +229,12 @@ def draft_rows(
     return rows
 
 
-def markdown(rows: list[dict], aa: dict[int, dict]) -> str:
-    """The study's table, one row per draft and concurrency level, and each level's A/A control."""
+def markdown(rows: list[dict], aa: dict[str, dict]) -> str:
+    """The study's table, one row per draft and concurrency level, and each gateway's A/A control per level
+    (``aa``: "GATEWAY, LEVEL in flight" -> the load test's ``aa`` record)."""
 
-    def number(value, digits=2):
-        return "–" if value is None else f"{value:.{digits}f}"
-
-    def times(value):
-        return "–" if value is None else f"{value:.2f}x"
-
-    def interval(value, ci):
-        return "–" if value is None else f"{value:.2f}x [{ci[0]:.2f}, {ci[1]:.2f}]" if ci else f"{value:.2f}x"
+    def text(value, ci95=None, suffix="", digits=2):
+        return format_ratio(from_json(value, ci95), suffix, digits)
 
     lines = [
         "| objective | M | conc. | alpha | accepted length | c measured [95 %] | projected (c measured) "
@@ -245,20 +242,19 @@ def markdown(rows: list[dict], aa: dict[int, dict]) -> str:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
-        cost = row["draft_cost"]
-        cost_text = (
-            "–"
-            if cost is None
-            else f"{cost:.2f} [{row['draft_cost_ci95'][0]:.2f}, {row['draft_cost_ci95'][1]:.2f}]"
-        )
-        alpha, accepted = number(row["acceptance_rate"], 3), number(row["mean_accepted_length"])
+        cells = [
+            text(row["acceptance_rate"], digits=3),
+            text(row["mean_accepted_length"]),
+            text(row["draft_cost"], row["draft_cost_ci95"]),
+            text(row["projection_measured_cost"], suffix="x"),
+            text(row["projection_block_cost"], suffix="x"),
+            text(row["speedup"], row["speedup_ci95"], "x"),
+        ]
         lines.append(
-            f"| {row['objective']} | {row['drop']} | {row['concurrency']} | {alpha} | {accepted} "
-            f"| {cost_text} | {times(row['projection_measured_cost'])} "
-            f"| {times(row['projection_block_cost'])} | {interval(row['speedup'], row['speedup_ci95'])} |"
+            f"| {row['objective']} | {row['drop']} | {row['concurrency']} | " + " | ".join(cells) + " |"
         )
     for where, control in aa.items():
-        ratio = interval(control["output_throughput_ratio"], control["output_throughput_ratio_ci95"])
+        ratio = text(control["output_throughput_ratio"], control["output_throughput_ratio_ci95"], "x")
         lines.append(f"\nA/A control ({where}): {ratio}")
     return "\n".join(lines)
 
