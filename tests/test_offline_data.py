@@ -290,7 +290,7 @@ def test_offline_suite_scores_pydoc_perplexity_and_cloze(pydoc_model):
     from transformers import AutoTokenizer
 
     from pruning.evaluation.suites import EvalSettings, evaluate_model, expand_suites, prepare_data
-    from pruning.study.cells import _expected_metric_count
+    from pruning.study.evaluation import _expected_metric_count
 
     assert expand_suites(["all"], is_demo=False) == ["perplexity", "zero-shot"]  # offline is explicit
     tokenizer = AutoTokenizer.from_pretrained(str(pydoc_model))

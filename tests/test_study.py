@@ -273,13 +273,13 @@ def test_tiny_study_end_to_end_and_resume(tiny_demo_like, tmp_path, capsys, monk
     import pruning.evaluation.suites as suites
 
     evaluated = []
-    evaluate_model = suites.evaluate_model
+    evaluate_with_engine = suites.evaluate_with_engine
 
-    def counting(path, *args, **kwargs):
-        evaluated.append(path)
-        return evaluate_model(path, *args, **kwargs)
+    def counting(engine, *args, **kwargs):
+        evaluated.append(engine.mask)  # judged from the dense weights, mask by mask
+        return evaluate_with_engine(engine, *args, **kwargs)
 
-    monkeypatch.setattr(suites, "evaluate_model", counting)
+    monkeypatch.setattr(suites, "evaluate_with_engine", counting)
     report = run_study(config)
     for name in (
         "README.md",
@@ -297,15 +297,23 @@ def test_tiny_study_end_to_end_and_resume(tiny_demo_like, tmp_path, capsys, monk
         (o, s) for o in ("perplexity", "task_margin") for s in ("one_shot", "greedy")
     }
     registry = open_registry()
+    primary = {"demo_text/perplexity", "demo_qa/acc", "demo_qa/acc_norm"}
     for cell in cells:
         assert len(cell["removed_blocks"]) == 2
-        assert set(cell["metrics"]) == {"demo_text/perplexity", "demo_qa/acc", "demo_qa/acc_norm"}
+        # each number with its n and 95 % interval
+        assert set(cell["metrics"]) == primary | {f"{key}_ci95" for key in primary} | {
+            "demo_text/n",
+            "demo_qa/n",
+        }
+        low, high = cell["metrics"]["demo_qa/acc_ci95"]
+        assert low <= cell["metrics"]["demo_qa/acc"] <= high and cell["metrics"]["demo_qa/n"] == 10
         recorded = {f"{e.task}/{e.metric}": e.value for e in registry.evaluations(cell["variant"])}
-        assert recorded == pytest.approx(cell["metrics"])
-    # the dense model and each distinct set of weights once: a mask found twice is evaluated once
-    distinct_weights = {registry.resolve(cell["variant"]).checkpoint_sha256 for cell in cells}
-    assert len(evaluated) == 1 + len(distinct_weights) < 1 + len({cell["variant"] for cell in cells})
-    assert set(study["dense"]) == {"demo_text/perplexity", "demo_qa/acc", "demo_qa/acc_norm"}
+        assert recorded == pytest.approx({key: cell["metrics"][key] for key in primary})
+    # the dense model and each distinct mask once: a mask found twice is evaluated once
+    distinct_masks = {tuple(cell["removed_blocks"]) for cell in cells}
+    assert sorted(evaluated) == sorted([(), *distinct_masks])
+    assert len(distinct_masks) < len({cell["variant"] for cell in cells})
+    assert primary <= set(study["dense"])
     headline = study["headline"]["2"]
     assert headline["search_pairs"] == 2 and headline["objective_pairs"] == 2
     markdown = (report / "README.md").read_text()
@@ -456,8 +464,10 @@ def test_a_study_evaluates_the_offline_suite(tiny_demo_like, tmp_path):
         "gcide/perplexity",
         "gcide_define/acc",
     }
-    assert set(study["dense"]) == expected
-    assert all(set(cell["metrics"]) == expected for cell in study["cells"])
+    assert {key for key in study["dense"] if not key.endswith(("_ci95", "/n"))} == expected
+    for cell in study["cells"]:
+        assert {key for key in cell["metrics"] if not key.endswith(("_ci95", "/n"))} == expected
+        assert cell["metrics"]["gcide_define/n"] == 2 and len(cell["metrics"]["gcide/perplexity_ci95"]) == 2
 
 
 def test_keep_weights_none_releases_evaluated_weights_and_a_rerun_finds_every_cell(
@@ -499,3 +509,31 @@ def test_keep_weights_none_releases_evaluated_weights_and_a_rerun_finds_every_ce
     code, _, err = run_cli(*rebuild.split()[1:])
     assert code == 0, err
     registry.verify_checkpoint(variants[0])  # the same weights, byte for byte
+
+
+def test_a_manifest_from_another_machine_is_judged_again_from_its_masks(tiny_demo_like, tmp_path, capsys):
+    """Issue 42: a finished study re-judged on a new yardstick where neither its checkpoints nor its registry
+    exist: no cell is pruned again, each distinct mask is evaluated from the dense weights."""
+    import shutil
+
+    from pruning.study.run import run_study
+
+    config = tiny_study(tiny_demo_like, tmp_path, samples=7, eval_limit=4)
+    report = run_study(config)
+    first = json.loads((report / "study.json").read_text())["cells"]
+    assert all(cell["metrics"]["demo_qa/n"] == 4 for cell in first)
+    shutil.rmtree(tmp_path / "variants")
+    config.registry_url = f"sqlite:///{tmp_path / 'elsewhere.db'}"
+    config.eval_limit, config.progress = 6, True
+    capsys.readouterr()
+    run_study(config)
+    output = capsys.readouterr().out
+    assert "2 already done, 0 to run" in output and "pruning" not in output
+    assert "from the dense weights" in output
+    again = json.loads((report / "study.json").read_text())["cells"]
+    assert [cell["removed_blocks"] for cell in again] == [cell["removed_blocks"] for cell in first]
+    for cell in again:
+        assert cell["metrics"]["demo_qa/n"] == 6 and cell["evaluation"]["limit"] == 6
+    capsys.readouterr()
+    run_study(config)  # the cells' own records say they are judged under these settings
+    assert "evaluating" not in capsys.readouterr().out

@@ -134,6 +134,14 @@ EvalLimitOption = Annotated[
 ]
 """Evaluation limit per task (``eval --limit``, ``study --eval-limit``)."""
 
+EvalWindowsOption = Annotated[
+    int | None,
+    typer.Option(
+        help="At most N perplexity windows per task, apart from the item limit (default: the limit)."
+    ),
+]
+"""Perplexity windows per task (``eval --windows``, ``study --eval-windows``)."""
+
 EvalSeqLenOption = Annotated[
     int,
     typer.Option(help="Perplexity window length in tokens (non-overlapping; capped at the model's context)."),
@@ -200,6 +208,7 @@ def evaluate(
         ),
     ] = "auto",
     limit: EvalLimitOption = None,
+    windows: EvalWindowsOption = None,
     seq_len: EvalSeqLenOption = 2048,
     dtype: DtypeOption = "auto",
     device: DeviceOption = "auto",
@@ -227,6 +236,7 @@ def evaluate(
         device=device,
         seq_len=seq_len,
         limit=limit,
+        windows=windows,
         num_fewshot=num_fewshot,
         progress=not as_json,
     )
@@ -689,6 +699,7 @@ def study(
     suite: EvalSuiteOption = "all",
     engine: Annotated[str, typer.Option(help="Evaluation engine: auto, vllm or torch.")] = "auto",
     eval_limit: EvalLimitOption = None,
+    eval_windows: EvalWindowsOption = None,
     eval_seq_len: EvalSeqLenOption = 2048,
     heal_spec: StudyHealOption = None,
     heal_data: StudyHealDataOption = None,
@@ -732,7 +743,7 @@ def study(
         groups.StudyGrid(drop, objectives, data, seeds, data_seed, random_prior_control, cross_controls),
         groups.StudyCalibration(samples, seq_len, choice_seq_len, sampling, truncate),
         search_request,
-        groups.StudyEvaluation(suite, engine, eval_limit, eval_seq_len, heal_spec, heal_data),
+        groups.StudyEvaluation(suite, engine, eval_limit, eval_seq_len, heal_spec, heal_data, eval_windows),
         groups.Placement(checkpoints, registry, dtype, device),
         groups.StudyRunOptions(out, not as_json, worker, lease_seconds, workers_per_gpu, keep_weights),
     )

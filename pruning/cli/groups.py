@@ -178,6 +178,8 @@ class StudyEvaluation:
     """``--heal``: METHOD:STEPS, or None for no healing."""
     heal_data: str | None
     """``--heal-data``: text to heal on."""
+    eval_windows: int | None = None
+    """``--eval-windows``: at most N perplexity windows per task (None: ``eval_limit``)."""
 
 
 @dataclass(frozen=True)
@@ -229,6 +231,7 @@ def study_config(
         suites=comma_list(evaluation.suite),
         engine=evaluation.engine,
         eval_limit=evaluation.eval_limit,
+        eval_windows=evaluation.eval_windows,
         eval_seq_len=evaluation.eval_seq_len,
         heal=evaluation.heal,
         heal_data=evaluation.heal_data,

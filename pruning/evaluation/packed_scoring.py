@@ -133,6 +133,14 @@ def score_batch(stack: BlockStack, batch: CalibrationBatch) -> tuple[list[float]
     run = run_layout(batch, stack)
     with torch.no_grad():
         hidden = stack.final_hidden(run.input_ids, (), run.attention_mask, run.position_ids)
+    return head_scores(stack, run, hidden)
+
+
+def head_scores(stack: BlockStack, run: RunBatch, hidden: torch.Tensor) -> tuple[list[float], list[bool]]:
+    """Summed log-probability and greedy flag of every request row of ``run.calibration``, from the last
+    block's output ``hidden`` (the LM head at the scored positions only)."""
+    batch = run.calibration
+    with torch.no_grad():
         states = answer_states(run, hidden)
         targets = batch.answer_tokens
         picked, hits = [], []

@@ -99,6 +99,9 @@ class EvalSettings:
     limit: int | None = None
     """At most this many windows per perplexity task / documents per lm-eval task / items per ``mc:`` file
     (quick checks only)."""
+    windows: int | None = None
+    """At most this many windows per perplexity task, when that cap differs from ``limit`` (None: ``limit``):
+    a study judges on every item of its accuracy tasks while a few windows measure perplexity."""
     num_fewshot: int = 0
     """Few-shot examples for lm-eval tasks (the study uses 0)."""
     progress: bool = True
@@ -126,8 +129,15 @@ class EvalSettings:
             raise UserError(f"--seq-len must be at least 2, got {self.seq_len}")
         if self.limit is not None and self.limit < 1:
             raise UserError(f"--limit must be a positive number, got {self.limit}")
+        if self.windows is not None and self.windows < 1:
+            raise UserError(f"--windows must be a positive number, got {self.windows}")
         if self.num_fewshot < 0:
             raise UserError(f"--num-fewshot must be >= 0, got {self.num_fewshot}")
+
+    @property
+    def window_cap(self) -> int | None:
+        """Perplexity windows per task at most: ``windows``, else ``limit``."""
+        return self.windows if self.windows is not None else self.limit
 
 
 @dataclass
@@ -303,8 +313,8 @@ def run_perplexity(
     results = []
     for task in tasks:
         cap = C4_WINDOWS if task == "c4" and suite == "perplexity" else None
-        if settings.limit is not None:
-            cap = min(cap or settings.limit, settings.limit)
+        if settings.window_cap is not None:
+            cap = min(cap or settings.window_cap, settings.window_cap)
         windows = perplexity_windows(prepared.documents[task], engine.tokenizer, seq_len, cap)
         nll, tokens = window_scores(engine, windows, progress=settings.progress)
         statistics = perplexity_statistics([window_key(window) for window in windows], nll, tokens)
@@ -316,6 +326,7 @@ def run_perplexity(
             "windows": len(windows),
             "tokens": sum(tokens),
             "limit": settings.limit,
+            "window_limit": settings.window_cap,
         }
         value = statistics["perplexity"]
         results.append(EvalResult(suite, task, "perplexity", value, {**measured, "statistics": statistics}))
@@ -417,7 +428,6 @@ def evaluate_model(
         Every metric measured, in suite order.
     """
     from pruning.evaluation.engines import open_engine
-    from pruning.evaluation.lm_eval_models import EngineLM
     from pruning.runtime.isolation import release_device_memory, run_in_own_process
 
     if _in_own_process(settings):
@@ -425,28 +435,36 @@ def evaluate_model(
         return run_in_own_process(
             evaluate_model, model_path, tuple(suites), portable, replace(settings, own_process=False)
         )
-    if prepared.lm_eval_tasks and prepared.task_manager is None:
-        from lm_eval.tasks import TaskManager
-
-        prepared.task_manager = TaskManager(include_defaults="zero-shot" in prepared.lm_eval_tasks)
     release_device_memory()  # what pruning left in torch's cache would look taken to the engine
     engine = open_engine(
         model_path, settings.engine, dtype=settings.dtype, device=settings.device, gpus=settings.gpus
     )
     try:
-        results: list[EvalResult] = []
-        for suite in suites:
-            if suite in SUITE_PERPLEXITY_TASKS:
-                results += run_perplexity(engine, suite, prepared, SUITE_PERPLEXITY_TASKS[suite], settings)
-            if suite in prepared.lm_eval_tasks:
-                results += run_lm_eval(
-                    EngineLM(engine, progress=settings.progress), suite, prepared, settings
-                )
-            if suite in prepared.user_tasks:
-                results += run_user_suite(engine, suite, prepared, settings)
-        return results
+        return evaluate_with_engine(engine, suites, prepared, settings)
     finally:
         engine.close()
+
+
+def evaluate_with_engine(
+    engine, suites: Sequence[str], prepared: PreparedData, settings: EvalSettings
+) -> list[EvalResult]:
+    """Run concrete suites on an open engine (:func:`evaluate_model`'s work once the engine is open; a
+    :class:`~pruning.evaluation.mask_set.MaskView` evaluates a mask without its checkpoint)."""
+    from pruning.evaluation.lm_eval_models import EngineLM
+
+    if prepared.lm_eval_tasks and prepared.task_manager is None:
+        from lm_eval.tasks import TaskManager
+
+        prepared.task_manager = TaskManager(include_defaults="zero-shot" in prepared.lm_eval_tasks)
+    results: list[EvalResult] = []
+    for suite in suites:
+        if suite in SUITE_PERPLEXITY_TASKS:
+            results += run_perplexity(engine, suite, prepared, SUITE_PERPLEXITY_TASKS[suite], settings)
+        if suite in prepared.lm_eval_tasks:
+            results += run_lm_eval(EngineLM(engine, progress=settings.progress), suite, prepared, settings)
+        if suite in prepared.user_tasks:
+            results += run_user_suite(engine, suite, prepared, settings)
+    return results
 
 
 def _in_own_process(settings: EvalSettings) -> bool:

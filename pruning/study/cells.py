@@ -2,8 +2,8 @@
 
 :func:`prune_missing` runs the cells neither the study's manifest (``cells.json`` in the report directory) nor
 the registry already holds through :func:`pruning.pipeline.prune.prune`, one call (one shared evaluator) per
-calibration configuration, budget, seed and prior; :func:`evaluate_all` evaluates every variant (and the
-dense model) with :mod:`pruning.evaluation` unless the registry already holds those numbers.
+calibration configuration, budget, seed and prior; :func:`pruning.study.evaluation.evaluate_all` then
+judges every variant (and the dense model).
 """
 
 from __future__ import annotations
@@ -11,9 +11,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from dataclasses import dataclass, field
-from functools import cache, partial
 from pathlib import Path
-from typing import Any
 
 from depthprune.core.checksums import has_weight_files, released_weights
 from depthprune.core.errors import UserError
@@ -57,6 +55,9 @@ class CellResult:
     """Key of the cell this result was copied from (a deterministic search under a pinned draw); None: run."""
     truncated_items: int = 0
     """Calibration items cut to fit the sequence length (:func:`truncated_items`)."""
+    evaluation: dict | None = None
+    """What decided ``metrics`` besides the mask (:func:`pruning.study.evaluation.evaluation_record`: suites,
+    dtype, window, limits); None: not recorded (numbers then count only where the registry holds them)."""
     search_device: str | None = None
     """What ran the search (:func:`depthprune.planning.devices.device_name`): its seconds compare only with
     seconds measured on the same; None: recorded before it was kept."""
@@ -262,160 +263,3 @@ def prune_missing(plan: StudyPlan, missing: list[Cell], done: dict[str, CellResu
             ),
             on_variant=record,
         )
-
-
-def _evaluations_from_registry(registry, variant, settings, context: int) -> list:
-    """The recorded evaluations of ``variant`` made with these settings (by either engine)."""
-    # the recorded window is the requested one capped at the engine's context (vLLM keeps one token spare)
-    window_lengths = {min(settings.seq_len, context), min(settings.seq_len, context - 1)}
-    found = []
-    for evaluation in registry.evaluations(variant):
-        recorded = evaluation.settings or {}
-        if recorded.get("limit") != settings.limit or recorded.get("dtype") != settings.dtype:
-            continue
-        if recorded.get("num_fewshot", settings.num_fewshot) != settings.num_fewshot:
-            continue
-        if "seq_len" in recorded and recorded["seq_len"] not in window_lengths:
-            continue
-        found.append(evaluation)
-    return found
-
-
-def _as_metrics(results) -> dict[str, float]:
-    """``task/metric -> value`` of evaluation results or recorded evaluations."""
-    return {f"{result.task}/{result.metric}": result.value for result in results}
-
-
-def evaluate_all(
-    plan: StudyPlan, done: dict[str, CellResult], registry, save, *, include_dense: bool = True
-) -> dict[str, float]:
-    """Evaluate the dense model (unless ``include_dense`` is False) and every distinct variant of ``done``
-    not yet evaluated; return the dense metrics (empty without the dense model).
-
-    Variants with byte-identical weights (the same mask found by several searches or seeds, or under both
-    objectives) are evaluated once: the others get a copy of those results in the registry, since the
-    evaluation depends on the weights and the settings only."""
-    from pruning.evaluation.suites import (
-        EvalSettings,
-        evaluate_model,
-        expand_suites,
-        prepare_data,
-        record_results,
-    )
-    from pruning.model.blocks import load_config
-
-    config = plan.config
-    settings = EvalSettings(
-        suites=config.suites,
-        engine=config.engine,
-        dtype=config.dtype,
-        gpus=config.gpus,
-        seq_len=config.eval_seq_len,
-        limit=config.eval_limit,
-        progress=config.progress,
-    )
-    suites = expand_suites(settings.suites, plan.demo_dir is not None)
-    expected = _expected_metric_count(suites)
-    context = int(getattr(load_config(plan.model), "max_position_embeddings", 2048))
-    targets: dict[str, Any] = {"dense": registry.resolve(plan.model)} if include_dense else {}
-    for result in done.values():
-        if result.variant and result.variant not in targets:
-            targets[result.variant] = registry.resolve(result.variant)
-    recorded = {
-        name: _evaluations_from_registry(registry, info, settings, context) for name, info in targets.items()
-    }
-    metrics = {name: _as_metrics(evaluations) for name, evaluations in recorded.items()}
-    by_weights: dict[str, list] = {}  # weights sha256 -> complete results of a variant with those weights
-    for name, info in targets.items():
-        sha256 = getattr(info, "checkpoint_sha256", None)
-        if sha256 and len(metrics[name]) >= expected:
-            by_weights.setdefault(sha256, recorded[name])
-    todo = [name for name in targets if len(metrics[name]) < expected]
-    data = cache(partial(prepare_data, suites, plan.demo_dir))  # read once, and only if a model is evaluated
-
-    def evaluate(checkpoint_path: str) -> list:
-        return evaluate_model(checkpoint_path, suites, data(), settings)
-
-    for number, name in enumerate(todo, start=1):
-        info = targets[name]
-        progress = f"{number}/{len(todo)}" if config.progress else None
-        results = _copied_or_evaluated(name, info, by_weights, evaluate, progress)
-        record_results(registry, info, results)
-        metrics[name] = _as_metrics(results)
-        for result in done.values():
-            if result.variant == name:
-                result.metrics = metrics[name]
-        save(metrics.get("dense", {}))
-    for result in done.values():
-        result.metrics = metrics.get(result.variant, result.metrics)
-    if config.keep_weights == "none":
-        release_evaluated(
-            plan, {name: info for name, info in targets.items() if name != "dense"}, metrics, expected
-        )
-    return metrics.get("dense", {})
-
-
-def _copied_or_evaluated(
-    name: str, info, by_weights: dict[str, list], evaluate, progress: str | None
-) -> list:
-    """One model's evaluation results: copied from a model with byte-identical weights when there is one,
-    else ``evaluate(checkpoint_path)`` (remembered under its weights' sha256). ``progress`` (``"3/7"``) says
-    what happens; None prints nothing.
-
-    Raises:
-        UserError: the model needs evaluating but its weights were released (``--keep-weights none``).
-    """
-    from pruning.evaluation.suites import EvalResult
-
-    sha256 = getattr(info, "checkpoint_sha256", None)
-    if sha256 in by_weights:
-        if progress:
-            print(f"study: {name} has the weights of a variant already evaluated; results copied", flush=True)
-        return [
-            EvalResult(r.suite, r.task, r.metric, r.value, dict(r.settings or {})) for r in by_weights[sha256]
-        ]
-    if progress:
-        print(f"study: evaluating {name} ({progress})", flush=True)
-    released = released_weights(info.checkpoint_path)
-    if released is not None:
-        rebuild = released.get("rebuild", "depthprune checkpoint")
-        raise UserError(
-            f"{name} needs evaluating under these settings, but its weights were not kept "
-            f"(--keep-weights none); write them again with `{rebuild}` and rerun"
-        )
-    results = evaluate(info.checkpoint_path)
-    if sha256:
-        by_weights[sha256] = results
-    return results
-
-
-def release_evaluated(plan: StudyPlan, targets: dict[str, Any], metrics: dict, expected: int) -> None:
-    """``--keep-weights none``: delete the weight files of every variant whose evaluation is recorded
-    (:func:`pruning.model.checkpoint.release_weights`: the directory says how to write them again)."""
-    from pruning.model.checkpoint import release_weights
-
-    for name, info in targets.items():
-        path = getattr(info, "checkpoint_path", None)
-        if not path or len(metrics.get(name, {})) < expected or not Path(path).is_dir():
-            continue
-        freed = release_weights(path, plan.model, info.removed_blocks, "study --keep-weights none: evaluated")
-        if freed and plan.config.progress:
-            print(f"study: {name} evaluated; its weights released ({freed / 2**30:.2f} GiB)", flush=True)
-
-
-def _expected_metric_count(suites: list[str]) -> int:
-    """Metrics a complete evaluation on ``suites`` records: fewer means the cell is evaluated (again)."""
-    from pruning.evaluation.suites import PERPLEXITY_TASKS, SUITE_PERPLEXITY_TASKS, ZERO_SHOT_TASKS
-
-    count = 0
-    if "perplexity" in suites:
-        count += len(PERPLEXITY_TASKS)
-    if "zero-shot" in suites:
-        count += len(ZERO_SHOT_TASKS)  # at least acc per task
-    if "demo" in suites:
-        count += 3  # demo_text perplexity, demo_qa acc and acc_norm
-    if "offline" in suites:
-        # its texts' perplexities, pydoc_cloze acc and acc_norm, gcide_define acc (tasks/gcide_define.yaml):
-        # a cell evaluated before GCIDE joined the suite has 3 and is evaluated again
-        count += len(SUITE_PERPLEXITY_TASKS["offline"]) + 3
-    return count

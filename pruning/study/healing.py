@@ -13,7 +13,7 @@ evaluated:
 2. A healed variant already in the registry (a child of one of the mask's variants, healed with the same
    settings) is reused: a re-run heals nothing again, and its evaluations come from the registry too.
 3. The healed variants are evaluated exactly as the study evaluates the pruned ones
-   (:func:`pruning.study.cells.evaluate_all`).
+   (:func:`pruning.study.evaluation.evaluate_all`).
 4. :func:`healing_sections` adds the report's healing sections: accuracy and perplexity before vs after per
    search, the inter-search spread σ² before vs after, and how far accuracy moves with the calibration vs
    with the search before vs after healing, with a sentence that answers the question.
@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pruning.study.cells import evaluate_all
+from pruning.study.evaluation import evaluate_all
 from pruning.study.paths import recorded_path
 from pruning.study.plan import DEFAULT_DATA, STUDY_HEAL_MAX_SEQ_LEN, HealOption, parse_heal_option
 
@@ -177,7 +177,9 @@ def _evaluate(plan, done: dict, by_cell: dict[str, HealedVariant], registry) -> 
     """Evaluate the healed variants as the study evaluates the pruned ones (registry numbers reused)."""
 
     as_cells = {
-        key: dataclasses.replace(done[key], variant=healed.name, checkpoint=healed.checkpoint, metrics={})
+        key: dataclasses.replace(
+            done[key], variant=healed.name, checkpoint=healed.checkpoint, metrics={}, evaluation=None
+        )
         for key, healed in by_cell.items()
     }
     evaluate_all(plan, as_cells, registry, lambda *_: None, include_dense=False)

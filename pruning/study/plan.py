@@ -166,6 +166,8 @@ class StudyConfig:
     """Evaluation engine: ``auto``, ``vllm`` or ``torch``."""
     eval_limit: int | None = None
     """Evaluation limit per task (quick runs only)."""
+    eval_windows: int | None = None
+    """Perplexity windows per task at most, apart from ``eval_limit`` (None: ``eval_limit``)."""
     eval_seq_len: int = 2048
     """Perplexity window length of the evaluation (capped at the model's context)."""
     out: Path = Path("study")
@@ -478,6 +480,7 @@ def plan_summary(plan: StudyPlan) -> dict:
         "engine": config.engine,
         "eval_limit": config.eval_limit,
         "eval_seq_len": config.eval_seq_len,
+        **({"eval_windows": config.eval_windows} if config.eval_windows is not None else {}),
         "dtype": config.dtype,
         "options": config.options,
         "demo": plan.demo_dir is not None,

@@ -40,8 +40,10 @@ from pruning.study.reading_basis import (
     STUDY_SEARCHES,
     Cells,
     PaperFacts,
+    accuracy_items,
     budget_label,
     configuration,
+    effective_items,
     evaluation_label,
     objective_label,
     paper_budgets,
@@ -124,7 +126,7 @@ def headline_facts(cells: Cells) -> dict:
 def _binomial_floor(cells: Cells, groups) -> float:
     """The binomial variance p(1 − p)/n of one n-item accuracy at each cell's mean accuracy, in points²,
     mean over the cells (NaN when n is not recorded): the σ² across the seven that noise alone gives."""
-    items = cells.study["summary"].get("eval_limit")
+    items = effective_items(cells.study)
     if not items:
         return math.nan
     shares = [statistics.fmean(cells.acc(c) for c in group) for group in groups]
@@ -238,6 +240,8 @@ def reading_facts(study: dict, cross: dict | None = None) -> dict:
         "provenance": provenance_facts(cells.all),
         "paper_objectives": list(cells.paper_objectives),
         "evaluation": evaluation_label(study),
+        "effective_items": effective_items(study),
+        "items_note": "" if len(accuracy_items(study)) < 2 else " (the mean over its tasks as one binomial)",
         "headline": headline_facts(cells),
         "objective_agreement": objective_agreement_facts(cells),
         "movement": movement_facts(cells),
@@ -286,8 +290,9 @@ def setup_text(facts: dict, paper: PaperFacts) -> list[str]:
         + (
             f", the first {summary['eval_limit']} items or windows per task"
             if summary.get("eval_limit")
-            else ""
+            else ", every item"
         )
+        + (f", at most {summary['eval_windows']} windows per text" if summary.get("eval_windows") else "")
         + f", perplexity windows of {summary['eval_seq_len']} tokens. Accuracy throughout: "
         f"{facts['evaluation']['full']}. The paper removes M = {fractions} of "
         f"{paper.blocks} blocks; for {n} blocks the proportional budgets are M = "
@@ -554,15 +559,15 @@ def prior_text(facts: dict) -> list[str]:
 
 
 def caveats_text(facts: dict) -> list[str]:
-    summary = facts["summary"]
-    limit = summary.get("eval_limit")
+    limit = facts["effective_items"]
     if not limit:
         return []
     accuracy = [r["acc_mean"] for r in facts["quality"]]
     share = statistics.fmean(accuracy) / 100 if accuracy else 0.5
     error = 100 * math.sqrt(share * (1 - share) / limit)
     return [
-        f"**Precision.** Each accuracy is measured on {limit} items: at the variants' mean accuracy "
+        f"**Precision.** Each accuracy is measured on {limit:.0f} items{facts['items_note']}: at the "
+        "variants' mean accuracy "
         f"({100 * share:.0f} %) one standard error is {error:.1f} points, so two variants differing by less "
         f"than {2 * math.sqrt(2) * error:.0f} points (two standard errors of a difference) are not "
         "distinguishable; averages over many variants are."

@@ -117,27 +117,61 @@ def objective_label(objective: str, paper: PaperFacts = PAPER) -> str:
     return objective if objective in paper.objectives else f"{objective} (an extension: not in the paper)"
 
 
-def evaluation_label(study: dict) -> dict:
-    """What the accuracy is, named for what it is: ``{"short": "pydoc-cloze accuracy, 40 items", "full":
-    short + ", in-domain for the perplexity objective (...)"}``. A task is in-domain for a perplexity
-    calibration whose data its name extends (``pydoc_cloze`` of ``pydoc``), and is the task objectives' own
-    kind of item when they calibrate on it (other topics of the same source)."""
-    summary = study["summary"]
-    tasks = [task.replace("_", "-") for task in study.get("accuracy_metrics") or {}]
-    limit = summary.get("eval_limit")
-    items = f", {limit} items" if limit else ""
-    short = (f"{tasks[0]} accuracy" if len(tasks) == 1 else f"mean accuracy over {', '.join(tasks)}") + items
+def accuracy_items(study: dict) -> dict[str, int]:
+    """Items per accuracy task: the ``task/n`` the evaluation recorded (the dense model's), else the
+    study's ``eval_limit`` (studies judged before ``n`` was kept); a task with neither is left out."""
+    dense = study.get("dense") or {}
+    limit = study["summary"].get("eval_limit")
+    items = {}
+    for task in study.get("accuracy_metrics") or {}:
+        n = dense.get(f"{task}/n") or limit
+        if n:
+            items[task] = int(n)
+    return items
+
+
+def effective_items(study: dict) -> float | None:
+    """The n of one binomial with the variance of the mean accuracy over the tasks: k² / Σ 1/n_i (n for one
+    task); None when a task's n is unknown."""
+    items = accuracy_items(study)
+    tasks = study.get("accuracy_metrics") or {}
+    if not tasks or len(items) < len(tasks):
+        return None
+    return len(items) ** 2 / sum(1 / n for n in items.values())
+
+
+def _domain_note(task: str, summary: dict) -> str:
+    """Where ``task`` stands against the calibrations: in-domain for the perplexity objective (built from its
+    source), the task objectives' own kind of item, or outside every calibration source."""
     notes = []
     for calibration in summary.get("calibrations", []):
         data = short_data(str(calibration["data"])).replace("_", "-")
-        for task in tasks:
-            own = data == task and calibration["objective"] != "perplexity"
-            text = calibration["objective"] == "perplexity" and task.startswith(data) and task != data
-            if text:
-                notes.append(
-                    f"in-domain for the perplexity objective (built from {data}, its calibration source)"
-                )
-            elif own:
-                notes.append("the task objectives' own kind of item (calibrated on other topics of it)")
+        if calibration["objective"] == "perplexity" and task.startswith(data) and task != data:
+            notes.append(
+                f"in-domain for the perplexity objective (built from {data}, its calibration source)"
+            )
+        elif data == task and calibration["objective"] != "perplexity":
+            notes.append("the task objectives' own kind of item (calibrated on other topics of it)")
     notes = list(dict.fromkeys(notes))
-    return {"short": short, "full": short + (", " + " and ".join(notes) if notes else "")}
+    return " and ".join(notes) if notes else "out of domain for every calibration (built from none of them)"
+
+
+def evaluation_label(study: dict) -> dict:
+    """What the accuracy is, named for what it is: ``{"short": "pydoc-cloze accuracy, 40 items", "full":
+    short + ", in-domain for the perplexity objective (...)"}``. A task is in-domain for a perplexity
+    calibration whose data its name extends (``pydoc_cloze`` of ``pydoc``), is the task objectives' own kind
+    of item when they calibrate on it (other topics of the same source), and else out of every calibration's
+    domain (``gcide_define``: dictionary definitions)."""
+    summary = study["summary"]
+    tasks = list(study.get("accuracy_metrics") or {})
+    items = accuracy_items(study)
+    names = {task: task.replace("_", "-") for task in tasks}
+    if len(tasks) == 1:
+        task = tasks[0]
+        short = f"{names[task]} accuracy" + (f", {items[task]} items" if task in items else "")
+        notes = _domain_note(names[task], summary)
+        return {"short": short, "full": f"{short}, {notes}"}
+    each = [f"{names[task]}" + (f" ({items[task]} items)" if task in items else "") for task in tasks]
+    short = f"mean accuracy over {', '.join(each)}"
+    notes = [f"{names[task]} {_domain_note(names[task], summary)}" for task in tasks]
+    return {"short": short, "full": f"{short}; {'; '.join(notes)}"}

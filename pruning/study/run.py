@@ -17,13 +17,13 @@ from pathlib import Path
 
 from pruning.study.cells import (
     CellResult,
-    evaluate_all,
     fill_reused,
     find_in_registry,
     load_manifest,
     prune_missing,
     save_manifest,
 )
+from pruning.study.evaluation import evaluate_all
 from pruning.study.healing import heal_study
 from pruning.study.paths import resolved_path
 from pruning.study.plan import StudyConfig, plan_study, plan_summary
@@ -37,6 +37,7 @@ def run_study(config: StudyConfig) -> Path:
     Returns:
         The report directory.
     """
+    from pruning.runtime.engine_choice import resolve_engine
     from registry import open_registry
 
     if config.worker:
@@ -46,9 +47,13 @@ def run_study(config: StudyConfig) -> Path:
     manifest = load_manifest(config.out)
     done: dict[str, CellResult] = {}
     dense: dict[str, float] = {}
+    judged_by_mask = resolve_engine(config.engine) == "torch" and not config.heal
     for cell in (cell for cell in plan.cells if cell.reused_from is None):  # reused ones: fill_reused
         recorded = manifest.get(cell.key)
-        if recorded and recorded.matches(cell) and Path(resolved_path(recorded.checkpoint) or "").is_dir():
+        # the torch engine judges a cell from its mask and the dense weights: its checkpoint may be gone
+        checkpoint = resolved_path(recorded.checkpoint) if recorded else None
+        kept = judged_by_mask or Path(checkpoint or "").is_dir()
+        if recorded and recorded.matches(cell) and kept:
             done[cell.key] = manifest[cell.key]
         else:
             found = find_in_registry(registry, plan.model, cell)

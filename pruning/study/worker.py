@@ -37,13 +37,13 @@ from depthprune.core.errors import UserError
 from depthprune.core.files import exclusive_lock
 from pruning.study.cells import (
     CellResult,
-    evaluate_all,
     fill_reused,
     find_in_registry,
     prune_missing,
     result_of_variant,
     save_manifest,
 )
+from pruning.study.evaluation import evaluate_all
 from pruning.study.plan import StudyConfig, StudyPlan, plan_study, plan_summary
 from pruning.study.report import write_report
 
