@@ -374,3 +374,38 @@ def test_searches_converge_per_objective_beside_the_draws():
     assert "**Do the searches converge under a fixed objective?**" in render_reading(
         reading_facts(synthetic_study())
     )
+
+
+def test_an_independent_task_is_read_alone_beside_the_in_domain_one():
+    """Issue 42: judged on pydoc-cloze (in-domain for perplexity) and GCIDE-define (no calibration's domain),
+    the reading names both with their n and says per task what §5.2 and §5.3 find, so a result of the
+    in-domain task alone cannot pass for the calibration's."""
+    study = synthetic_study()
+    study["summary"]["calibrations"] = [
+        {"objective": "perplexity", "data": "pydoc", "samples": 4, "seq_len": 32},
+        {"objective": "task_margin", "data": "pydoc-cloze", "samples": 4, "seq_len": 128},
+    ]
+    study["accuracy_metrics"] = {"pydoc_cloze": "acc_norm", "gcide_define": "acc"}
+    study["dense"].update({"pydoc_cloze/n": 341, "gcide_define/n": 200})
+    for row in study["cells"]:
+        accuracy = row["metrics"].pop("hellaswag/acc_norm")
+        row["metrics"]["pydoc_cloze/acc_norm"] = accuracy
+        # out of domain, perplexity's masks rank the other way: a lower perplexity, a higher accuracy
+        flipped = row["objective"] == "perplexity" and row["drop"] == 9
+        row["metrics"]["gcide_define/acc"] = 1.66 - accuracy if flipped else accuracy
+    facts = reading_facts(study)
+    short = "mean accuracy over pydoc-cloze (341 items), gcide-define (200 items)"
+    assert facts["evaluation"]["short"] == short
+    assert "gcide-define out of domain for every calibration" in facts["evaluation"]["full"]
+    assert facts["effective_items"] == pytest.approx(4 / (1 / 341 + 1 / 200))
+    text = render_reading(facts)
+    paragraph = next(p for p in text.split("\n\n") if p.startswith("**Each accuracy task alone"))
+    cloze, define = paragraph.split("*gcide-define accuracy, 200 items")
+    assert "*pydoc-cloze accuracy, 341 items, in-domain for the perplexity objective" in cloze
+    agreement = "perplexity ρ positive in 0 of 1, negative in 1 (**an agreement** with the paper's negative"
+    assert agreement in cloze
+    assert "out of domain for every calibration" in define
+    disagreement = "perplexity ρ positive in 1 of 1, negative in 0 (**a disagreement** with the paper's"
+    assert disagreement in define
+    assert "measured on 504 items (the mean over its tasks as one binomial)" in text  # 4 / (1/341 + 1/200)
+    assert "task_margin ρ positive in 1 of 1" in define

@@ -59,6 +59,7 @@ from pruning.study.reading_compare import (
     spearman_facts,
     spearman_text,
 )
+from pruning.study.reading_tasks import per_task_facts, per_task_text
 from pruning.study.tables import fmt, short_data
 
 # ------------------------------------------------------------------------------------------------- facts
@@ -246,6 +247,7 @@ def reading_facts(study: dict, cross: dict | None = None) -> dict:
         "objective_agreement": objective_agreement_facts(cells),
         "movement": movement_facts(cells),
         "spearman": spearman_facts(cells),
+        "per_task": per_task_facts(cells),
         "quality": quality_facts(cells),
         "seed_stability": seed_facts(cells),
         "random_prior": prior_facts(cells),
@@ -585,6 +587,7 @@ def render_reading(facts: dict, paper: PaperFacts = PAPER) -> str:
         *objective_agreement_text(facts, paper),
         *movement_text(facts, paper),
         *spearman_text(facts, paper),
+        *per_task_text(facts, paper),
         *quality_text(facts, paper),
         *seeds_text(facts),
         *prior_text(facts),

@@ -143,7 +143,7 @@ def objective_agreement_facts(cells: Cells) -> list[dict]:
 # ------------------------------------------------------------------------------------------------- text
 
 
-def _ratio(result: dict) -> str:
+def ratio_text(result: dict) -> str:
     seeds = range_text(result["ratio_seeds"], 2)
     return fmt(result["ratio"], 2) + (f" ({seeds[2:]})" if seeds else "")
 
@@ -156,20 +156,7 @@ def movement_text(facts: dict, paper: PaperFacts = PAPER) -> list[str]:
     movement = facts["movement"]
     like = movement["like"]
     paper_ratio = paper.movement_configuration_mean / paper.movement_search_mean
-    low, high = like["ratio_seeds"] or (like["ratio"], like["ratio"])
-    if low <= paper_ratio <= high:
-        verdict = "This supports the paper's conclusion that the two move accuracy comparably"
-    elif low > paper_ratio:
-        verdict = (
-            "**This does not support the paper's conclusion** that configuration and search move accuracy "
-            f"comparably: in every seed a change of configuration moves it {fmt(low, 2)}× or more what a "
-            "change of search does"
-        )
-    else:
-        verdict = (
-            "**This does not support the paper's conclusion**: in every seed a change of search moves "
-            "accuracy more than the paper's ratio allows"
-        )
+    verdict = movement_verdict(like, paper)
     text = (
         f"**Accuracy movement (§5.2), {facts['evaluation']['full']}: means with means, the seven, the "
         f"paper's budgets and objectives ({', '.join(facts['paper_objectives'])}).** A change of "
@@ -178,22 +165,41 @@ def movement_text(facts: dict, paper: PaperFacts = PAPER) -> list[str]:
         f"{range_text(like['configuration_mean_seeds'], 2)}), a change of search by "
         f"{fmt(like['search_mean'], 2)} ({like['pairs'][1]} pairs"
         f"{range_text(like['search_mean_seeds'], 2)}): "
-        f"ratio {_ratio(like)}; the paper: {paper.movement_configuration_mean} and "
+        f"ratio {ratio_text(like)}; the paper: {paper.movement_configuration_mean} and "
         f"{paper.movement_search_mean} points, ratio {paper_ratio:.2f}. {verdict}."
     )
     extra = movement["with_task_ce"]
     if extra["pairs"] != like["pairs"]:
         text += (
-            f" With task_ce (an extension) as a third configuration: ratio {_ratio(extra)} "
+            f" With task_ce (an extension) as a third configuration: ratio {ratio_text(extra)} "
             f"({fmt(extra['configuration_mean'], 2)} against {fmt(extra['search_mean'], 2)} points)."
         )
     if len(facts["like_budgets"]) < len(facts["budgets"]):
         everything = movement["all"]
-        text += f" With every extension (budgets and objectives): ratio {_ratio(everything)}."
+        text += f" With every extension (budgets and objectives): ratio {ratio_text(everything)}."
     return [text]
 
 
-def _objective_verdict(found: dict, sign: str, count: int, of: int) -> str:
+def movement_verdict(like: dict, paper: PaperFacts = PAPER) -> str:
+    """Whether a §5.2 result (ratio with its per-seed range) supports the paper's conclusion: the paper's
+    ratio inside the per-seed range, it does; every seed on one side, it does not."""
+    paper_ratio = paper.movement_configuration_mean / paper.movement_search_mean
+    low, high = like["ratio_seeds"] or (like["ratio"], like["ratio"])
+    if low <= paper_ratio <= high:
+        return "This supports the paper's conclusion that the two move accuracy comparably"
+    if low > paper_ratio:
+        return (
+            "**This does not support the paper's conclusion** that configuration and search move accuracy "
+            f"comparably: in every seed a change of configuration moves it {fmt(low, 2)}× or more what a "
+            "change of search does"
+        )
+    return (
+        "**This does not support the paper's conclusion**: in every seed a change of search moves "
+        "accuracy more than the paper's ratio allows"
+    )
+
+
+def objective_verdict(found: dict, sign: str, count: int, of: int) -> str:
     """``agrees``/``disagrees`` with the paper's majority sign for one objective."""
     ours = "positive" if found["positive"] > found["negative"] else "negative"
     if found["positive"] == found["negative"]:
@@ -215,7 +221,7 @@ def spearman_text(facts: dict, paper: PaperFacts = PAPER) -> list[str]:
         )
         if objective in paper_signs:
             sign, count, of = paper_signs[objective]
-            verdict = _objective_verdict(found, sign, count, of)
+            verdict = objective_verdict(found, sign, count, of)
             counted += f"; the paper: {sign} in {count} of {of}: {verdict}"
         else:
             counted = counted.replace(objective, objective_label(objective, paper), 1)
