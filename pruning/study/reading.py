@@ -60,6 +60,7 @@ from pruning.study.reading_compare import (
     spearman_text,
 )
 from pruning.study.reading_tasks import per_task_facts, per_task_text
+from pruning.study.size_reading import size_facts, size_text
 from pruning.study.tables import fmt, short_data
 
 # ------------------------------------------------------------------------------------------------- facts
@@ -229,8 +230,9 @@ def prior_facts(cells: Cells) -> list[dict]:
     ]
 
 
-def reading_facts(study: dict, cross: dict | None = None) -> dict:
-    """Every number the reading quotes, computed from ``study.json`` (and the cross-controls' one)."""
+def reading_facts(study: dict, cross: dict | None = None, size: dict | None = None) -> dict:
+    """Every number the reading quotes, computed from ``study.json`` (and the cross-controls' and the
+    calibration-size arm's)."""
     cells = Cells(study)
     return {
         "model": study["summary"].get("model_name") or study["summary"]["model"],
@@ -254,6 +256,7 @@ def reading_facts(study: dict, cross: dict | None = None) -> dict:
         "cross": cross_facts(cross) if cross else [],
         "cross_provenance": provenance_facts(cross["cells"]) if cross else None,
         "cross_text_seq_len": text_seq_len(cross) if cross else None,
+        "calibration_size": size_facts(study, size),
     }
 
 
@@ -592,12 +595,13 @@ def render_reading(facts: dict, paper: PaperFacts = PAPER) -> str:
         *seeds_text(facts),
         *prior_text(facts),
         *cross_text(facts),
+        *size_text(facts),
         *caveats_text(facts),
     ]
     return "\n\n".join(paragraphs) + "\n"
 
 
-def write_reading(out, cross=None) -> str:
+def write_reading(out, cross=None, size=None) -> str:
     """Generate ``out/reading.md`` from ``out/study.json`` (and ``cross/study.json``) and re-render the
     report's ``README.md`` and ``report.html`` around it; figures and ``study.json`` stay as they are.
 
@@ -617,9 +621,10 @@ def write_reading(out, cross=None) -> str:
         raise UserError(f"{path} not found: give a study report directory")
     study = json.loads(path.read_text())
     cross_study = json.loads((Path(cross) / "study.json").read_text()) if cross else None
+    size_study = json.loads((Path(size) / "study.json").read_text()) if size else None
     if "healing" in study:  # refused before anything is written
         raise UserError(f"{out} has healing sections: run the study again to render the report with them")
-    reading = render_reading(reading_facts(study, cross_study))
+    reading = render_reading(reading_facts(study, cross_study, size_study))
     (out / "reading.md").write_text(reading)
     fields = set(CellResult.__dataclass_fields__)
     cells = [CellResult(**{k: v for k, v in row.items() if k in fields}) for row in study["cells"]]
