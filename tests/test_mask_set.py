@@ -83,3 +83,22 @@ def test_a_mask_outside_the_engine_or_the_model_is_refused(tiny_model_dirs):
     with pytest.raises(UserError, match="scores only"):
         engine.view((1,)).generate([[1, 2]], max_tokens=2)
     engine.close()
+
+
+def test_the_walks_saved_states_are_sized_to_the_free_memory():
+    """On a GPU the walk keeps up to one hidden state per block: Llama-3.1-8B's 32 blocks of 4,096 bfloat16
+    at 16,384 tokens would hold 4 GiB; with 10 GiB free (a quarter for the states) the batch halves to 8,192."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from pruning.evaluation.mask_set import state_budget_tokens
+
+    stack = SimpleNamespace(
+        num_blocks=32,
+        config=SimpleNamespace(hidden_size=4096),
+        lm_head=SimpleNamespace(weight=torch.empty(0, dtype=torch.bfloat16)),
+    )
+    assert state_budget_tokens(stack, 16384, 10 * 2**30) == 8192
+    assert state_budget_tokens(stack, 16384, 80 * 2**30) == 16384
+    assert state_budget_tokens(stack, 16384, 2**20) == 256  # never below one short batch

@@ -257,6 +257,7 @@ def _evaluate_by_mask(plan: StudyPlan, todo: dict[str, _Target], suites, data, s
     from pruning.calibration.scoring.shortcuts import trie_order
     from pruning.evaluation.mask_set import MaskSetEngine
     from pruning.evaluation.suites import evaluate_with_engine
+    from pruning.runtime.isolation import release_device_memory
 
     names_of: dict[tuple[int, ...], list[str]] = {}
     first: set[tuple[int, ...]] = set()
@@ -278,6 +279,7 @@ def _evaluate_by_mask(plan: StudyPlan, todo: dict[str, _Target], suites, data, s
                 "weights, prefixes shared",
                 flush=True,
             )
+        release_device_memory()  # what pruning left in torch's cache would look taken to the state budget
         engine = MaskSetEngine(plan.model, chunk, dtype=settings.dtype, device=device, gpus=settings.gpus)
         try:
             for mask in chunk:
