@@ -11,8 +11,9 @@ On a home where ``make demo`` left its SmolLM2 variants (M = 8 of 30), for each 
    fraction of the log-perplexity gap it recovered, with a paired bootstrap interval over windows, in-domain
    (pydoc) and out-of-domain (GCIDE prose, which no calibration source uses).
 
-Prints the markdown table of docs/benchmarks.md ("SmolLM2-135M: training-free repair") and writes the raw JSON
-under ``--out``. Run on a quiet machine (the heal seconds are a result)::
+Prints the markdown tables of docs/benchmarks.md ("SmolLM2-135M: repair methods compared") and writes the raw
+JSON under ``--out`` (``--render`` prints the tables again from there). Run on a quiet machine (the heal
+seconds are a result)::
 
     DEPTHPRUNE_HOME=~/.depthprune heavy --quiet .venv/bin/python -m benchmarks.bench_repair --out /tmp/repair
     DEPTHPRUNE_HOME=~/.depthprune heavy --quiet .venv/bin/python -m benchmarks.bench_repair \
@@ -94,15 +95,17 @@ def cell(record: dict | None, baseline: bool) -> str:
     return f"{value}; {interval(record.get('retention'), record.get('retention_ci95'), 1)} %"
 
 
-def table(models: list[dict], heal_seconds: dict[str, float]) -> list[str]:
-    """The markdown rows: one per model, then the gap each child recovered."""
+def table(models: list[dict], heal_seconds: dict[str, float], labels: dict | None = None) -> list[str]:
+    """The markdown rows: one per model, then the gap each child recovered. ``labels``: a child's registry
+    name -> ``PARENT + METHOD``."""
+    labels = labels or {}
     lines = ["| model | " + " | ".join(header for _, header in TASKS) + " | heal s |"]
     lines.append("|---|" + "---|" * len(TASKS) + "---:|")
     for model in models:
         cells = [cell(model["tasks"].get(task), model["baseline"]) for task, _ in TASKS]
         seconds = heal_seconds.get(model["label"])
         lines.append(
-            f"| {model['label']} | "
+            f"| {labels.get(model['label'], model['label'])} | "
             + " | ".join(cells)
             + f" | {'–' if seconds is None else f'{seconds:.0f}'} |"
         )
@@ -111,8 +114,16 @@ def table(models: list[dict], heal_seconds: dict[str, float]) -> list[str]:
         gaps = [model["tasks"].get(task, {}) for task in ("pydoc", "gcide")]
         if any(gap.get("gap_recovered") is not None for gap in gaps):
             texts = [interval(gap.get("gap_recovered"), gap.get("gap_recovered_ci95"), 3) for gap in gaps]
-            lines.append(f"| {model['label']} | {texts[0]} | {texts[1]} |")
+            lines.append(f"| {labels.get(model['label'], model['label'])} | {texts[0]} | {texts[1]} |")
     return lines
+
+
+def rendered(out: Path) -> list[str]:
+    """The tables of an earlier run from its ``eval.json`` and ``heals.json`` under ``out`` (runs nothing)."""
+    heals = json.loads((out / "heals.json").read_text())
+    seconds = {heal["name"]: heal["seconds"] for heal in heals}
+    labels = {heal["name"]: f"{heal['parent']} + {heal['method']}" for heal in heals}
+    return table(json.loads((out / "eval.json").read_text()), seconds, labels)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -129,14 +140,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--children", help="children patched before, one per parent in order (no heal run, no heal seconds)"
     )
+    parser.add_argument(
+        "--render", action="store_true", help="print the tables of the run already in --out; run nothing"
+    )
     args = parser.parse_args(argv)
     methods = args.methods.split(",")
     unknown = [method for method in methods if method not in METHOD_ARGS]
     if unknown:
         parser.error(f"unknown method {unknown[0]!r}; choose from {', '.join(METHOD_ARGS)}")
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.render:
+        print("\n".join(rendered(args.out)))
+        return
     depthprune = [sys.executable, "-m", "depthprune"]
-    names, heal_seconds = ["dense"], {}
+    names, heals = ["dense"], []
     if args.children:
         for parent, child in zip(args.parents.split(","), args.children.split(","), strict=True):
             names += [parent, child]
@@ -148,7 +165,8 @@ def main(argv: list[str] | None = None) -> None:
                 command + METHOD_ARGS[method], args.out / f"heal-{parent}-{method}.log"
             )
             (args.out / f"heal-{parent}-{method}.json").write_text(json.dumps(healed, indent=1))
-            heal_seconds[healed["name"]] = seconds
+            heals.append({"parent": parent, "method": method, "name": healed["name"], "seconds": seconds})
+            (args.out / "heals.json").write_text(json.dumps(heals, indent=1))
             names.append(healed["name"])
             print(
                 f"heal {parent} ({method}): {healed['name']} in {seconds:.0f} s", file=sys.stderr, flush=True
@@ -157,7 +175,7 @@ def main(argv: list[str] | None = None) -> None:
     models, seconds = run_json(command, args.out / "eval.log")
     (args.out / "eval.json").write_text(json.dumps(models, indent=1))
     print(f"eval of {len(names)} models on the offline suite: {seconds:.0f} s", file=sys.stderr)
-    print("\n".join(table(models, heal_seconds)))
+    print("\n".join(rendered(args.out) if heals else table(models, {})))
 
 
 if __name__ == "__main__":
