@@ -118,12 +118,20 @@ def table(models: list[dict], heal_seconds: dict[str, float], labels: dict | Non
     return lines
 
 
-def rendered(out: Path) -> list[str]:
-    """The tables of an earlier run from its ``eval.json`` and ``heals.json`` under ``out`` (runs nothing)."""
-    heals = json.loads((out / "heals.json").read_text())
+def run_tables(models: list[dict], heals: list[dict]) -> list[str]:
+    """:func:`table` of a run: each child labelled ``PARENT + METHOD`` with its heal seconds (``heals``: one
+    ``{"parent", "method", "name", "seconds"}`` per heal, as ``heals.json`` keeps them)."""
     seconds = {heal["name"]: heal["seconds"] for heal in heals}
     labels = {heal["name"]: f"{heal['parent']} + {heal['method']}" for heal in heals}
-    return table(json.loads((out / "eval.json").read_text()), seconds, labels)
+    return table(models, seconds, labels)
+
+
+def rendered(out: Path) -> list[str]:
+    """The tables of an earlier run from its ``eval.json`` and ``heals.json`` under ``out`` (runs nothing)."""
+    heals = out / "heals.json"
+    return run_tables(
+        json.loads((out / "eval.json").read_text()), json.loads(heals.read_text()) if heals.is_file() else []
+    )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -175,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
     models, seconds = run_json(command, args.out / "eval.log")
     (args.out / "eval.json").write_text(json.dumps(models, indent=1))
     print(f"eval of {len(names)} models on the offline suite: {seconds:.0f} s", file=sys.stderr)
-    print("\n".join(rendered(args.out) if heals else table(models, {})))
+    print("\n".join(run_tables(models, heals)))
 
 
 if __name__ == "__main__":

@@ -8,8 +8,15 @@ import pytest
 from depthprune.testing.requests import mixed_requests
 from pruning.calibration.scoring.shortcuts import trie_order
 from pruning.evaluation.engines import TorchEngine, fit_to_length
-from pruning.evaluation.mask_set import MaskSetEngine, score_masks
-from pruning.evaluation.packed_scoring import group_by_context, plan_batches, score_packed
+from pruning.evaluation.mask_set import MaskSetEngine
+from pruning.evaluation.packed_scoring import (
+    choice_batch,
+    group_by_context,
+    head_scores,
+    plan_batches,
+    run_layout,
+    score_masks,
+)
 
 MASKS = [(0, 1), (0, 2), (1, 2), (1, 3), (2, 5), (3, 4), (3,), (), (0, 1, 2), (4, 5)]
 """Masks of the six-block tiny model sharing prefixes of every depth, the dense model among them."""
@@ -46,20 +53,26 @@ def test_the_walk_equals_each_mask_run_alone_bit_for_bit_and_shares_prefixes(tin
     together = score_masks(stack, MASKS, contexts, fitted, batch_tokens=100_000)
     walked, forwards[:] = sum(forwards), []
     for mask in MASKS:
-        original = stack.final_hidden
-
-        def with_mask(input_ids, _removed, *args, mask=mask, original=original):
-            return original(input_ids, mask, *args)
-
-        stack.final_hidden = with_mask
-        assert score_packed(stack, contexts, fitted, batch_tokens=100_000) == together[mask]
-        stack.final_hidden = original
+        assert alone(stack, mask, contexts, fitted) == together[mask]
     # per batch, one forward per node of the trie, not one per kept block of every mask
     batches = len(plan_batches(group_by_context(contexts), fitted, 100_000))
     kept = sum(BLOCKS - len(mask) for mask in MASKS)
     assert sum(forwards) == kept * batches
     assert walked == len(_trie_nodes()) * batches < kept * batches
     assert list(together) == trie_order(sorted(set(MASKS)), BLOCKS)
+
+
+def alone(stack, mask, contexts, fitted) -> list[tuple[float, bool]]:
+    """The mask scored by itself, the same batches through ``final_hidden`` with that removal set."""
+    scores = [(0.0, True)] * len(fitted)
+    for groups in plan_batches(group_by_context(contexts), fitted, 100_000):
+        batch, order = choice_batch(groups, fitted)
+        run = run_layout(batch, stack)
+        hidden = stack.final_hidden(run.input_ids, mask, run.attention_mask, run.position_ids)
+        totals, greedy = head_scores(stack, run, hidden)
+        for row, index in enumerate(order):
+            scores[index] = (totals[row], greedy[row])
+    return scores
 
 
 def _trie_nodes() -> set[tuple[int, tuple[int, ...]]]:
@@ -87,7 +100,8 @@ def test_a_mask_outside_the_engine_or_the_model_is_refused(tiny_model_dirs):
 
 def test_the_walks_saved_states_are_sized_to_the_free_memory():
     """On a GPU the walk keeps up to one hidden state per block: Llama-3.1-8B's 32 blocks of 4,096 bfloat16
-    at 16,384 tokens would hold 4 GiB; with 10 GiB free (a quarter for the states) the batch halves to 8,192."""
+    at 16,384 tokens would hold 4 GiB; with 10 GiB free (a quarter for the states) the batch halves to
+    8,192."""
     from types import SimpleNamespace
 
     import torch

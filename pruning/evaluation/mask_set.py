@@ -5,8 +5,10 @@ need no checkpoint: the dense model run with those blocks removed computes them.
 such variants on the same requests; run one by one, each recomputes the blocks before its first removed block,
 and two masks that agree up to block k recompute the same k blocks. :class:`MaskSetEngine` loads the dense
 model once and, per request batch, walks the masks depth first through the trie of removal sets (the subset
-evaluator's :func:`~pruning.calibration.scoring.shortcuts.trie_order`), keeping the hidden state at each
-boundary where a later mask branches off, so every shared prefix runs once. The study's 241 SmolLM2 masks
+evaluator's :func:`~pruning.calibration.scoring.shortcuts.trie_order`;
+:func:`~pruning.evaluation.packed_scoring.score_masks`, which the torch engine's own scoring runs with the
+one mask ``()``), keeping the hidden state at each boundary where a later mask branches off, so every
+shared prefix runs once. The study's 241 SmolLM2 masks
 run 3,020 block forwards per batch instead of 5,223.
 
 Exactness: each mask's hidden states are computed by the same blocks, in the same order, on the same inputs as
@@ -27,23 +29,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-import torch
-from tqdm import tqdm
-
 from depthprune.core.errors import UserError
-from pruning.calibration.scoring.shortcuts import branch_points, shared_depth, trie_order
+from pruning.calibration.scoring.shortcuts import device_free_bytes
 from pruning.evaluation.engines import ScoreRequest, ScoreResult, TorchEngine, fit_to_length
-from pruning.evaluation.packed_scoring import (
-    choice_batch,
-    group_by_context,
-    head_scores,
-    plan_batches,
-    run_layout,
-)
+from pruning.evaluation.packed_scoring import Mask, score_masks
 from pruning.model.blocks import BlockStack
-
-Mask = tuple[int, ...]
-"""A removal set as its sorted block indices (``()`` is the dense model)."""
 
 STATE_BUDGET_FRACTION = 0.25
 """Share of the memory free after loading that the walk's saved hidden states may take."""
@@ -51,35 +41,6 @@ STATE_BUDGET_FRACTION = 0.25
 
 def as_mask(removed_blocks: Iterable[int]) -> Mask:
     return tuple(sorted(set(int(block) for block in removed_blocks)))
-
-
-def walk_masks(stack: BlockStack, prepared, masks: Sequence[Mask]) -> Iterable[tuple[Mask, torch.Tensor]]:
-    """Each mask's last-block output on one prepared batch, masks in trie order, shared prefixes run once.
-
-    Args:
-        stack: the dense model as blocks.
-        prepared: :meth:`BlockStack.prepare` of the batch.
-        masks: removal sets in :func:`trie_order`.
-
-    Yields:
-        ``(mask, hidden)`` per mask, in the given order.
-    """
-    blocks = stack.num_blocks
-    points = branch_points(list(masks), blocks)
-    starts = [0] + [shared_depth(first, second, blocks) for first, second in zip(masks, masks[1:])]
-    saved: dict[int, torch.Tensor] = {0: prepared.hidden}
-    for mask, start, branches in zip(masks, starts, points, strict=True):
-        # a later mask shares no boundary deeper than where this one leaves the previous one's path
-        for boundary in [boundary for boundary in saved if boundary > start]:
-            del saved[boundary]
-        keep, removed = set(branches), set(mask)
-        hidden = saved[start]
-        for block in range(start, blocks):
-            if block in keep:
-                saved[block] = hidden
-            if block not in removed:
-                hidden = stack.run_blocks(hidden, prepared, [block])
-        yield mask, hidden
 
 
 def state_budget_tokens(stack: BlockStack, batch_tokens: int, free_bytes: int) -> int:
@@ -90,35 +51,6 @@ def state_budget_tokens(stack: BlockStack, batch_tokens: int, free_bytes: int) -
     while batch_tokens > 256 and batch_tokens * per_token > budget:
         batch_tokens //= 2
     return batch_tokens
-
-
-def score_masks(
-    stack: BlockStack,
-    masks: Sequence[Mask],
-    contexts: Sequence[tuple[int, ...]],
-    fitted: Sequence[tuple[list[int], int]],
-    batch_tokens: int,
-    progress: bool = False,
-) -> dict[Mask, list[tuple[float, bool]]]:
-    """``(summed log-probability, greedy)`` per request for every mask: what
-    :func:`~pruning.evaluation.packed_scoring.score_packed` gives for each mask's model, computed together."""
-    ordered = trie_order(sorted(set(masks)), stack.num_blocks)
-    results = {mask: [(0.0, True)] * len(fitted) for mask in ordered}
-    batches = plan_batches(group_by_context(contexts), fitted, batch_tokens)
-    bar = tqdm(total=len(batches) * len(ordered), desc="scoring masks", disable=not progress, leave=False)
-    for groups in batches:
-        batch, order = choice_batch(groups, fitted)
-        run = run_layout(batch, stack)
-        with torch.no_grad():
-            prepared = stack.prepare(run.input_ids, run.attention_mask, run.position_ids)
-            for mask, hidden in walk_masks(stack, prepared, ordered):
-                totals, greedy = head_scores(stack, run, hidden)
-                scores = results[mask]
-                for row, index in enumerate(order):
-                    scores[index] = (totals[row], greedy[row])
-                bar.update(1)
-    bar.close()
-    return results
 
 
 class MaskSetEngine:
@@ -161,7 +93,7 @@ class MaskSetEngine:
             stack.validate_removed(mask)
         self.tokenizer = self.engine.tokenizer
         self.max_length = self.engine.max_length
-        self.batch_tokens = state_budget_tokens(stack, batch_tokens, _free_bytes(stack.device))
+        self.batch_tokens = state_budget_tokens(stack, batch_tokens, device_free_bytes(stack.device))
         self._scored: dict[tuple[ScoreRequest, ...], dict[Mask, list[ScoreResult]]] = {}
 
     def view(self, removed_blocks: Iterable[int]) -> MaskView:
@@ -211,12 +143,3 @@ class MaskView:
 
     def close(self) -> None:
         """Nothing to release: the shared engine holds the model."""
-
-
-def _free_bytes(device) -> int:
-    if torch.device(device).type == "cuda":
-        free, _total = torch.cuda.mem_get_info(device)
-        return int(free)
-    from pruning.calibration.scoring.shortcuts import available_memory_bytes
-
-    return available_memory_bytes()

@@ -19,14 +19,18 @@ still with the LM head at scored positions only.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 from tqdm import tqdm
 
 from pruning.calibration.objectives.batches import CalibrationBatch
 from pruning.calibration.scoring.packing import RunBatch, as_run_batch, pack_choices
+from pruning.calibration.scoring.shortcuts import branch_points, shared_depth, trie_order
 from pruning.model.blocks import BlockStack
+
+Mask = tuple[int, ...]
+"""A removal set as its sorted block indices (``()``: no block removed)."""
 
 HEAD_CHUNK_POSITIONS = 1024
 """Scored positions sent through the LM head at once (bounds the ``[positions, vocabulary]`` logits)."""
@@ -128,14 +132,6 @@ def answer_states(run: RunBatch, hidden: torch.Tensor) -> torch.Tensor:
     return hidden[rows, batch.answer_positions.to(hidden.device)]
 
 
-def score_batch(stack: BlockStack, batch: CalibrationBatch) -> tuple[list[float], list[bool]]:
-    """Summed log-probability and greedy flag of every row of ``batch`` (its scored tokens only)."""
-    run = run_layout(batch, stack)
-    with torch.no_grad():
-        hidden = stack.final_hidden(run.input_ids, (), run.attention_mask, run.position_ids)
-    return head_scores(stack, run, hidden)
-
-
 def head_scores(stack: BlockStack, run: RunBatch, hidden: torch.Tensor) -> tuple[list[float], list[bool]]:
     """Summed log-probability and greedy flag of every request row of ``run.calibration``, from the last
     block's output ``hidden`` (the LM head at the scored positions only)."""
@@ -160,6 +156,76 @@ def head_scores(stack: BlockStack, run: RunBatch, hidden: torch.Tensor) -> tuple
     return totals.tolist(), (misses == 0).tolist()
 
 
+def walk_masks(stack: BlockStack, prepared, masks: Sequence[Mask]) -> Iterable[tuple[Mask, torch.Tensor]]:
+    """Each mask's last-block output on one prepared batch, masks in trie order, shared prefixes run once.
+
+    Args:
+        stack: the dense model as blocks.
+        prepared: :meth:`BlockStack.prepare` of the batch.
+        masks: removal sets in :func:`~pruning.calibration.scoring.shortcuts.trie_order`.
+
+    Yields:
+        ``(mask, hidden)`` per mask, in the given order.
+    """
+    blocks = stack.num_blocks
+    points = branch_points(list(masks), blocks)
+    starts = [0] + [shared_depth(first, second, blocks) for first, second in zip(masks, masks[1:])]
+    saved: dict[int, torch.Tensor] = {0: prepared.hidden}
+    for mask, start, branches in zip(masks, starts, points, strict=True):
+        # a later mask shares no boundary deeper than where this one leaves the previous one's path
+        for boundary in [boundary for boundary in saved if boundary > start]:
+            del saved[boundary]
+        keep, removed = set(branches), set(mask)
+        hidden = saved[start]
+        for block in range(start, blocks):
+            if block in keep:
+                saved[block] = hidden
+            if block not in removed:
+                hidden = stack.run_blocks(hidden, prepared, [block])
+        yield mask, hidden
+
+
+def score_masks(
+    stack: BlockStack,
+    masks: Sequence[Mask],
+    contexts: Sequence[tuple[int, ...]],
+    fitted: Sequence[tuple[list[int], int]],
+    batch_tokens: int,
+    progress: bool = False,
+) -> dict[Mask, list[tuple[float, bool]]]:
+    """``(summed log-probability, greedy)`` per request for every removal set in ``masks`` (``()``: the model
+    as it is), the masks walked per batch through the trie of removal sets (:func:`walk_masks`).
+
+    Args:
+        stack: the model as blocks.
+        masks: removal sets, as sorted block indices.
+        contexts: each request's context (requests of equal context share one packed sequence).
+        fitted: each request's :func:`~pruning.evaluation.engines.fit_to_length` output ``(tokens, scored)``.
+        batch_tokens: padded tokens per forward.
+        progress: show a progress bar over requests (times masks).
+
+    Returns:
+        Per mask, one pair per request in the order given.
+    """
+    ordered = trie_order(sorted(set(masks)), stack.num_blocks)
+    results = {mask: [(0.0, True)] * len(fitted) for mask in ordered}
+    desc = "scoring (torch)" if len(ordered) == 1 else f"scoring {len(ordered)} masks"
+    bar = tqdm(total=len(fitted) * len(ordered), desc=desc, disable=not progress, leave=False)
+    for groups in plan_batches(group_by_context(contexts), fitted, batch_tokens):
+        batch, order = choice_batch(groups, fitted)
+        run = run_layout(batch, stack)
+        with torch.no_grad():
+            prepared = stack.prepare(run.input_ids, run.attention_mask, run.position_ids)
+            for mask, hidden in walk_masks(stack, prepared, ordered):
+                totals, greedy = head_scores(stack, run, hidden)
+                scores = results[mask]
+                for row, index in enumerate(order):
+                    scores[index] = (totals[row], greedy[row])
+                bar.update(len(order))
+    bar.close()
+    return results
+
+
 def score_packed(
     stack: BlockStack,
     contexts: Sequence[tuple[int, ...]],
@@ -167,25 +233,6 @@ def score_packed(
     batch_tokens: int,
     progress: bool = False,
 ) -> list[tuple[float, bool]]:
-    """``(summed log-probability, greedy)`` per request.
-
-    Args:
-        stack: the model as blocks.
-        contexts: each request's context (requests of equal context share one packed sequence).
-        fitted: each request's :func:`~pruning.evaluation.engines.fit_to_length` output ``(tokens, scored)``.
-        batch_tokens: padded tokens per forward.
-        progress: show a progress bar over requests.
-
-    Returns:
-        One pair per request, in the order given.
-    """
-    results: list[tuple[float, bool]] = [(0.0, True)] * len(fitted)
-    bar = tqdm(total=len(fitted), desc="scoring (torch)", disable=not progress, leave=False)
-    for groups in plan_batches(group_by_context(contexts), fitted, batch_tokens):
-        batch, order = choice_batch(groups, fitted)
-        totals, greedy = score_batch(stack, batch)
-        for row, index in enumerate(order):
-            results[index] = (totals[row], greedy[row])
-        bar.update(len(order))
-    bar.close()
-    return results
+    """``(summed log-probability, greedy)`` per request of the model as it is (:func:`score_masks` with no
+    block removed), in the order given."""
+    return score_masks(stack, [()], contexts, fitted, batch_tokens, progress)[()]

@@ -243,8 +243,8 @@ def reading_facts(study: dict, cross: dict | None = None, size: dict | None = No
         "provenance": provenance_facts(cells.all),
         "paper_objectives": list(cells.paper_objectives),
         "evaluation": evaluation_label(study),
+        "accuracy_items": accuracy_items(study),
         "effective_items": effective_items(study),
-        "items_note": "" if len(accuracy_items(study)) < 2 else " (the mean over its tasks as one binomial)",
         "headline": headline_facts(cells),
         "objective_agreement": objective_agreement_facts(cells),
         "movement": movement_facts(cells),
@@ -567,11 +567,12 @@ def caveats_text(facts: dict) -> list[str]:
     limit = facts["effective_items"]
     if not limit:
         return []
+    note = " (the mean over its tasks as one binomial)" if len(facts["accuracy_items"]) > 1 else ""
     accuracy = [r["acc_mean"] for r in facts["quality"]]
     share = statistics.fmean(accuracy) / 100 if accuracy else 0.5
     error = 100 * math.sqrt(share * (1 - share) / limit)
     return [
-        f"**Precision.** Each accuracy is measured on {limit:.0f} items{facts['items_note']}: at the "
+        f"**Precision.** Each accuracy is measured on {limit:.0f} items{note}: at the "
         "variants' mean accuracy "
         f"({100 * share:.0f} %) one standard error is {error:.1f} points, so two variants differing by less "
         f"than {2 * math.sqrt(2) * error:.0f} points (two standard errors of a difference) are not "

@@ -171,7 +171,7 @@ def evaluation_label(study: dict) -> dict:
         short = f"{names[task]} accuracy" + (f", {items[task]} items" if task in items else "")
         notes = _domain_note(names[task], summary)
         return {"short": short, "full": f"{short}, {notes}"}
-    each = [f"{names[task]}" + (f" ({items[task]} items)" if task in items else "") for task in tasks]
+    each = [names[task] + (f" ({items[task]} items)" if task in items else "") for task in tasks]
     short = f"mean accuracy over {', '.join(each)}"
     notes = [f"{names[task]} {_domain_note(names[task], summary)}" for task in tasks]
     return {"short": short, "full": f"{short}; {'; '.join(notes)}"}

@@ -59,6 +59,7 @@ from pruning.calibration.scoring.shortcuts import (
     PrefixStates,
     available_memory_bytes,
     branch_points,
+    device_free_bytes,
     exceeds,
     plan_boundaries,
     spaced,
@@ -168,11 +169,7 @@ class SubsetEvaluator:
         per_boundary = positions * hidden_size * element
         on_gpu = self.device.type != "cpu"
         if budget_bytes is None:
-            if on_gpu:
-                free, _ = torch.cuda.mem_get_info(self.device)
-                budget_bytes = 0.5 * free
-            else:
-                budget_bytes = 0.25 * available_memory_bytes()
+            budget_bytes = (0.5 if on_gpu else 0.25) * device_free_bytes(self.device)
         self.cache_device = self.device
         slots = int(budget_bytes // per_boundary) if per_boundary else self.num_blocks
         if on_gpu and slots < self.num_blocks:

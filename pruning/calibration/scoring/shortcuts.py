@@ -44,6 +44,16 @@ def available_memory_bytes() -> int:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
+def device_free_bytes(device) -> int:
+    """Memory free where ``device``'s tensors live: the card's (``torch.cuda.mem_get_info``) off the CPU, else
+    the host's (:func:`available_memory_bytes`)."""
+    device = torch.device(device)
+    if device.type != "cpu":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    return available_memory_bytes()
+
+
 def plan_boundaries(num_blocks: int, slots: int) -> list[int]:
     """Which block boundaries to cache when only ``slots`` fit: evenly spaced, always including 0.
 
