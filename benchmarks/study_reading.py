@@ -23,6 +23,18 @@ from depthprune.core.errors import UserError
 from pruning.study.reading import reading_facts, render_reading, write_reading
 
 
+def jsonable(value):
+    """``value`` with every tuple dict key joined into a string (the facts key some tables by tuples)."""
+    if isinstance(value, dict):
+        return {
+            " | ".join(map(str, key)) if isinstance(key, tuple) else key: jsonable(item)
+            for key, item in value.items()
+        }
+    if isinstance(value, list | tuple):
+        return [jsonable(item) for item in value]
+    return value
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("report", type=Path, help="study report directory (with study.json)")
@@ -40,7 +52,10 @@ def main() -> None:
         cross = json.loads((arguments.cross / "study.json").read_text()) if arguments.cross else None
         size = json.loads((arguments.size / "study.json").read_text()) if arguments.size else None
         facts = reading_facts(study, cross, size)
-        print(json.dumps(facts, indent=1, default=str) if arguments.facts else render_reading(facts))
+        if arguments.facts:
+            print(json.dumps(jsonable(facts), indent=1, default=str))
+        else:
+            print(render_reading(facts))
     except (UserError, FileNotFoundError) as error:
         sys.exit(f"error: {error}")
 

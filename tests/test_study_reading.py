@@ -296,6 +296,12 @@ def test_with_each_seed_its_own_draw_the_reading_measures_how_far_the_draw_moves
     assert rows[12]["seven"] == pytest.approx(11 / 13) and rows[12]["baselines"] == 1.0
     text = render_reading(facts)
     assert "**The calibration draw (what the seeds vary).**" in text
+    import json
+
+    from benchmarks.study_reading import jsonable
+
+    changed = json.loads(json.dumps(jsonable(facts)))["seed_stability"]["changed"]  # `study_reading --facts`
+    assert changed and all(" | " in key for key in changed)  # tables keyed by (configuration, M, search)
     assert (
         "M = 9 (≈ the paper's 9): J across draws 0.800 for the seven (14 pairs) (across searches within a "
         "draw 1.000, across calibrations 0.000: the draw moves the mask more than the search, less than the "
@@ -312,6 +318,15 @@ def test_the_papers_conclusion_on_accuracy_movement_is_judged_plainly(facts):
         "ratio 3.75; the paper: 2.06 and 1.85 points, ratio 1.11. **This does not support the paper's "
         "conclusion** that configuration and search move accuracy comparably" in text
     )
+
+
+def test_a_ratio_with_nothing_to_compare_is_not_read_as_a_verdict():
+    """A study (or a partial one) without two configurations on the paper's budgets has no §5.2 ratio."""
+    from pruning.study.reading_compare import movement_verdict
+
+    verdict = movement_verdict({"ratio": math.nan, "ratio_seeds": None})
+    assert verdict.startswith("Not determined") and "support" not in verdict
+    assert "does not support" in movement_verdict({"ratio": 3.0, "ratio_seeds": None})
 
 
 def test_task_ce_is_an_extension_kept_out_of_every_comparison_with_the_paper():

@@ -185,6 +185,8 @@ def movement_verdict(like: dict, paper: PaperFacts = PAPER) -> str:
     ratio inside the per-seed range, it does; every seed on one side, it does not."""
     paper_ratio = paper.movement_configuration_mean / paper.movement_search_mean
     low, high = like["ratio_seeds"] or (like["ratio"], like["ratio"])
+    if not (math.isfinite(low) and math.isfinite(high)):  # no pair of configurations or of searches
+        return "Not determined: no two configurations (or no two searches) to compare"
     if low <= paper_ratio <= high:
         return "This supports the paper's conclusion that the two move accuracy comparably"
     if low > paper_ratio:
