@@ -26,3 +26,32 @@ def test_the_committed_readings_are_generated_from_their_study_json():
     cross = STUDY / "cross-controls"
     assert (STUDY / "reading.md").read_text() == render_reading(reading_facts(load(STUDY), load(cross)))
     assert (cross / "reading.md").read_text() == render_reading(reading_facts(load(cross), load(cross)))
+
+
+YARDSTICK = {"suites": ["offline"], "limit": 200, "windows": 32, "seq_len": 128}
+
+
+def test_every_committed_cell_is_judged_on_the_independent_yardstick_with_intervals():
+    """Issue 42: two accuracy tasks of 200 items (one not built from pydoc), two perplexity texts, each with
+    its n and its 95 % interval, for every cell of the study."""
+    for directory in (STUDY,):
+        study = load(directory)
+        assert study["dense"]["gcide_define/n"] == 200
+        for row in study["cells"]:
+            metrics = row["metrics"]
+            assert metrics["gcide_define/n"] == metrics["pydoc_cloze/n"] == 200
+            assert metrics["pydoc/n"] == metrics["gcide/n"] == 32
+            for value, interval in (
+                ("gcide_define/acc", "gcide_define/acc_ci95"),
+                ("pydoc_cloze/acc_norm", "pydoc_cloze/acc_norm_ci95"),
+                ("pydoc/perplexity", "pydoc/perplexity_ci95"),
+                ("gcide/perplexity", "gcide/perplexity_ci95"),
+            ):
+                low, high = metrics[interval]
+                assert low <= metrics[value] <= high
+            assert {key: row["evaluation"][key] for key in YARDSTICK} == YARDSTICK
+
+
+def test_no_committed_study_record_names_the_machine_that_ran_it():
+    for path in STUDY.rglob("*.json"):
+        assert "/tmp/" not in path.read_text() and "/root/" not in path.read_text(), path
