@@ -20,11 +20,13 @@ def cell(search: str, timing: str | None, protected: list[int]) -> CellResult:
     )  # fmt: skip
 
 
-def sections_of(timing: str | None, protect: list[str] | None, protected: list[int]) -> dict:
+def sections_of(
+    timing: str | None, protect: list[str] | None, protected: list[int], **evaluation: int | None
+) -> dict:
     summary = {
         "model": "/models/tiny-llama", "num_blocks": 6, "drops": [2], "seeds": [0],
         "searches": ["one_shot", "greedy"], "calibrations": [], "suites": ["all"], "engine": "torch",
-        "eval_seq_len": 64, "eval_limit": None,
+        "eval_seq_len": 64, "eval_limit": None, **evaluation,
     }  # fmt: skip
     if timing is not None:
         summary["timing"] = timing
@@ -100,3 +102,10 @@ def test_seconds_from_several_machines_are_flagged():
     assert "several machines" not in cost_text([gpu, cpu])
     cpu.search_device = None  # recorded before the device was kept
     assert "1 on NVIDIA H100 80GB HBM3; 1 on not recorded" in cost_text([gpu, cpu])
+
+
+def test_the_setup_names_how_much_of_each_task_and_text_was_read():
+    text = " ".join(sections_of("shared", [], [], eval_limit=200, eval_windows=32)["Setup"].text)
+    assert "perplexity windows of 64 tokens capped at the model's context, limit 200 per task, at most 32 " \
+        "windows per text)" in text
+    assert "windows per text" not in " ".join(sections_of("shared", [], [])["Setup"].text)

@@ -354,6 +354,7 @@ def setup_section(view: StudyView) -> Section:
             f"Evaluation: suites {', '.join(summary['suites'])} (engine {summary['engine']}, "
             f"perplexity windows of {summary['eval_seq_len']} tokens capped at the model's context"
             + (f", limit {summary['eval_limit']} per task" if summary["eval_limit"] else "")
+            + (f", at most {summary['eval_windows']} windows per text" if summary.get("eval_windows") else "")
             + ").",
             f"{view.metric_sentence} Rank analyses use the {view.avg_header} and the {view.mean_acc_header}.",
             timing_accounting(view),
