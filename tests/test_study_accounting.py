@@ -106,6 +106,8 @@ def test_seconds_from_several_machines_are_flagged():
 
 def test_the_setup_names_how_much_of_each_task_and_text_was_read():
     text = " ".join(sections_of("shared", [], [], eval_limit=200, eval_windows=32)["Setup"].text)
-    assert "perplexity windows of 64 tokens capped at the model's context, limit 200 per task, at most 32 " \
+    assert (
+        "perplexity windows of 64 tokens capped at the model's context, limit 200 per task, at most 32 "
         "windows per text)" in text
+    )
     assert "windows per text" not in " ".join(sections_of("shared", [], [])["Setup"].text)
