@@ -9,6 +9,7 @@ from pathlib import Path
 from pruning.study.reading import reading_facts, render_reading
 
 STUDY = Path(__file__).resolve().parent.parent / "docs" / "study-smollm2-135m"
+SIZE = STUDY / "calibration-size"
 
 
 def load(directory: Path) -> dict:
@@ -24,8 +25,11 @@ def test_the_committed_study_has_task_cells_of_whole_questions_and_a_draw_per_se
 
 def test_the_committed_readings_are_generated_from_their_study_json():
     cross = STUDY / "cross-controls"
-    assert (STUDY / "reading.md").read_text() == render_reading(reading_facts(load(STUDY), load(cross)))
+    expected = render_reading(reading_facts(load(STUDY), load(cross), load(SIZE)))
+    assert (STUDY / "reading.md").read_text() == expected
+    assert "**Calibration size: do more questions rescue the task objectives?**" in expected
     assert (cross / "reading.md").read_text() == render_reading(reading_facts(load(cross), load(cross)))
+    assert (SIZE / "reading.md").read_text() == render_reading(reading_facts(load(SIZE)))
 
 
 YARDSTICK = {"suites": ["offline"], "limit": 200, "windows": 32, "seq_len": 128}
@@ -33,8 +37,8 @@ YARDSTICK = {"suites": ["offline"], "limit": 200, "windows": 32, "seq_len": 128}
 
 def test_every_committed_cell_is_judged_on_the_independent_yardstick_with_intervals():
     """Issue 42: two accuracy tasks of 200 items (one not built from pydoc), two perplexity texts, each with
-    its n and its 95 % interval, for every cell of the study."""
-    for directory in (STUDY,):
+    its n and its 95 % interval, for every cell of the study and of its calibration-size arm."""
+    for directory in (STUDY, SIZE):
         study = load(directory)
         assert study["dense"]["gcide_define/n"] == 200
         for row in study["cells"]:
@@ -53,5 +57,15 @@ def test_every_committed_cell_is_judged_on_the_independent_yardstick_with_interv
 
 
 def test_no_committed_study_record_names_the_machine_that_ran_it():
-    for path in STUDY.rglob("*.json"):
+    for path in STUDY.rglob("*.json"):  # the cross-controls and the calibration-size arm included
         assert "/tmp/" not in path.read_text() and "/root/" not in path.read_text(), path
+
+
+def test_the_calibration_size_arm_asks_the_task_objectives_four_times_the_questions():
+    cells = load(SIZE)["cells"]
+    assert {row["objective"] for row in cells} == {"task_margin", "task_ce"}
+    assert {row["drop"] for row in cells} == {8}
+    assert {row["search"] for row in cells} == {
+        "one_shot", "greedy", "beam", "genetic", "bayesian", "cbo", "fast_block_select"
+    }  # fmt: skip
+    assert all(row["key"].split("|")[2] == "16" for row in cells)  # instances per calibration

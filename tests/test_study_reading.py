@@ -430,22 +430,25 @@ def test_the_calibration_size_arm_says_whether_more_questions_rescue_a_task_obje
     """Issue 42 item 2: the task objective calibrated on more questions, judged on the same yardstick, beside
     the study's own cells of the same seeds and perplexity calibration's; another yardstick is refused."""
     study = synthetic_study()
-    study["summary"]["samples"] = 4
     arm = synthetic_study()
-    arm["summary"]["samples"] = 16
+    for calibration in arm["summary"]["calibrations"]:  # as a study records them: per objective
+        calibration["samples"] = 16
     arm["cells"] = [c for c in arm["cells"] if c["objective"] == "task_margin" and c["drop"] == 9]
     for position, row in enumerate(arm["cells"]):
         row["metrics"]["hellaswag/acc_norm"] = (85 + position) / 100  # above perplexity's 80..86
     text = render_reading(reading_facts(study, size=arm))
     paragraph = next(p for p in text.split("\n\n") if p.startswith("**Calibration size"))
-    assert "task_margin at M = 9 (≈ the paper's 9), 16 questions against 4: **rescued**" in paragraph
+    assert (
+        "task_margin at M = 9 (≈ the paper's 9), 16 questions against 4: **rescued**: as accurate as "
+        "perplexity calibration in its one seed (0)" in paragraph
+    )
     table = text.split(paragraph)[1]
     assert "| task_margin | M = 9 (≈ the paper's 9) | 4 | 7 (0) |" in table
     assert "| task_margin | M = 9 (≈ the paper's 9) | 16 | 7 (0) |" in table and "| 83.0 |" in table
     for row in arm["cells"]:
         row["metrics"]["hellaswag/acc_norm"] = 0.75  # above the margin's own 73, below perplexity's 83
     text = render_reading(reading_facts(study, size=arm))
-    assert "16 questions against 4: more accurate in every seed, **not rescued**" in text
+    assert "16 questions against 4: more accurate in its one seed (0), **not rescued**" in text
     arm["summary"]["eval_limit"] = 40
     text = render_reading(reading_facts(study, size=arm))
     assert "judged on another yardstick (its eval_limit differ from the study's): not compared" in text

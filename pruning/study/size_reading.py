@@ -22,6 +22,13 @@ YARDSTICK = ("suites", "eval_limit", "eval_windows", "eval_seq_len")
 """Summary fields that must agree for the arm's numbers to compare with the study's."""
 
 
+def _questions(study: dict, objective: str) -> int | None:
+    """Calibration instances of ``objective`` in ``study`` (its summary's calibration of that objective)."""
+    return next(
+        (c["samples"] for c in study["summary"].get("calibrations", []) if c["objective"] == objective), None
+    )
+
+
 def _group(view: Cells, cells: list[dict]) -> dict:
     """J across searches (within a seed), geometric-mean perplexity and mean accuracy of ``cells``, with the
     per-seed values."""
@@ -73,7 +80,7 @@ def size_facts(study: dict, arm: dict | None) -> dict | None:
                 {
                     "objective": objective,
                     "drop": drop,
-                    "samples": (study["summary"].get("samples"), arm["summary"].get("samples")),
+                    "samples": (_questions(study, objective), _questions(arm, objective)),
                     "study": _group(main, own),
                     "arm": _group(extra, arm_cells),
                     "perplexity": _group(main, text) if text else None,
@@ -88,11 +95,13 @@ def _verdict(row: dict) -> str:
     study, arm, text = row["study"], row["arm"], row["perplexity"]
     seeds = [s for s in arm["acc_by_seed"] if s in study["acc_by_seed"]]
     higher = all(arm["acc_by_seed"][s] > study["acc_by_seed"][s] for s in seeds)
+    # one seed is one draw of the calibration: say so rather than "every seed"
+    every = "in every seed" if len(seeds) > 1 else f"in its one seed ({', '.join(map(str, seeds))})"
     if text and all(arm["acc_by_seed"][s] >= text["acc_by_seed"].get(s, math.inf) for s in seeds):
-        return "**rescued**: as accurate as perplexity calibration in every seed"
+        return f"**rescued**: as accurate as perplexity calibration {every}"
     if higher:
-        return "more accurate in every seed, **not rescued**: still below perplexity calibration"
-    return "**not rescued**: not more accurate in every seed"
+        return f"more accurate {every}, **not rescued**: still below perplexity calibration"
+    return f"**not rescued**: not more accurate {every}"
 
 
 def size_text(facts: dict) -> list[str]:
