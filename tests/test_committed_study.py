@@ -10,6 +10,8 @@ from pruning.study.reading import reading_facts, render_reading
 
 STUDY = Path(__file__).resolve().parent.parent / "docs" / "study-smollm2-135m"
 SIZE = STUDY / "calibration-size"
+YARDSTICK = {"suites": ["offline"], "limit": 200, "windows": 32, "seq_len": 128}
+"""Issue 42's independent yardstick as every committed cell records its evaluation."""
 
 
 def load(directory: Path) -> dict:
@@ -30,9 +32,6 @@ def test_the_committed_readings_are_generated_from_their_study_json():
     assert "**Calibration size: do more questions rescue the task objectives?**" in expected
     assert (cross / "reading.md").read_text() == render_reading(reading_facts(load(cross), load(cross)))
     assert (SIZE / "reading.md").read_text() == render_reading(reading_facts(load(SIZE)))
-
-
-YARDSTICK = {"suites": ["offline"], "limit": 200, "windows": 32, "seq_len": 128}
 
 
 def test_every_committed_cell_is_judged_on_the_independent_yardstick_with_intervals():
