@@ -57,7 +57,8 @@ def test_every_committed_cell_is_judged_on_the_independent_yardstick_with_interv
 
 def test_no_committed_study_record_names_the_machine_that_ran_it():
     for path in STUDY.rglob("*.json"):  # the cross-controls and the calibration-size arm included
-        assert "/tmp/" not in path.read_text() and "/root/" not in path.read_text(), path
+        text = path.read_text()
+        assert "/tmp/" not in text and "/root/" not in text, path
 
 
 def test_the_calibration_size_arm_asks_the_task_objectives_four_times_the_questions():

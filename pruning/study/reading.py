@@ -61,7 +61,7 @@ from pruning.study.reading_compare import (
 )
 from pruning.study.reading_tasks import per_task_facts, per_task_text
 from pruning.study.size_reading import size_facts, size_text
-from pruning.study.tables import fmt, short_data
+from pruning.study.tables import fmt, short_data, window_cap
 
 # ------------------------------------------------------------------------------------------------- facts
 
@@ -297,7 +297,7 @@ def setup_text(facts: dict, paper: PaperFacts) -> list[str]:
             if summary.get("eval_limit")
             else ", every item"
         )
-        + (f", at most {summary['eval_windows']} windows per text" if summary.get("eval_windows") else "")
+        + window_cap(summary)
         + f", perplexity windows of {summary['eval_seq_len']} tokens. Accuracy throughout: "
         f"{facts['evaluation']['full']}. The paper removes M = {fractions} of "
         f"{paper.blocks} blocks; for {n} blocks the proportional budgets are M = "

@@ -326,6 +326,12 @@ class Section:
     images: list[str] = dataclasses.field(default_factory=list)
 
 
+def window_cap(summary: dict) -> str:
+    """``, at most N windows per text`` when the study capped its perplexity texts (``--eval-windows``), else
+    nothing: the setup section and the reading name the cap in the same words."""
+    return f", at most {summary['eval_windows']} windows per text" if summary.get("eval_windows") else ""
+
+
 def setup_section(view: StudyView) -> Section:
     """The model, grid, search groups, calibration configurations, metrics and evaluation settings, the
     search-cost accounting and the protected blocks."""
@@ -354,7 +360,7 @@ def setup_section(view: StudyView) -> Section:
             f"Evaluation: suites {', '.join(summary['suites'])} (engine {summary['engine']}, "
             f"perplexity windows of {summary['eval_seq_len']} tokens capped at the model's context"
             + (f", limit {summary['eval_limit']} per task" if summary["eval_limit"] else "")
-            + (f", at most {summary['eval_windows']} windows per text" if summary.get("eval_windows") else "")
+            + window_cap(summary)
             + ").",
             f"{view.metric_sentence} Rank analyses use the {view.avg_header} and the {view.mean_acc_header}.",
             timing_accounting(view),
