@@ -324,9 +324,19 @@ def test_a_ratio_with_nothing_to_compare_is_not_read_as_a_verdict():
     """A study (or a partial one) without two configurations on the paper's budgets has no §5.2 ratio."""
     from pruning.study.reading_compare import movement_verdict
 
-    verdict = movement_verdict({"ratio": math.nan, "ratio_seeds": None})
+    verdict = movement_verdict({"ratio": math.nan, "ratio_seeds": None, "seeds": []})
     assert verdict.startswith("Not determined") and "support" not in verdict
-    assert "does not support" in movement_verdict({"ratio": 3.0, "ratio_seeds": None})
+    assert "does not support" in movement_verdict({"ratio": 3.0, "ratio_seeds": None, "seeds": [0]})
+
+
+def test_a_verdict_on_one_seed_says_one_seed_not_every_seed():
+    """One calibration draw behind §5.2's verdict (the cross-controls ran seed 0 only) is no "every seed"."""
+    from pruning.study.reading_compare import movement_verdict
+
+    one = movement_verdict({"ratio": 3.0, "ratio_seeds": None, "seeds": [0]})
+    assert "in its one seed (0) a change of configuration moves it 3.00×" in one and "every" not in one
+    several = movement_verdict({"ratio": 3.0, "ratio_seeds": (2.5, 4.0), "seeds": [0, 1, 2]})
+    assert "in every seed a change of configuration moves it 2.50×" in several
 
 
 def test_task_ce_is_an_extension_kept_out_of_every_comparison_with_the_paper():

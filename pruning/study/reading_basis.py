@@ -105,6 +105,12 @@ def seed_range(values: Sequence[float]) -> tuple[float, float] | None:
     return (min(finite), max(finite)) if len(finite) > 1 else None
 
 
+def every_seed(seeds: Sequence[int]) -> str:
+    """``in every seed`` over several seeds; ``in its one seed (0)`` over one: a single calibration draw
+    behind a verdict is no "every"."""
+    return "in every seed" if len(seeds) > 1 else f"in its one seed ({', '.join(map(str, seeds))})"
+
+
 def range_text(found: tuple[float, float] | None, digits: int = 3, unit: str = "") -> str:
     """``; seeds 0.310–0.402`` (to close a parenthesis of pairs) or nothing for one seed."""
     if found is None:

@@ -20,6 +20,7 @@ from pruning.study.reading_basis import (
     Cells,
     PaperFacts,
     configuration,
+    every_seed,
     objective_label,
     range_text,
     seed_range,
@@ -63,6 +64,9 @@ def movement_facts(cells: Cells) -> dict:
         per_seed = [_movement(cells, drops, paper_only, seed) for seed in cells.seeds]
         for field in ("configuration_mean", "search_mean", "ratio"):
             result[f"{field}_seeds"] = seed_range([r[field] for r in per_seed])
+        result["seeds"] = [
+            seed for seed, r in zip(cells.seeds, per_seed, strict=True) if not math.isnan(r["ratio"])
+        ]
         results[name] = result
     return results
 
@@ -192,12 +196,12 @@ def movement_verdict(like: dict, paper: PaperFacts = PAPER) -> str:
     if low > paper_ratio:
         return (
             "**This does not support the paper's conclusion** that configuration and search move accuracy "
-            f"comparably: in every seed a change of configuration moves it {fmt(low, 2)}× or more what a "
-            "change of search does"
+            f"comparably: {every_seed(like['seeds'])} a change of configuration moves it {fmt(low, 2)}× or "
+            "more what a change of search does"
         )
     return (
-        "**This does not support the paper's conclusion**: in every seed a change of search moves "
-        "accuracy more than the paper's ratio allows"
+        f"**This does not support the paper's conclusion**: {every_seed(like['seeds'])} a change of search "
+        "moves accuracy more than the paper's ratio allows"
     )
 
 

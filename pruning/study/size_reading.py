@@ -15,7 +15,7 @@ import statistics
 from collections import defaultdict
 
 from pruning.study import statistics as study_stats
-from pruning.study.reading_basis import STUDY_SEARCHES, Cells, budget_label, seed_range
+from pruning.study.reading_basis import STUDY_SEARCHES, Cells, budget_label, every_seed, seed_range
 from pruning.study.tables import fmt
 
 YARDSTICK = ("suites", "eval_limit", "eval_windows", "eval_seq_len")
@@ -95,8 +95,7 @@ def _verdict(row: dict) -> str:
     study, arm, text = row["study"], row["arm"], row["perplexity"]
     seeds = [s for s in arm["acc_by_seed"] if s in study["acc_by_seed"]]
     higher = all(arm["acc_by_seed"][s] > study["acc_by_seed"][s] for s in seeds)
-    # one seed is one draw of the calibration: say so rather than "every seed"
-    every = "in every seed" if len(seeds) > 1 else f"in its one seed ({', '.join(map(str, seeds))})"
+    every = every_seed(seeds)
     if text and all(arm["acc_by_seed"][s] >= text["acc_by_seed"].get(s, math.inf) for s in seeds):
         return f"**rescued**: as accurate as perplexity calibration {every}"
     if higher:
