@@ -9,14 +9,17 @@ would spend on the real model and C4 (search *outcomes* would differ; their cost
    any weight exists;
 2. ``one_shot`` and ``greedy`` at M = 7 through the real search code (``run_standalone``: a fresh exact subset
    evaluator per search, with its shortcuts, as ``prune --timing standalone`` runs them, the accounting of
-   Table 4) at two calibration sizes (``--samples``, default 8 and 16 windows of 2,048 tokens), so that the
-   cost's scaling in tokens is measured, not assumed; the paper's 64 x 2,048 is extrapolated from the two
-   (a line through both points) unless it is one of them;
-3. ``torch.cuda.max_memory_allocated`` against the plan's peak.
+   Table 4) at several calibration sizes (``--samples``, default 4, 8 and 16 windows of 2,048 tokens), so that
+   the cost's scaling in tokens is measured, not assumed; the paper's 64 x 2,048 is extrapolated from the two
+   largest (a line through both points) unless it is one of them. A size whose searches, projected from the
+   last one, would end past ``--budget-seconds`` is skipped and named (a lease is short);
+3. ``torch.cuda.max_memory_allocated`` against the plan's peak;
+4. where one evaluation's time goes (``benchmarks.gpu_profile``): per block and the rest, and the profiler's
+   operator table beside the result.
 
 It writes ``docs/gpu-results/scale.json`` (``device``, ``model_shape``, ``searches.<name>`` with seconds,
 samples, seq_len, block-forwards, tokens, achieved TFLOP/s per size, ``greedy_seconds_at_paper_size``,
-``peak_gib_planned``, ``peak_gib_measured``, the git commit) and prints a table beside Table 4 (A40).
+``peak_gib_planned``, ``peak_gib_measured``, ``profile``, the git commit) and prints each size's seconds.
 
     python -m benchmarks.gpu_scale                      # one H100/H200, about 5 minutes after start-up
     python -m benchmarks.gpu_scale --samples 16,64      # the paper's size measured directly (longer)
@@ -114,14 +117,18 @@ def random_evaluator(stack, samples: int, seq_len: int, args, sizes: dict):
     )
 
 
-def flops(shape, stats, seq_len: int) -> float:
-    """FLOPs of the block calls and LM-head positions an evaluator counted (module docstring)."""
+def block_flops(shape, tokens: int, seq_len: int) -> float:
+    """FLOPs of block calls over ``tokens`` token positions in windows of ``seq_len`` (module docstring)."""
     blocks = count_parameters(shape).blocks
     per_block = sum(blocks) / len(blocks)
-    sequences_per_call = stats.tokens / max(seq_len, 1)
-    attention = 4.0 * seq_len * seq_len * shape.hidden_size * sequences_per_call
+    sequences = tokens / max(seq_len, 1)
+    return 2.0 * per_block * tokens + 4.0 * seq_len * seq_len * shape.hidden_size * sequences
+
+
+def flops(shape, stats, seq_len: int) -> float:
+    """FLOPs of the block calls and LM-head positions an evaluator counted (module docstring)."""
     head = 2.0 * shape.hidden_size * shape.vocab_size * stats.head_positions
-    return 2.0 * per_block * stats.tokens + attention + head
+    return block_flops(shape, stats.tokens, seq_len) + head
 
 
 def plan(config: dict, name: str, device: str, dtype: str, samples: int, seq_len: int):
@@ -161,6 +168,30 @@ def measure(stack, shape, args, samples: int, sizes: dict) -> dict:
     run_standalone(cold_evaluator, args.drop, SEARCHES, seed=args.seed, progress=False, on_run=record)
     made.clear()
     return results
+
+
+def profile_at(stack, shape, args, samples: int, sizes: dict) -> dict:
+    """Where one evaluation's time goes at ``samples`` windows (``benchmarks.gpu_profile``); the profiler's
+    operator table is written beside the result (``<out>.profile.txt``)."""
+    from benchmarks.gpu_profile import profile_evaluation
+
+    release_memory(args.device)
+    evaluator = random_evaluator(stack, samples, args.seq_len, args, sizes)
+    split, table = profile_evaluation(
+        evaluator, args.device, block_flops(shape, samples * args.seq_len, args.seq_len)
+    )
+    del evaluator
+    release_memory(args.device)
+    table_path = args.out.with_suffix(".profile.txt")
+    table_path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(table_path, table + "\n")
+    split["samples"] = samples
+    split["operator_table"] = table_path.name
+    print(
+        f"one evaluation at {samples} x {args.seq_len}: {split['per_block_seconds'] * 1e3:.2f} ms per block "
+        f"({split['block_tflops']:.1f} TFLOP/s), {split['fixed_seconds'] * 1e3:.1f} ms the rest"
+    )
+    return split
 
 
 def release_memory(device: str) -> None:
@@ -219,7 +250,8 @@ def peak_tflops(name: str) -> float | None:
 
 
 def run(args) -> dict:
-    """The whole measurement; returns what is written to ``args.out``."""
+    """The whole measurement; returns what is written to ``args.out``. After each calibration size the record
+    so far is written (``"complete": false``), so a run stopped by its lease keeps what it measured."""
     import torch
 
     config = model_config(args.config)
@@ -239,27 +271,8 @@ def run(args) -> dict:
     from pruning.model.blocks import BlockStack
 
     stack = BlockStack(build_model(config, args.device, args.dtype))
-    build_seconds = time.perf_counter() - started
-    searches: dict[str, dict] = {name: {"sizes": []} for name in SEARCHES}
-    for samples in args.samples:
-        sizes = planned_sizes(plans[samples], args.device)
-        for name, point in measure(stack, shape, args, samples, sizes).items():
-            searches[name]["sizes"].append(point)
-            print(
-                f"{name:9s} {samples:3d} x {args.seq_len}: {point['seconds']:8.1f} s, "
-                f"{point['achieved_tflops']:7.1f} TFLOP/s"
-            )
-    measured = (
-        torch.cuda.max_memory_allocated(torch.device(args.device)) if args.device.startswith("cuda") else None
-    )
-    for name, entry in searches.items():
-        entry.update(entry["sizes"][-1])  # the largest size measured is the headline
-        entry["seconds_at_paper_size"] = at_paper_size(entry["sizes"])
-        entry["a40_seconds"] = (
-            A40_SECONDS[name] if args.config == "llama-3.1-8b" and args.drop == PAPER_DROP else None
-        )
     name = device_name(args.device)
-    return {
+    record = {
         "device": name,
         "bf16_peak_tflops": peak_tflops(name),
         "model": args.config,
@@ -268,13 +281,65 @@ def run(args) -> dict:
         "drop": args.drop,
         "weights": "random (same shape; time and memory do not depend on the values)",
         "calibration": "random token ids (same count; stands in for C4)",
-        "model_build_seconds": round(build_seconds, 1),
-        "searches": searches,
-        "greedy_seconds_at_paper_size": searches["greedy"]["seconds_at_paper_size"],
-        "peak_gib_planned": round(largest.peak_bytes / GIB, 2),
-        "peak_gib_measured": round(measured / GIB, 2) if measured is not None else None,
+        "model_build_seconds": round(time.perf_counter() - started, 1),
+        "budget_seconds": args.budget_seconds,
+        "skipped_samples": [],
+        "searches": {name: {"sizes": []} for name in SEARCHES},
         "git_commit": args.commit or git_commit(),
+        "complete": False,
     }
+    searches = record["searches"]
+    for samples in args.samples:
+        projected = projected_seconds(searches, samples)
+        if projected is not None and time.perf_counter() - started + projected > args.budget_seconds:
+            print(
+                f"skipped {samples} x {args.seq_len}: its searches would take about {projected:.0f} s, "
+                f"past --budget-seconds {args.budget_seconds:.0f}"
+            )
+            record["skipped_samples"].append(samples)
+            continue
+        sizes = planned_sizes(plans[samples], args.device)
+        for search, point in measure(stack, shape, args, samples, sizes).items():
+            searches[search]["sizes"].append(point)
+            print(
+                f"{search:9s} {samples:3d} x {args.seq_len}: {point['seconds']:8.1f} s, "
+                f"{point['achieved_tflops']:7.1f} TFLOP/s"
+            )
+        write_record(args.out, record)
+    measured_samples = [point["samples"] for point in searches[SEARCHES[0]]["sizes"]]
+    measured = (
+        torch.cuda.max_memory_allocated(torch.device(args.device)) if args.device.startswith("cuda") else None
+    )
+    smallest = min(measured_samples)
+    record["profile"] = profile_at(stack, shape, args, smallest, planned_sizes(plans[smallest], args.device))
+    for search, entry in searches.items():
+        entry.update(entry["sizes"][-1])  # the largest size measured is the headline
+        entry["seconds_at_paper_size"] = at_paper_size(entry["sizes"])
+        entry["a40_seconds"] = (
+            A40_SECONDS[search] if args.config == "llama-3.1-8b" and args.drop == PAPER_DROP else None
+        )
+    record.update(
+        greedy_seconds_at_paper_size=searches["greedy"]["seconds_at_paper_size"],
+        # the planner's peak for the largest size measured, which is the peak the card saw
+        peak_gib_planned=round(plans[max(measured_samples)].peak_bytes / GIB, 2),
+        peak_gib_measured=round(measured / GIB, 2) if measured is not None else None,
+        complete=True,
+    )
+    return record
+
+
+def projected_seconds(searches: dict, samples: int) -> float | None:
+    """The searches' seconds at ``samples`` windows, from the largest size measured (cost is linear in
+    tokens); ``None`` before any size is measured."""
+    points = [entry["sizes"][-1] for entry in searches.values() if entry["sizes"]]
+    if not points:
+        return None
+    return sum(point["seconds"] * samples / point["samples"] for point in points)
+
+
+def write_record(path: Path, record: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomically(path, json.dumps(record, indent=2) + "\n")
 
 
 def parse_args(argv=None):
@@ -285,7 +350,15 @@ def parse_args(argv=None):
     parser.add_argument("--config", default="llama-3.1-8b", help="A public config of the testing kit.")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtype", default="bfloat16")
-    parser.add_argument("--samples", default="8,16", help="Calibration sizes (windows), comma-separated.")
+    parser.add_argument(
+        "--samples", default="4,8,16", help="Calibration sizes (windows), comma-separated, smallest first."
+    )
+    parser.add_argument(
+        "--budget-seconds",
+        type=float,
+        default=420.0,
+        help="Skip a size whose searches, projected from the last size measured, would end past this.",
+    )
     parser.add_argument("--seq-len", type=int, default=PAPER_SEQ_LEN)
     parser.add_argument("--drop", type=int, default=PAPER_DROP)
     parser.add_argument("--seed", type=int, default=0)
@@ -300,15 +373,14 @@ def parse_args(argv=None):
         if args.out == parser.get_default("out"):
             parser.error("--smoke writes no committed result: give --out")
     else:
-        args.samples = tuple(int(part) for part in args.samples.split(","))
+        args.samples = tuple(sorted(int(part) for part in args.samples.split(",")))
     return args
 
 
 def main(argv=None) -> dict:
     args = parse_args(argv)
     result = run(args)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomically(args.out, json.dumps(result, indent=2) + "\n")
+    write_record(args.out, result)
     print(
         f"wrote {args.out}: greedy at 64 x 2048 {result['greedy_seconds_at_paper_size']} s; "
         f"peak {result['peak_gib_measured']} GiB measured, {result['peak_gib_planned']} GiB planned"

@@ -36,3 +36,20 @@ def test_the_paper_size_is_the_line_through_the_two_sizes_unless_measured():
 def test_a_smoke_run_never_overwrites_the_committed_gpu_result():
     with pytest.raises(SystemExit):
         gpu_scale.parse_args(["--smoke"])
+
+
+def test_a_size_projected_past_the_budget_is_skipped_and_named(tmp_path):
+    result = gpu_scale.main(["--smoke", "--out", str(tmp_path / "scale.json"), "--budget-seconds", "0"])
+    assert result["skipped_samples"] == [4] and result["complete"]
+    assert [point["samples"] for point in result["searches"]["greedy"]["sizes"]] == [2]
+    assert result["greedy_seconds_at_paper_size"] is None  # one size gives no line
+
+
+def test_the_profile_splits_an_evaluation_into_blocks_and_the_rest(tmp_path):
+    out = tmp_path / "scale.json"
+    profile = gpu_scale.main(["--smoke", "--out", str(out)])["profile"]
+    # the tiny model has 6 blocks: 4 removals timed, one warm-up and one profiled evaluation beside them
+    assert profile["blocks_run"] == [6 - k - 1 for k in profile["removed_one_at_a_time"]]
+    assert len(profile["seconds"]) == 4 and profile["per_block_seconds"] > 0
+    assert profile["profiled_removal"] not in profile["removed_one_at_a_time"]
+    assert "aten::" in (tmp_path / profile["operator_table"]).read_text()
