@@ -13,7 +13,8 @@ would spend on the real model and C4 (search *outcomes* would differ; their cost
    the cost's scaling in tokens is measured, not assumed; the paper's 64 x 2,048 is extrapolated from the two
    largest (a line through both points) unless it is one of them. A size whose searches, projected from the
    last one, would end past ``--budget-seconds`` is skipped and named (a lease is short);
-3. ``torch.cuda.max_memory_allocated`` against the plan's peak;
+3. ``torch.cuda.max_memory_allocated`` during each search (reset before it) against the plan's peak, with the
+   evaluator's boundary cache and the most its search states held;
 4. where one evaluation's time goes (``benchmarks.gpu_profile``): per block and the rest, and the profiler's
    operator table beside the result.
 
@@ -135,12 +136,15 @@ def flops(shape, stats, seq_len: int) -> float:
 
 def plan(config: dict, name: str, device: str, dtype: str, samples: int, seq_len: int):
     """The memory planner's plan of ``prune`` for this run (what ``--dry-run`` prints)."""
-    sizes = CalibrationSizes(samples=samples, seq_len=seq_len, searches=SEARCHES)
+    # each search on a fresh evaluator, as measured (prune --timing standalone)
+    sizes = CalibrationSizes(samples=samples, seq_len=seq_len, searches=SEARCHES, shared_evaluator=False)
     return plan_prune(config, name, dtype, plan_devices(device), sizes)
 
 
 def measure(stack, shape, args, samples: int, sizes: dict) -> dict:
     """Each search alone on a fresh evaluator at one calibration size: seconds, work and FLOP/s."""
+    import torch
+
     from pruning.pipeline.prune import run_standalone
 
     made = []
@@ -148,6 +152,8 @@ def measure(stack, shape, args, samples: int, sizes: dict) -> dict:
     def cold_evaluator():
         made.clear()  # drop the previous evaluator's boundary cache before the next one fills its own
         release_memory(args.device)
+        if args.device.startswith("cuda"):
+            torch.cuda.reset_peak_memory_stats(torch.device(args.device))
         made.append(random_evaluator(stack, samples, args.seq_len, args, sizes))
         return made[0]
 
@@ -165,6 +171,12 @@ def measure(stack, shape, args, samples: int, sizes: dict) -> dict:
             "tflop": float(f"{work / 1e12:.4g}"),
             "achieved_tflops": float(f"{work / 1e12 / max(run.seconds, 1e-9):.4g}"),
             "removed_blocks": list(run.result.removed_blocks),
+            # what the card held at the search's peak, and the evaluator's caches in it
+            "peak_gib": gib(torch.cuda.max_memory_allocated(torch.device(args.device)))
+            if args.device.startswith("cuda")
+            else None,
+            "boundary_cache_gib": gib(made[0].cache_bytes),
+            "search_states_gib_most": gib(made[0].search_state_bytes_most),
         }
 
     run_standalone(cold_evaluator, args.drop, SEARCHES, seed=args.seed, progress=False, on_run=record)
@@ -194,6 +206,10 @@ def profile_at(stack, shape, args, samples: int, sizes: dict) -> dict:
         f"({split['block_tflops']:.1f} TFLOP/s), {split['fixed_seconds'] * 1e3:.1f} ms the rest"
     )
     return split
+
+
+def gib(count: int) -> float:
+    return round(count / GIB, 2)
 
 
 def release_memory(device: str) -> None:
@@ -254,7 +270,6 @@ def peak_tflops(name: str) -> float | None:
 def run(args) -> dict:
     """The whole measurement; returns what is written to ``args.out``. After each calibration size the record
     so far is written (``"complete": false``), so a run stopped by its lease keeps what it measured."""
-    import torch
 
     config = model_config(args.config)
     shape = model_shape(config)
@@ -267,8 +282,6 @@ def run(args) -> dict:
         f"plan at {max(args.samples)} x {args.seq_len}: peak {largest.peak_bytes / GIB:.2f} GiB, "
         + ("fits" if largest.fits else largest.one_line())
     )
-    if args.device.startswith("cuda"):
-        torch.cuda.reset_peak_memory_stats(torch.device(args.device))
     started = time.perf_counter()
     from pruning.model.blocks import BlockStack
 
@@ -309,9 +322,6 @@ def run(args) -> dict:
             )
         write_record(args.out, record)
     measured_samples = [point["samples"] for point in searches[SEARCHES[0]]["sizes"]]
-    measured = (
-        torch.cuda.max_memory_allocated(torch.device(args.device)) if args.device.startswith("cuda") else None
-    )
     smallest = min(measured_samples)
     record["profile"] = profile_at(stack, shape, args, smallest, planned_sizes(plans[smallest], args.device))
     for search, entry in searches.items():
@@ -320,11 +330,18 @@ def run(args) -> dict:
         entry["a40_seconds"] = (
             A40_SECONDS[search] if args.config == LLAMA_8B and args.drop == PAPER_DROP else None
         )
+    largest_plan = plans[max(measured_samples)]
+    peaks = [entry["peak_gib"] for entry in searches.values() if entry["peak_gib"] is not None]
     record.update(
         greedy_seconds_at_paper_size=searches["greedy"]["seconds_at_paper_size"],
-        # the planner's peak for the largest size measured, which is the peak the card saw
-        peak_gib_planned=round(plans[max(measured_samples)].peak_bytes / GIB, 2),
-        peak_gib_measured=round(measured / GIB, 2) if measured is not None else None,
+        # the planner's peak for the largest size measured against the most a search held there
+        peak_gib_planned=gib(largest_plan.peak_bytes),
+        peak_gib_measured=max(peaks) if peaks else None,
+        plan=[
+            {"step": step.name, "item": item.name, "gib": gib(item.bytes), "where": item.where}
+            for step in largest_plan.steps
+            for item in step.items
+        ],
         complete=True,
     )
     return record

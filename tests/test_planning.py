@@ -338,3 +338,37 @@ def test_eval_dry_run_plans_the_engine_without_registering_anything(tmp_path, mo
     from registry import open_registry
 
     assert open_registry(url).base_models() == []
+
+
+def test_the_planner_mirrors_the_evaluators_head_chunks_and_search_widths():
+    from depthprune.planning import estimates
+    from pruning.calibration.objectives import batches
+    from pruning.evaluation import packed_scoring
+    from pruning.search import MODULES
+    from pruning.search.beam import Options
+
+    assert estimates.CALIBRATION_HEAD_CHUNK == batches.HEAD_CHUNK_POSITIONS
+    assert estimates.EVALUATION_HEAD_CHUNK == packed_scoring.HEAD_CHUNK_POSITIONS
+    assert estimates.BASE_WIDTH["beam"] == Options().width
+    assert set(estimates.BASE_WIDTH) | estimates.SET_SCORING <= set(MODULES)
+
+
+def test_calibration_activations_count_one_head_chunk_and_search_states_their_paths():
+    """Measured on an H200 (docs/gpu.md): the loss holds 4,096 positions of logits at once, not the batch's
+    16,384, and greedy's states beyond the dense cache are one path of N - 1 boundaries."""
+    from depthprune.planning.estimates import search_state_paths
+
+    sizes = CalibrationSizes(
+        samples=16, seq_len=2048, searches=("one_shot", "greedy"), shared_evaluator=False
+    )
+    plan = plan_prune(public_config(LLAMA_8B), "m", "bfloat16", gpus(1, 140), sizes)
+    items = {item.name: item.bytes for item in plan.steps[0].items}
+    assert items["activations (batch 8)"] == 4096 * 128256 * (2 + 4 + 4)
+    assert items["search states (1 path(s) of 31 boundaries)"] == 31 * 16 * 2048 * 4096 * 2
+    assert search_state_paths(("one_shot", "greedy", "beam"), shared=True) == 5 + 3  # beam's bases, 3 finals
+    assert search_state_paths(("greedy", "beam"), shared=False) == 5
+    assert search_state_paths(("greedy", "evolution"), shared=False) is None
+    filling = plan_prune(
+        public_config(LLAMA_8B), "m", "bfloat16", gpus(1, 80), CalibrationSizes(searches=("evolution",))
+    )
+    assert filling.fits and filling.peak_bytes == pytest.approx(filling.devices.usable_bytes, rel=0.01)

@@ -297,3 +297,31 @@ def test_prune_no_shortcuts_gives_the_same_variants(demo_tiny_dir, run_cli, tmp_
         assert fast["shortcuts"] is True and plain["shortcuts"] is False and plain["stopped_early"] == 0
         assert fast["options"]["cost"]["stopped_early"] == fast["stopped_early"]
         assert fast["head_positions"] > 0 and fast["options"]["shortcuts"] is True
+
+
+def test_greedy_and_beam_hold_the_states_of_their_current_bases_only(demo_tiny_dir):
+    """A base the search has left is never extended again: its states go, so greedy holds at most one path
+    of N - 1 boundary states beyond the dense cache and beam one per base (the planner's bound)."""
+    for name, width in (("greedy", 1), ("beam", 5)):
+        scorer = evaluator(demo_tiny_dir, "perplexity")
+        per_boundary = scorer.cache_bytes // len(scorer.boundaries)
+        assert scorer.prefix_capacity > width * scorer.num_blocks  # the budget would hold the stale ones
+        run(name, scorer, 0)
+        assert 0 < scorer.search_state_bytes_most <= width * (scorer.num_blocks - 1) * per_boundary
+
+
+def test_leaving_a_base_forgets_its_states_and_keeps_the_shared_prefix():
+    import torch
+
+    from pruning.calibration.scoring.shortcuts import PrefixStates
+
+    dense = [{0: torch.zeros(2, 4)}]
+    prefix = PrefixStates(dense, [0], num_blocks=6, capacity=10)
+    state = [torch.zeros(2, 4)]
+    for boundary in (2, 3, 4, 5):  # the states of base {1} past it
+        prefix.remember((1,), boundary, state, base=True)
+    prefix.remember((0, 4), 5, state)  # a scored set's node, not a base's
+    assert prefix.bytes_held == prefix.most_bytes_held == 5 * state[0].nbytes
+    prefix.forget_bases_off([(1, 3)])  # greedy moved on to {1, 3}: boundaries 2 and 3 stay on its path
+    assert set(prefix.nodes) == {(2, (1,)), (3, (1,)), (5, (0, 4))}
+    assert prefix.bytes_held == 3 * state[0].nbytes and prefix.most_bytes_held == 5 * state[0].nbytes

@@ -48,6 +48,8 @@ class CalibrationSizes:
     """Largest calibration batch the run may use; the plan may pick a smaller one."""
     memory_budget_gb: float | None = None
     """The user's budget of the boundary cache, if given."""
+    shared_evaluator: bool = True
+    """Every search on one evaluator (``prune --timing shared``); False: a fresh evaluator per search."""
 
 
 def _host_bytes(devices: Devices) -> int:
@@ -68,7 +70,9 @@ def _calibration_batch(
     the boundary cache's), else the largest that fits at all; with its activation bytes."""
 
     def activations(batch: int) -> int:
-        forward = est.forward_activation_bytes(shape, batch, sizes.seq_len, dtype_bytes)
+        forward = est.forward_activation_bytes(
+            shape, batch, sizes.seq_len, dtype_bytes, est.CALIBRATION_HEAD_CHUNK
+        )
         if "cbo" not in sizes.searches:
             return forward
         return max(forward, est.backward_activation_bytes(shape, batch, sizes.seq_len, dtype_bytes))
@@ -78,6 +82,21 @@ def _calibration_batch(
             if activations(batch) <= limit:
                 return batch, activations(batch)
     return 1, activations(1)
+
+
+def _search_states(
+    shape: ModelShape, sizes: CalibrationSizes, where: str, left: int, per_boundary: int
+) -> Item:
+    """The states the searches' paths add to the boundary cache, within the ``left`` bytes of its budget."""
+    paths = est.search_state_paths(sizes.searches, sizes.shared_evaluator)
+    if paths is None:
+        return Item("search states (fill the cache budget)", left, where)
+    boundaries = paths * (shape.num_layers - 1)
+    return Item(
+        f"search states ({paths} path(s) of {shape.num_layers - 1} boundaries)",
+        min(boundaries * per_boundary, left),
+        where,
+    )
 
 
 def _calibration_steps(shape: ModelShape, sizes: CalibrationSizes, dtype: str, devices: Devices):
@@ -131,7 +150,12 @@ def _calibration_steps(shape: ModelShape, sizes: CalibrationSizes, dtype: str, d
             )
             choices["kl_reference"] = "chunked"
             advice.append(f"KL reference chunked: full log-probs would need {logprobs / GIB:.1f} GiB")
-    forward = est.forward_activation_bytes(shape, batch, sizes.seq_len, dtype_bytes)
+    # The budget left after the dense cache (and the KL log-probs it holds) is what search states may take.
+    in_budget = sum(item.bytes for item in items[1:] if item.name != "KL reference (final hidden states)")
+    items.append(_search_states(shape, sizes, cache.where, max(budget - in_budget, 0), per_boundary))
+    forward = est.forward_activation_bytes(
+        shape, batch, sizes.seq_len, dtype_bytes, est.CALIBRATION_HEAD_CHUNK
+    )
     steps = [
         Step("dense reference pass and scoring", items + [Item(f"activations (batch {batch})", forward)])
     ]
@@ -205,7 +229,10 @@ def _eval_step(
     count = count_parameters(shape)
     items = [
         Item("weights", est.weights_on_fullest_device(count, dtype_bytes, devices.count)),
-        Item("activations (1 window)", est.forward_activation_bytes(shape, 1, seq_len, dtype_bytes)),
+        Item(
+            "activations (1 window)",
+            est.forward_activation_bytes(shape, 1, seq_len, dtype_bytes, est.EVALUATION_HEAD_CHUNK),
+        ),
     ]
     return Step("evaluation (torch engine)", items, devices.count), {}
 

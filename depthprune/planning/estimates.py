@@ -16,6 +16,12 @@ from depthprune.planning.shape import ModelShape
 FP32 = 4
 LOGIT_BYTES_PER_POSITION_EXTRA = FP32 + FP32
 """Per position and vocabulary entry beyond the head's own output: the fp32 upcast and its log-softmax."""
+BASE_WIDTH = {"greedy": 1, "beam": 5}
+"""Bases a search extends at once (beam: its default width, pruning.search.beam.Options.width). The evaluator
+keeps each base's states at the boundaries along its path and drops those of bases the search has left."""
+SET_SCORING = frozenset({"genetic", "bayesian", "cbo", "fast_block_select", "evolution"})
+"""Searches that score removal sets anywhere in the space: the evaluator keeps their paths' states until its
+cache budget is full (least recently used out first)."""
 ADAM_STATES = 2
 """AdamW keeps two moments per trainable parameter."""
 VLLM_ACTIVATION_TOKENS = 8192
@@ -24,6 +30,12 @@ VLLM_OVERHEAD_BYTES = 2 * 1024**3
 """Non-torch memory of a vLLM engine (NCCL, CUDA graphs, sampler) beyond its profiled peak."""
 HEAD_CHUNK_POSITIONS = 512
 """Positions whose logits healing materialises at once (pruning.healing.losses.CHUNK_POSITIONS)."""
+CALIBRATION_HEAD_CHUNK = 4096
+"""Positions whose logits a calibration loss materialises at once
+(pruning.calibration.objectives.batches.HEAD_CHUNK_POSITIONS)."""
+EVALUATION_HEAD_CHUNK = 1024
+"""Positions whose logits the torch evaluation engine materialises at once
+(pruning.evaluation.packed_scoring.HEAD_CHUNK_POSITIONS)."""
 
 
 def weights_on_fullest_device(count: ParameterCount, dtype_bytes: int, devices: int) -> int:
@@ -53,10 +65,19 @@ def logits_bytes(shape: ModelShape, positions: int, dtype_bytes: int) -> int:
     return positions * shape.vocab_size * (dtype_bytes + LOGIT_BYTES_PER_POSITION_EXTRA)
 
 
-def forward_activation_bytes(shape: ModelShape, sequences: int, seq_len: int, dtype_bytes: int) -> int:
-    """Peak of an inference forward of ``sequences`` x ``seq_len`` tokens, loss included."""
+def forward_activation_bytes(
+    shape: ModelShape, sequences: int, seq_len: int, dtype_bytes: int, head_chunk: int | None = None
+) -> int:
+    """Peak of an inference forward of ``sequences`` x ``seq_len`` tokens, loss included.
+
+    Args:
+        head_chunk: positions whose logits exist at once (the loss runs the head in chunks); None: all.
+    """
     tokens = sequences * seq_len
-    return max(block_activation_bytes(shape, tokens, dtype_bytes), logits_bytes(shape, tokens, dtype_bytes))
+    head_positions = tokens if head_chunk is None else min(tokens, head_chunk)
+    return max(
+        block_activation_bytes(shape, tokens, dtype_bytes), logits_bytes(shape, head_positions, dtype_bytes)
+    )
 
 
 def backward_activation_bytes(
@@ -79,6 +100,22 @@ def backward_activation_bytes(
 def boundary_bytes(shape: ModelShape, samples: int, seq_len: int, dtype_bytes: int) -> int:
     """One block boundary (the hidden states entering a block) over every calibration token."""
     return samples * seq_len * shape.hidden_size * dtype_bytes
+
+
+def search_state_paths(searches: tuple[str, ...], shared: bool) -> int | None:
+    """Removal paths whose boundary states the evaluator may hold beyond the dense cache at once (each at most
+    N - 1 boundaries): a base-extending search's bases, and the path of each search's final set (scored once
+    at its end); None when a search scores sets anywhere (the cache budget then fills).
+
+    Args:
+        shared: every search on one evaluator (``--timing shared``: final paths add up), else one each.
+    """
+    if any(name in SET_SCORING for name in searches):
+        return None
+    widths = [BASE_WIDTH.get(name, 0) for name in searches]
+    if shared:
+        return max(widths, default=0) + len(searches)
+    return max((max(width, 1) for width in widths), default=0)
 
 
 def kl_reference_logprob_bytes(shape: ModelShape, samples: int, seq_len: int) -> int:

@@ -98,6 +98,7 @@ def _calibration_sizes(config, searches: tuple[str, ...], seq_len: int | None = 
         keeps_dense_reference=calibration.needs_reference if calibration else False,
         searches=tuple(searches),
         memory_budget_gb=getattr(config, "memory_budget_gb", None),
+        shared_evaluator=getattr(config, "timing", "shared") == "shared",
     )
 
 

@@ -155,6 +155,11 @@ class SubsetEvaluator:
         self._prefix = PrefixStates(self._states, self.boundaries, self.num_blocks, self.prefix_capacity)
 
     @property
+    def search_state_bytes_most(self) -> int:
+        """The most bytes the searches' states (trie nodes beyond the dense boundary cache) held at once."""
+        return self._prefix.most_bytes_held
+
+    @property
     def calibration_objective(self) -> Objective:
         """The facts of the objective it scores: what searches may ask instead of comparing names."""
         return self.objective
@@ -372,8 +377,10 @@ class SubsetEvaluator:
         with torch.no_grad():
             # Only worth its forward when some candidate is still unscored.
             if any(removed not in self._memo and removed not in self._bounds for removed in sets):
+                bases = [validate_removed(base, self.num_blocks) for base in bases]
+                self._prefix.forget_bases_off([tuple(sorted(base)) for base in bases])
                 for base in bases:
-                    self._materialise(validate_removed(base, self.num_blocks))
+                    self._materialise(base)
             if self.loss_floor is None:
                 pending = list(dict.fromkeys(removed for removed in sets if removed not in self._memo))
                 self.stats.memo_hits += len(sets) - len(pending)
@@ -574,7 +581,7 @@ class SubsetEvaluator:
                     nodes[index + 1].append(hidden.to(self.cache_device))
             self._count_blocks(run, blocks)
         for boundary in wanted:
-            self._prefix.remember(removed, boundary, nodes[boundary])
+            self._prefix.remember(removed, boundary, nodes[boundary], base=True)
 
     def _naive_loss(self, removed: frozenset[int]) -> float:
         losses = [self._naive_batch_losses(removed, index) for index in range(len(self.batches))]

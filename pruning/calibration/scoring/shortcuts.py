@@ -158,7 +158,9 @@ class PrefixStates:
     """Trie nodes: the state entering block k with the blocks of a prefix (all below k) removed, per batch.
 
     The dense nodes are the evaluator's boundary cache (never evicted). Other nodes are added by
-    :meth:`remember`, at most ``capacity`` of them, the least recently used evicted first.
+    :meth:`remember`, at most ``capacity`` of them, the least recently used evicted first. Nodes kept for
+    the bases a search extends (greedy's removal set, beam's) go as soon as the search moves to bases off
+    their path (:meth:`forget_bases_off`): no later candidate starts there, and a plan can then bound them.
 
     Args:
         dense_states: per calibration batch, ``{boundary: state}`` of the dense reference pass.
@@ -179,6 +181,11 @@ class PrefixStates:
         self.num_blocks = num_blocks
         self.capacity = max(int(capacity), 0)
         self.nodes: OrderedDict[tuple[int, Prefix], list[torch.Tensor]] = OrderedDict()
+        self._base_nodes: set[tuple[int, Prefix]] = set()
+        self.bytes_held = 0
+        """Bytes of the nodes held now (the dense ones not counted: they are the boundary cache)."""
+        self.most_bytes_held = 0
+        """The most :attr:`bytes_held` has been: what the nodes added to the evaluator's peak."""
 
     def start(self, removed: Prefix) -> tuple[int, list[torch.Tensor]]:
         """The deepest cached node on the path of ``removed``: its boundary and per-batch states."""
@@ -193,19 +200,44 @@ class PrefixStates:
                     return boundary, states
         return dense, [states[dense] for states in self.dense_states]
 
-    def remember(self, removed: Prefix, boundary: int, states: list[torch.Tensor]) -> None:
-        """Keep the per-batch ``states`` entering ``boundary`` on the path of ``removed``."""
+    def remember(
+        self, removed: Prefix, boundary: int, states: list[torch.Tensor], base: bool = False
+    ) -> None:
+        """Keep the per-batch ``states`` entering ``boundary`` on the path of ``removed`` (``base``: kept for
+        a base a search extends, see :meth:`forget_bases_off`)."""
         if self.capacity == 0:
             return
         key = (boundary, removed[: bisect.bisect_left(removed, boundary)])
+        self._forget(key)
         self.nodes[key] = states
-        self.nodes.move_to_end(key)
+        self.bytes_held += sum(state.nbytes for state in states)
+        self.most_bytes_held = max(self.most_bytes_held, self.bytes_held)
+        if base:
+            self._base_nodes.add(key)
         while len(self.nodes) > self.capacity:
-            self.nodes.popitem(last=False)
+            self._forget(next(iter(self.nodes)))
+
+    def forget_bases_off(self, bases: list[Prefix]) -> None:
+        """Drop the nodes kept for earlier bases that lie on none of ``bases``' paths (each sorted)."""
+        stale = [
+            (boundary, prefix)
+            for boundary, prefix in self._base_nodes
+            if not any(base[: bisect.bisect_left(base, boundary)] == prefix for base in bases)
+        ]
+        for key in stale:
+            self._forget(key)
+
+    def _forget(self, key: tuple[int, Prefix]) -> None:
+        states = self.nodes.pop(key, None)
+        if states is not None:
+            self.bytes_held -= sum(state.nbytes for state in states)
+        self._base_nodes.discard(key)
 
     def clear(self) -> None:
         """Forget every node but the dense ones."""
         self.nodes.clear()
+        self._base_nodes.clear()
+        self.bytes_held = 0
 
 
 def spaced(candidates: list[int], count: int) -> list[int]:
