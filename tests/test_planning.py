@@ -354,8 +354,9 @@ def test_the_planner_mirrors_the_evaluators_head_chunks_and_search_widths():
 
 
 def test_calibration_activations_count_one_head_chunk_and_search_states_their_paths():
-    """Measured on an H200 (docs/gpu.md): the loss holds 4,096 positions of logits at once, not the batch's
-    16,384, and greedy's states beyond the dense cache are one path of N - 1 boundaries."""
+    """The loss holds one sequence's logits at once (perplexity runs the head row by row), the trie walk one
+    state per block of one batch, and greedy's states beyond the dense cache are one path of N - 1
+    boundaries."""
     from depthprune.planning.estimates import search_state_paths
 
     sizes = CalibrationSizes(
@@ -363,7 +364,8 @@ def test_calibration_activations_count_one_head_chunk_and_search_states_their_pa
     )
     plan = plan_prune(public_config(LLAMA_8B), "m", "bfloat16", gpus(1, 140), sizes)
     items = {item.name: item.bytes for item in plan.steps[0].items}
-    assert items["activations (batch 8)"] == 4096 * 128256 * (2 + 4 + 4)
+    assert items["activations (batch 8)"] == 2048 * 128256 * (2 + 4 + 4)
+    assert items["trie path (<= 32 states of one batch)"] == 32 * 8 * 2048 * 4096 * 2
     assert items["search states (1 path(s) of 31 boundaries)"] == 31 * 16 * 2048 * 4096 * 2
     assert search_state_paths(("one_shot", "greedy", "beam"), shared=True) == 5 + 3  # beam's bases, 3 finals
     assert search_state_paths(("greedy", "beam"), shared=False) == 5
@@ -372,3 +374,19 @@ def test_calibration_activations_count_one_head_chunk_and_search_states_their_pa
         public_config(LLAMA_8B), "m", "bfloat16", gpus(1, 80), CalibrationSizes(searches=("evolution",))
     )
     assert filling.fits and filling.peak_bytes == pytest.approx(filling.devices.usable_bytes, rel=0.01)
+
+
+@pytest.mark.parametrize("measured", ["planner-llama-3.1-8b-16x2048.json", "planner-qwen3-8b-4x2048.json"])
+def test_the_plan_is_within_five_percent_of_the_peak_measured_on_an_h200(measured):
+    """docs/gpu-results: ``benchmarks.gpu_scale`` on one H200 (random bf16 weights, one_shot and greedy at
+    M = 7, each on a fresh evaluator); the plan of the same run on a card of that size."""
+    from pathlib import Path
+
+    result = json.loads((Path(__file__).parents[1] / "docs" / "gpu-results" / measured).read_text())
+    (point,) = {entry["samples"] for entry in result["searches"].values()}
+    sizes = CalibrationSizes(
+        samples=point, seq_len=2048, searches=("one_shot", "greedy"), shared_evaluator=False
+    )
+    h200 = Devices("cuda", 1, 143771 * 2**20, simulated=True)
+    plan = plan_prune(public_config(result["model"]), "m", "bfloat16", h200, sizes)
+    assert plan.peak_bytes / GIB == pytest.approx(result["peak_gib_measured"], rel=0.05)

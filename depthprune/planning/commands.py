@@ -64,18 +64,20 @@ def _host_bytes(devices: Devices) -> int:
 
 
 def _calibration_batch(
-    shape: ModelShape, sizes: CalibrationSizes, dtype_bytes: int, free: int
+    shape: ModelShape, sizes: CalibrationSizes, dtype_bytes: int, free: int, cards: int = 1
 ) -> tuple[int, int]:
-    """Largest batch <= ``sizes.batch_size`` whose activations take at most half of ``free`` (the rest is
-    the boundary cache's), else the largest that fits at all; with its activation bytes."""
+    """Largest batch <= ``sizes.batch_size`` whose activations (with the trie path's states, also one batch
+    wide) take at most half of ``free`` (the rest is the boundary cache's), else the largest that fits at
+    all; with those bytes."""
 
     def activations(batch: int) -> int:
+        trie = -(-est.trie_path_bytes(shape, batch, sizes.seq_len, dtype_bytes) // cards)
         forward = est.forward_activation_bytes(
             shape, batch, sizes.seq_len, dtype_bytes, est.CALIBRATION_HEAD_CHUNK
         )
         if "cbo" not in sizes.searches:
-            return forward
-        return max(forward, est.backward_activation_bytes(shape, batch, sizes.seq_len, dtype_bytes))
+            return trie + forward
+        return trie + max(forward, est.backward_activation_bytes(shape, batch, sizes.seq_len, dtype_bytes))
 
     for limit in (free // 2, free):
         for batch in range(min(sizes.batch_size, sizes.samples), 0, -1):
@@ -92,10 +94,12 @@ def _search_states(
     if paths is None:
         return Item("search states (fill the cache budget)", left, where)
     boundaries = paths * (shape.num_layers - 1)
+    kept = min(boundaries, left // max(per_boundary, 1))
     return Item(
         f"search states ({paths} path(s) of {shape.num_layers - 1} boundaries)",
         min(boundaries * per_boundary, left),
         where,
+        "" if kept == boundaries else f"{kept} of {boundaries} fit the cache budget (LRU)",
     )
 
 
@@ -105,7 +109,7 @@ def _calibration_steps(shape: ModelShape, sizes: CalibrationSizes, dtype: str, d
     count = count_parameters(shape)
     weights = est.weights_on_fullest_device(count, dtype_bytes, devices.count)
     free = max(devices.usable_bytes - weights, 0)
-    batch, activation = _calibration_batch(shape, sizes, dtype_bytes, free)
+    batch, activation = _calibration_batch(shape, sizes, dtype_bytes, free, devices.count)
     per_boundary = est.boundary_bytes(shape, sizes.samples, sizes.seq_len, dtype_bytes)
     # The KL reference's final hidden states sit beside the cache when its log-probs do not fit.
     reference_hidden = per_boundary if sizes.keeps_dense_reference else 0
@@ -153,6 +157,9 @@ def _calibration_steps(shape: ModelShape, sizes: CalibrationSizes, dtype: str, d
     # The budget left after the dense cache (and the KL log-probs it holds) is what search states may take.
     in_budget = sum(item.bytes for item in items[1:] if item.name != "KL reference (final hidden states)")
     items.append(_search_states(shape, sizes, cache.where, max(budget - in_budget, 0), per_boundary))
+    # each state lives on its block's card: a share of the path per card when the blocks are spread
+    trie = -(-est.trie_path_bytes(shape, batch, sizes.seq_len, dtype_bytes) // devices.count)
+    items.append(Item(f"trie path (<= {shape.num_layers} states of one batch)", trie))
     forward = est.forward_activation_bytes(
         shape, batch, sizes.seq_len, dtype_bytes, est.CALIBRATION_HEAD_CHUNK
     )

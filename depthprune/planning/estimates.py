@@ -71,10 +71,12 @@ def forward_activation_bytes(
     """Peak of an inference forward of ``sequences`` x ``seq_len`` tokens, loss included.
 
     Args:
-        head_chunk: positions whose logits exist at once (the loss runs the head in chunks); None: all.
+        head_chunk: positions of one sequence whose logits exist at once (the loss runs the head sequence by
+            sequence, in chunks: perplexity and KL; the task objectives only on a few answer positions);
+            None: every position of every sequence at once.
     """
     tokens = sequences * seq_len
-    head_positions = tokens if head_chunk is None else min(tokens, head_chunk)
+    head_positions = tokens if head_chunk is None else min(seq_len, head_chunk)
     return max(
         block_activation_bytes(shape, tokens, dtype_bytes), logits_bytes(shape, head_positions, dtype_bytes)
     )
@@ -100,6 +102,12 @@ def backward_activation_bytes(
 def boundary_bytes(shape: ModelShape, samples: int, seq_len: int, dtype_bytes: int) -> int:
     """One block boundary (the hidden states entering a block) over every calibration token."""
     return samples * seq_len * shape.hidden_size * dtype_bytes
+
+
+def trie_path_bytes(shape: ModelShape, batch: int, seq_len: int, dtype_bytes: int) -> int:
+    """The states a group of sets keeps while it walks the trie of removal sets: at most one per block on the
+    current set's path, each one calibration batch wide."""
+    return shape.num_layers * batch * seq_len * shape.hidden_size * dtype_bytes
 
 
 def search_state_paths(searches: tuple[str, ...], shared: bool) -> int | None:
