@@ -116,12 +116,14 @@ REAL_SIZES = DemoSizes(
 )
 """A real model (SmolLM2-135M), full run. Measured on 2026-11-26 (quiet machine, docs/benchmarks.md): a subset
 evaluation costs ~6.8 s at 16 x 256 tokens, so the perplexity objective calibrates on 8 windows (one_shot's
-31 evaluations in ~90 s, the same blocks as at 16); the patch reads 64 windows (half its default). A load-test
-round of the four arms takes ~52 s (each engine decodes on one core: vLLM reserves the other; 32 generated
-tokens instead of 64 saved only a sixth of a round, prefill on one core dominates, and spread the rounds
-±15 % instead of ±2.5 %). The load test runs one block of the balanced order (4 rounds), a second only when
-the first did not decide (both variants' intervals excluding 1, the A/A one within ±5 %) and the 150-second
-budget allows. A 25 % pruned model is ~1.28x faster (docs/benchmarks.md), far outside such intervals;
+31 evaluations in ~90 s, the same blocks as at 16); the patch reads 64 windows (half its default). The load
+test runs dense, its A/A arm and ppl-best: ce-best keeps as many blocks of each kind, so its speed is
+ppl-best's by construction (:mod:`.demo_twins`; ``--precise`` measures it too). Each engine decodes on one
+core (vLLM reserves the other); 32 generated tokens instead of 64 saved only a sixth of a round (prefill on
+one core dominates) and spread the rounds ±15 % instead of ±2.5 %. The three arms run one block of the
+balanced order (6 rounds; ``max_rounds`` 8 rounds down to whole blocks), stopping there whether or not it
+decided (ppl-best's interval excluding 1, the A/A one within ±5 %); the table shows the A/A interval either
+way. A 25 % pruned model is ~1.3x faster (docs/benchmarks.md), far outside such intervals;
 ``--precise`` runs the ±2 % protocol instead."""
 REAL_QUICK_SIZES = DemoSizes(4, 8, 128, 128, 4, 8, 64, 16, 2, max_rounds=2, load_budget_s=60)
 """A real model, ``--quick``."""
@@ -604,8 +606,26 @@ def load_test(config: DemoConfig, plan: DemoPlan, url: str, served: list[str], m
     return json.loads(result_path.read_text())
 
 
+def served_speed_twins(registry, served: dict[str, str], model_dir: Path | str) -> dict[str, str]:
+    """``role -> role`` of the served variants whose speed is an earlier one's (:mod:`.demo_twins`)."""
+    from depthprune.cli.demo_twins import speed_twins
+    from pruning.model.blocks import load_config
+
+    model = load_config(str(model_dir))
+    removed = {
+        role: registry.resolve(name).removed_blocks for role, name in served.items() if role != "dense"
+    }
+    return speed_twins(removed, int(model.num_hidden_layers), getattr(model, "layer_types", None))
+
+
 def summary_rows(
-    outcomes: dict[str, list], registry, loadtest: dict, served: dict[str, str], plan: DemoPlan, repaired=None
+    outcomes: dict[str, list],
+    registry,
+    loadtest: dict,
+    served: dict[str, str],
+    plan: DemoPlan,
+    repaired=None,
+    twins: dict[str, str] | None = None,
 ) -> list[dict]:
     """One row per variant (dense first): what the final table and ``--json`` show.
 
@@ -617,6 +637,7 @@ def summary_rows(
         plan: the run's plan (which tasks hold perplexity and accuracy).
         repaired: the repaired child (:class:`~depthprune.cli.demo_repair.Repaired`), or None: its row
             follows its parent's.
+        twins: ``role -> role`` whose speed it has, not load-tested (:func:`served_speed_twins`).
 
     Returns:
         Rows with removed blocks, objective, search, calibration loss, held-out perplexity, accuracy
@@ -661,6 +682,7 @@ def summary_rows(
                     **evaluation_metrics(registry, measured[outcome.name], plan),
                     "quality": quality[measured[outcome.name]],
                     **speed_columns(comparison.get(served[role]) if role else None),
+                    **speed_twin(role, twins or {}),
                 }
             )
     if repaired is None:
@@ -669,6 +691,15 @@ def summary_rows(
     metrics = evaluation_metrics(registry, repaired.name, plan)
     row = demo_repair.repaired_row(repaired, child, metrics, quality[child.name])
     return demo_repair.with_repaired(rows, row)
+
+
+def speed_twin(role: str | None, twins: dict[str, str]) -> dict:
+    """A twin's row fields: whose speed it has, and why (the tables' note)."""
+    from depthprune.cli.demo_twins import SPEED_TWIN_REASON
+
+    if role not in twins:
+        return {}
+    return {"speed_of": twins[role], "speed_because": SPEED_TWIN_REASON}
 
 
 def quality_against_dense(registry, dense: str, names: list[str]) -> dict[str, dict]:
@@ -704,12 +735,14 @@ def run_demo(config: DemoConfig) -> list[dict]:
     outcomes = prune_variants(config, plan, model_dir, registry)
     base_model = registry.resolve(next(iter(outcomes.values()))[0].name).base_model
     served = served_names(registry, base_model)  # the repair adds a child; it moves no alias
+    twins = {} if config.precise else served_speed_twins(registry, served, model_dir)
     with gateway(config, plan, list(served.values()), config.out / "serve.log") as wait_for_url:
         repaired = demo_repair.repair_best(config, plan, registry, base_model, say)
         evaluate(config, plan, served["dense"], outcomes, registry, [repaired.name] if repaired else [])
         url = wait_for_url()
-        loadtest = load_test(config, plan, url, list(served.values()), model_dir)
-    rows = summary_rows(outcomes, registry, loadtest, served, plan, repaired)
+        tested = [name for role, name in served.items() if role not in twins]
+        loadtest = load_test(config, plan, url, tested, model_dir)
+    rows = summary_rows(outcomes, registry, loadtest, served, plan, repaired, twins)
     (config.out / "summary.json").write_text(json.dumps(rows, indent=1) + "\n")
     print_table(rows, config.out, plan)
     return rows

@@ -225,11 +225,16 @@ def verdict_notes(rows: list[dict]) -> list[str]:
     return notes
 
 
+PATCH_REASON = "the same blocks, shapes and parameter count: the patch is folded into existing weights"
+
+
 def speed_notes(rows: list[dict]) -> list[str]:
-    """One line per row that is not load-tested because its speed is another row's (a repaired child)."""
+    """One line per row that is not load-tested because its speed is another row's (a repaired child, a
+    variant keeping as many blocks of each kind as one load-tested)."""
     return [
-        f"{row['variant']}: not load-tested; its speed is {row['speed_of']}'s by construction (the same "
-        "blocks, shapes and parameter count: the patch is folded into existing weights)."
+        f"{row['variant']}: not load-tested; its speed is {row['speed_of']}'s by construction ("
+        + row.get("speed_because", PATCH_REASON)
+        + ")."
         for row in rows
         if row.get("speed_of")
     ]
@@ -244,7 +249,7 @@ def render(rows: list[dict], plan, console) -> None:
         + (
             " +patch = the variant above repaired without training (heal --method patch); its val. is on "
             "its parent's validation data."
-            if any(row.get("speed_of") for row in rows)
+            if any(row.get("parent") for row in rows)
             else ""
         )
     )
