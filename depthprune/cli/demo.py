@@ -574,11 +574,19 @@ def load_test_prompts(plan: DemoPlan, out: Path) -> str:
 
 def load_test(config: DemoConfig, plan: DemoPlan, url: str, served: list[str], model_dir: Path | str) -> dict:
     """Run ``depthprune loadtest`` against the gateway; returns its saved result."""
+    from loadtest.order import block_rounds
+
     sizes = plan.sizes
+    # the served arms and dense's A/A arm run in balanced blocks (loadtest.precision.StopRule.limits)
+    block = block_rounds(len(served) + 1)
+    most = max(sizes.rounds, sizes.max_rounds)
+    most -= most % block if most >= block else 0
+    fewest = min(-(-sizes.rounds // block) * block, most)
+    rounds = f"{fewest}" if most == fewest else f"{fewest}-{most}"
     say(
         config,
-        f"load test: {sizes.rounds}+ interleaved rounds of {sizes.num_prompts} requests x "
-        f"{sizes.output_len} tokens per model, all at once",
+        f"load test of {', '.join(served)} and dense's A/A arm: {rounds} interleaved rounds of "
+        f"{sizes.num_prompts} requests x {sizes.output_len} tokens per model, all at once",
     )
     result_path = config.out / "loadtest.json"
     command = [sys.executable, "-m", "depthprune", "loadtest", "--target", url, "--models", ",".join(served)]

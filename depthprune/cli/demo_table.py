@@ -219,7 +219,11 @@ def verdict_notes(rows: list[dict]) -> list[str]:
     for row in rows:
         verdict = row.get("speedup_verdict")
         if verdict == "no measurable change":
-            notes.append(f"{row['variant']}: no measurable change (its throughput interval holds 1).")
+            notes.append(
+                f"{row['variant']}: no measurable change (its throughput interval holds 1): one block of "
+                "rounds did not decide it; `depthprune demo --precise` adds rounds until every interval "
+                "is ±2 %."
+            )
         elif verdict:
             notes.append(f"{row['variant']}: {verdict}.")
     return notes
