@@ -37,7 +37,9 @@ from typing import Annotated
 import typer
 
 from depthprune.cli import demo_repair
+from depthprune.cli.demo_load import AA_TOLERANCE, load_test
 from depthprune.cli.demo_table import aa_row, print_table, speed_columns
+from depthprune.cli.demo_twins import served_speed_twins, speed_twin
 from depthprune.core.errors import UserError
 from depthprune.core.objectives import OBJECTIVES, TEXT
 from depthprune.core.processes import stop_process_group
@@ -96,8 +98,6 @@ PRECISE_MAX_ROUNDS = 36
 PRECISE_BUDGET_S = 660.0
 """``--precise``: its time budget. Three runs from an empty home (benchmarks/demo_repeats.sh, 2026-11-26):
 20, 32 and 32 rounds, A/A 1.00x within [0.98, 1.02] each time, 837-1,130 s for the whole demo."""
-AA_TOLERANCE = 0.05
-"""The decision rule's bound on the A/A interval: within [1/1.05, 1.05]."""
 
 
 REAL_SIZES = DemoSizes(
@@ -557,75 +557,6 @@ def gateway(config: DemoConfig, plan: DemoPlan, served: list[str], log_path: Pat
         log.close()
 
 
-def load_test_prompts(plan: DemoPlan, out: Path) -> str:
-    """``--prompts`` of the load test: the demo model's test text, or the pydoc test split written as JSONL.
-
-    Held-out text either way: the load test's prompts are never calibration data.
-    """
-    if plan.is_demo_model:
-        return "demo"
-    from pruning.calibration.data.pydoc import pydoc_documents
-
-    path = out / "prompts-pydoc-test.jsonl"
-    lines = [json.dumps({"text": document.text}) for document in pydoc_documents("test")]
-    path.write_text("\n".join(lines) + "\n")
-    return str(path)
-
-
-def load_test(config: DemoConfig, plan: DemoPlan, url: str, served: list[str], model_dir: Path | str) -> dict:
-    """Run ``depthprune loadtest`` against the gateway; returns its saved result."""
-    from loadtest.order import block_rounds
-
-    sizes = plan.sizes
-    # the served arms and dense's A/A arm run in balanced blocks (loadtest.precision.StopRule.limits)
-    block = block_rounds(len(served) + 1)
-    most = max(sizes.rounds, sizes.max_rounds)
-    most -= most % block if most >= block else 0
-    fewest = min(-(-sizes.rounds // block) * block, most)
-    rounds = f"{fewest}" if most == fewest else f"{fewest}-{most}"
-    say(
-        config,
-        f"load test of {', '.join(served)} and dense's A/A arm: {rounds} interleaved rounds of "
-        f"{sizes.num_prompts} requests x {sizes.output_len} tokens per model, all at once",
-    )
-    result_path = config.out / "loadtest.json"
-    command = [sys.executable, "-m", "depthprune", "loadtest", "--target", url, "--models", ",".join(served)]
-    command += ["--num-prompts", str(sizes.num_prompts), "--input-len", str(sizes.input_len)]
-    command += ["--output-len", str(sizes.output_len), "--rounds", str(sizes.rounds)]
-    # The A/A control always; rounds until the stop rule (decided, or ±2 % with --precise) or the budget;
-    # saturation only (a steady-state phase would double the time).
-    command += [
-        "--aa",
-        "--max-rounds",
-        str(max(sizes.rounds, sizes.max_rounds)),
-        "--target-precision",
-        "0.02",
-    ]
-    command += ["--stop-rule", sizes.stop_rule, "--aa-tolerance", str(AA_TOLERANCE)]
-    command += ["--time-budget", str(sizes.load_budget_s), "--steady-fraction", "0"]
-    command += ["--rate", "inf", "--warmup", "2", "--prompts", load_test_prompts(plan, config.out)]
-    command += ["--tokenizer", str(model_dir), "--save-result", str(result_path)]
-    command += ["--report-dir", str(config.out / "loadtest")]
-    if config.registry_url:
-        command += ["--registry", config.registry_url]
-    completed = subprocess.run(command, stdout=subprocess.DEVNULL, text=True)
-    if completed.returncode != 0:
-        raise UserError(f"the load test failed (exit {completed.returncode}); see the messages above")
-    return json.loads(result_path.read_text())
-
-
-def served_speed_twins(registry, served: dict[str, str], model_dir: Path | str) -> dict[str, str]:
-    """``role -> role`` of the served variants whose speed is an earlier one's (:mod:`.demo_twins`)."""
-    from depthprune.cli.demo_twins import speed_twins
-    from pruning.model.blocks import load_config
-
-    model = load_config(str(model_dir))
-    removed = {
-        role: registry.resolve(name).removed_blocks for role, name in served.items() if role != "dense"
-    }
-    return speed_twins(removed, int(model.num_hidden_layers), getattr(model, "layer_types", None))
-
-
 def summary_rows(
     outcomes: dict[str, list],
     registry,
@@ -701,15 +632,6 @@ def summary_rows(
     return demo_repair.with_repaired(rows, row)
 
 
-def speed_twin(role: str | None, twins: dict[str, str]) -> dict:
-    """A twin's row fields: whose speed it has, and why (the tables' note)."""
-    from depthprune.cli.demo_twins import SPEED_TWIN_REASON
-
-    if role not in twins:
-        return {}
-    return {"speed_of": twins[role], "speed_because": SPEED_TWIN_REASON}
-
-
 def quality_against_dense(registry, dense: str, names: list[str]) -> dict[str, dict]:
     """``name -> {task: record}``: dense's values with intervals and each variant's retention of them,
     paired over the same items (:func:`pruning.evaluation.paired.recorded_comparison`)."""
@@ -749,7 +671,7 @@ def run_demo(config: DemoConfig) -> list[dict]:
         evaluate(config, plan, served["dense"], outcomes, registry, [repaired.name] if repaired else [])
         url = wait_for_url()
         tested = [name for role, name in served.items() if role not in twins]
-        loadtest = load_test(config, plan, url, tested, model_dir)
+        loadtest = load_test(config, plan, url, tested, model_dir, say)
     rows = summary_rows(outcomes, registry, loadtest, served, plan, repaired, twins)
     (config.out / "summary.json").write_text(json.dumps(rows, indent=1) + "\n")
     print_table(rows, config.out, plan)

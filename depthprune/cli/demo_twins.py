@@ -11,6 +11,7 @@ says the other's speed is that one's; ``--precise`` measures every served varian
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 SPEED_TWIN_REASON = "the same number and kinds of blocks kept: the same computation per token"
 
@@ -32,3 +33,22 @@ def speed_twins(removed_by_role: dict[str, list[int]], num_blocks: int, layer_ty
         if first != role:
             twins[role] = first
     return twins
+
+
+def served_speed_twins(registry, served: dict[str, str], model_dir: Path | str) -> dict[str, str]:
+    """``role -> role`` of the served variants whose speed is an earlier one's, read from the registry and
+    the model's config."""
+    from pruning.model.blocks import load_config
+
+    model = load_config(str(model_dir))
+    removed = {
+        role: registry.resolve(name).removed_blocks for role, name in served.items() if role != "dense"
+    }
+    return speed_twins(removed, int(model.num_hidden_layers), getattr(model, "layer_types", None))
+
+
+def speed_twin(role: str | None, twins: dict[str, str]) -> dict:
+    """A twin's row fields: whose speed it has, and why (the tables' note)."""
+    if role not in twins:
+        return {}
+    return {"speed_of": twins[role], "speed_because": SPEED_TWIN_REASON}
