@@ -197,8 +197,7 @@ def profile_at(stack, shape, args, samples: int, sizes: dict) -> dict:
     del evaluator
     release_memory(args.device)
     table_path = args.out.with_suffix(".profile.txt")
-    table_path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomically(table_path, table + "\n")
+    write_beside(table_path, table + "\n")
     split["samples"] = samples
     split["operator_table"] = table_path.name
     print(
@@ -357,8 +356,13 @@ def projected_seconds(searches: dict, samples: int) -> float | None:
 
 
 def write_record(path: Path, record: dict) -> None:
+    write_beside(path, json.dumps(record, indent=2) + "\n")
+
+
+def write_beside(path: Path, text: str) -> None:
+    """``text`` to ``path`` whole or not at all, its folder made first."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomically(path, json.dumps(record, indent=2) + "\n")
+    write_text_atomically(path, text)
 
 
 def parse_args(argv=None):

@@ -58,11 +58,7 @@ class StopRule:
     def limits(self, arms: int) -> tuple[int, int]:
         """The fewest and most rounds for ``arms`` arms: ``rounds`` up and ``max_rounds`` down to blocks."""
         self.block = block_rounds(arms)
-        most = self.config.max_rounds
-        if most >= self.block:
-            most -= most % self.block
-        fewest = -(-self.config.rounds // self.block) * self.block
-        return min(fewest, most), most
+        return round_limits(self.config.rounds, self.config.max_rounds, self.block)
 
     def __call__(self, per_round: dict[str, list[dict]]) -> str | None:
         """Why to stop after the rounds in ``per_round`` (``arm -> [metrics of each round]``), or None."""
@@ -113,6 +109,14 @@ class StopRule:
             "stop_reason": self.reason,
             "order": {"design": "williams", "block_rounds": self.block, "arms": list(self.arms)},
         }
+
+
+def round_limits(rounds: int, max_rounds: int, block: int) -> tuple[int, int]:
+    """The fewest and most rounds a measurement runs: ``rounds`` up and ``max_rounds`` down to whole blocks of
+    ``block`` rounds (``max_rounds`` below one block stays as given: the design is cut)."""
+    most = max_rounds - max_rounds % block if max_rounds >= block else max_rounds
+    fewest = -(-rounds // block) * block
+    return min(fewest, most), most
 
 
 def headline_estimates(per_round: dict[str, list[dict]], baseline: str, key: str) -> dict[str, RatioEstimate]:

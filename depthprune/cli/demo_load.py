@@ -33,13 +33,12 @@ def load_test(config, plan, url: str, served: list[str], model_dir: Path | str, 
     """Run ``depthprune loadtest`` against the gateway; returns the saved result (``config`` and ``plan``: the
     demo's; ``say``: its step heading)."""
     from loadtest.order import block_rounds
+    from loadtest.precision import round_limits
 
     sizes = plan.sizes
-    # the served arms and dense's A/A arm run in balanced blocks (loadtest.precision.StopRule.limits)
-    block = block_rounds(len(served) + 1)
-    most = max(sizes.rounds, sizes.max_rounds)
-    most -= most % block if most >= block else 0
-    fewest = min(-(-sizes.rounds // block) * block, most)
+    max_rounds = max(sizes.rounds, sizes.max_rounds)
+    # the served arms and dense's A/A arm run in balanced blocks, as the load test's stop rule counts them
+    fewest, most = round_limits(sizes.rounds, max_rounds, block_rounds(len(served) + 1))
     rounds = f"{fewest}" if most == fewest else f"{fewest}-{most}"
     say(
         config,
@@ -55,7 +54,7 @@ def load_test(config, plan, url: str, served: list[str], model_dir: Path | str, 
     command += [
         "--aa",
         "--max-rounds",
-        str(max(sizes.rounds, sizes.max_rounds)),
+        str(max_rounds),
         "--target-precision",
         "0.02",
     ]

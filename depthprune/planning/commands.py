@@ -71,7 +71,7 @@ def _calibration_batch(
     all; with those bytes."""
 
     def activations(batch: int) -> int:
-        trie = -(-est.trie_path_bytes(shape, batch, sizes.seq_len, dtype_bytes) // cards)
+        trie = est.trie_path_bytes(shape, batch, sizes.seq_len, dtype_bytes, cards)
         forward = est.forward_activation_bytes(
             shape, batch, sizes.seq_len, dtype_bytes, est.CALIBRATION_HEAD_CHUNK
         )
@@ -157,8 +157,7 @@ def _calibration_steps(shape: ModelShape, sizes: CalibrationSizes, dtype: str, d
     # The budget left after the dense cache (and the KL log-probs it holds) is what search states may take.
     in_budget = sum(item.bytes for item in items[1:] if item.name != "KL reference (final hidden states)")
     items.append(_search_states(shape, sizes, cache.where, max(budget - in_budget, 0), per_boundary))
-    # each state lives on its block's card: a share of the path per card when the blocks are spread
-    trie = -(-est.trie_path_bytes(shape, batch, sizes.seq_len, dtype_bytes) // devices.count)
+    trie = est.trie_path_bytes(shape, batch, sizes.seq_len, dtype_bytes, devices.count)
     items.append(Item(f"trie path (<= {shape.num_layers} states of one batch)", trie))
     forward = est.forward_activation_bytes(
         shape, batch, sizes.seq_len, dtype_bytes, est.CALIBRATION_HEAD_CHUNK

@@ -104,10 +104,11 @@ def boundary_bytes(shape: ModelShape, samples: int, seq_len: int, dtype_bytes: i
     return samples * seq_len * shape.hidden_size * dtype_bytes
 
 
-def trie_path_bytes(shape: ModelShape, batch: int, seq_len: int, dtype_bytes: int) -> int:
+def trie_path_bytes(shape: ModelShape, batch: int, seq_len: int, dtype_bytes: int, cards: int = 1) -> int:
     """The states a group of sets keeps while it walks the trie of removal sets: at most one per block on the
-    current set's path, each one calibration batch wide."""
-    return shape.num_layers * batch * seq_len * shape.hidden_size * dtype_bytes
+    current set's path, each one calibration batch wide; on each of ``cards`` a share, since each state lives
+    on its block's card when the blocks are spread."""
+    return -(-shape.num_layers * batch * seq_len * shape.hidden_size * dtype_bytes // cards)
 
 
 def search_state_paths(searches: tuple[str, ...], shared: bool) -> int | None:
