@@ -2,10 +2,16 @@
 
 ``depthprune loadtest --slo "ttft_p99_ms=500,tpot_p99_ms=50"`` runs this instead of the saturation rounds.
 Each arm (dense, its A/A arm, each variant) has its own rate search (:class:`loadtest.bracket.Bracket`), and
-the arms take their steps **interleaved**: step ``k`` runs every arm whose search is still open once, at its
-own next rate, in row ``k`` of the balanced order the saturation test uses (:mod:`loadtest.order`), with the
-same pause and settling requests between engines (:func:`loadtest.runner.run_round`). Each step is open
-loop: Poisson arrivals (``--burstiness`` shapes them) at the requested rate, fresh prompts tagged per arm.
+the arms take their steps **interleaved, within every step**: step ``k`` runs every arm whose search is still
+open at its own next rate, cut into slices of at most ``slice_seconds`` of arrivals, and the arms take turns
+slice by slice (``A1 B1 C1 A2 B2 C2 ...``), each turn in the next row of the balanced order the saturation
+test uses (:mod:`loadtest.order`), with the same pause and settling requests between engines
+(:func:`loadtest.runner.run_round`). An arm's step is all its slices together (one SLO verdict over all their
+requests). Why slices: a p99 step holds 500 requests, minutes at a low rate, so arms run one after the other
+within a step were minutes apart, and under a neighbour's load the drift between them decided the steps: an
+A/A arm read 0.69 [0.53, 0.90]. A slice starts with an idle engine and ends when its last request does,
+alike for every arm. Each slice is open loop: Poisson arrivals (``--burstiness`` shapes them) at the
+requested rate, fresh prompts tagged per arm.
 
 **Requests per step: enough for the percentile the SLO names.** A step's p99 over 16 requests is its slowest
 request, so one stalled request decides the step. A step sends at least ``tail_requests / (1 - p/100)``
@@ -41,7 +47,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -90,6 +96,9 @@ class CapacityConfig:
     """A step whose achieved rate is more than this fraction below the requested one does not count."""
     max_steps: int = 12
     """Most steps of one arm in one replicate."""
+    slice_seconds: float = 10.0
+    """Arms take turns within a step in slices of at most this many seconds of arrivals (module docstring):
+    drift slower than one turn of every arm falls on all arms alike."""
 
     def __post_init__(self):
         if self.factor is None:
@@ -100,9 +109,13 @@ class CapacityConfig:
             raise UserError(f"--slo-replicates must be in 1..50, got {self.max_replicates}")
         if not 0 < self.resolution < 1:
             raise UserError(f"the capacity resolution must be in (0, 1), got {self.resolution}")
-        if self.factor <= 1 or not 0 < self.floor_fraction <= 1 or self.step_seconds <= 0:
+        if (
+            self.factor <= 1
+            or not 0 < self.floor_fraction <= 1
+            or min(self.step_seconds, self.slice_seconds) <= 0
+        ):
             raise UserError(
-                "the capacity factor must be above 1, the floor in (0, 1], the step time positive"
+                "the capacity factor must be above 1, the floor in (0, 1], the step and slice times positive"
             )
         if self.min_step_requests < 1 or not 0 < self.client_shortfall < 1:
             raise UserError("the capacity search needs at least 1 request per step and a shortfall in (0, 1)")
@@ -152,24 +165,34 @@ class CapacitySearch:
     """Why no further replicate ran."""
 
 
-def step_record(run: RunResult, arm: str, capacity: CapacityConfig, output_len: int) -> dict:
-    """What the JSON keeps of one arm's step: rates, arrival lag, goodput, SLO verdict, percentiles.
+def step_record(
+    runs: RunResult | Sequence[RunResult], arm: str, capacity: CapacityConfig, output_len: int
+) -> dict:
+    """What the JSON keeps of one arm's step (its slices' runs together): rates, arrival lag, goodput, SLO
+    verdict, percentiles.
 
-    ``slo_met`` is None (and ``counted`` False) when the client was the bottleneck.
+    ``slo_met`` is None (and ``counted`` False) when the client was the bottleneck. The achieved rate is the
+    requests sent over the seconds each slice took from its start to its last send.
     """
+    runs = [runs] if isinstance(runs, RunResult) else list(runs)
+    run = runs[0]
+    requests = [request for each in runs for request in each.requests]
     metrics = compute_metrics(
-        run.requests,
-        run.duration_s,
+        requests,
+        sum(each.duration_s for each in runs),
         goodput_slos_ms=capacity.slo.goodput_slos_ms,
         percentiles=capacity.percentiles(),
     )
-    sent = [
-        (result.start_time, run.started + due)
-        for result, due in zip(run.requests, run.offsets)
-        if result.start_time > 0
-    ]
-    last_send = max((send for send, _ in sent), default=run.started)
-    achieved = len(sent) / (last_send - run.started) if last_send > run.started else math.inf
+    sent, sending_s = [], 0.0
+    for each in runs:
+        pairs = [
+            (result.start_time, each.started + due)
+            for result, due in zip(each.requests, each.offsets)
+            if result.start_time > 0
+        ]
+        sent += pairs
+        sending_s += max((send for send, _ in pairs), default=each.started) - each.started
+    achieved = len(sent) / sending_s if sending_s > 0 else math.inf
     lags_ms = np.array([max(0.0, send - due) * 1000.0 for send, due in sent] or [0.0])
     client_limited = achieved < (1 - capacity.client_shortfall) * run.rate
     met = None if client_limited else capacity.slo.met(metrics)
@@ -190,11 +213,12 @@ def step_record(run: RunResult, arm: str, capacity: CapacityConfig, output_len: 
         "counted": met is not None,
         "slo_met": met,
         "margins": capacity.slo.margins(metrics) if metrics["completed"] else None,
-        "requests": len(run.requests),
+        "requests": len(requests),
+        "slices": len(runs),
         "completed": metrics["completed"],
         "failed": metrics["failed"],
         "errors": metrics["errors"],
-        "duration_s": run.duration_s,
+        "duration_s": sum(each.duration_s for each in runs),
         "request_throughput": metrics["request_throughput"],
         "goodput_rps": metrics["request_goodput"],
         "output_throughput": metrics["output_throughput"],
@@ -271,16 +295,35 @@ class StepClock:
 
     def __init__(self, arm_gap_s: float):
         self.overhead_s = 2.0 + arm_gap_s
-        """Seconds a step takes beyond its arrival schedule (drain, settling, the pause), last measured."""
+        """Seconds one arm's slice takes beyond its arrival schedule (drain, settling, the pause), last
+        measured."""
 
-    def predict(self, schedule_s: list[float]) -> float:
-        """Seconds a step of arms with these schedule lengths will take."""
-        return sum(schedule_s) + len(schedule_s) * self.overhead_s
+    def predict(self, schedule_s: list[float], runs: int | None = None) -> float:
+        """Seconds a step of arms with these schedule lengths will take, in ``runs`` slices in all (one per
+        arm when None)."""
+        return sum(schedule_s) + (len(schedule_s) if runs is None else runs) * self.overhead_s
 
-    def observe(self, schedule_s: list[float], wall_s: float) -> None:
-        """Learn from a step that took ``wall_s`` for these schedule lengths."""
-        if schedule_s:
-            self.overhead_s = max(0.0, (wall_s - sum(schedule_s)) / len(schedule_s))
+    def observe(self, schedule_s: list[float], wall_s: float, runs: int | None = None) -> None:
+        """Learn from a step that took ``wall_s`` for these schedule lengths in ``runs`` slices."""
+        runs = len(schedule_s) if runs is None else runs
+        if runs:
+            self.overhead_s = max(0.0, (wall_s - sum(schedule_s)) / runs)
+
+
+def slice_plan(
+    wanted: Mapping[str, int], rates: Mapping[str, float], slice_seconds: float
+) -> dict[str, list[int]]:
+    """``arm -> requests of each of its slices``: every arm's step cut into the same number of slices (the
+    longest schedule over ``slice_seconds``, rounded up), so that slice ``j`` of every arm covers the same
+    part of its step; an arm with fewer requests than slices has one request per slice and sits out the
+    rest."""
+    count = max(math.ceil(wanted[arm] / rate / slice_seconds - 1e-9) for arm, rate in rates.items())
+    count = max(1, count)
+    plan = {}
+    for arm in rates:
+        parts = min(count, wanted[arm])
+        plan[arm] = [wanted[arm] // parts + (index < wanted[arm] % parts) for index in range(parts)]
+    return plan
 
 
 StepPrompts = Callable[[int, int], Mapping[str, list[Prompt]]]
@@ -335,7 +378,9 @@ class StepRunner:
         self.deadline = deadline
         self.clock = StepClock(benchmark.config.arm_gap_s)
         self.step = 0
-        """Steps so far over every replicate: picks the arm order and seeds the arrival times."""
+        """Steps so far over every replicate."""
+        self.turn = 0
+        """Slices' turns so far over every replicate: picks the arm order and seeds the arrival times."""
 
     def requests(self, rate: float) -> int:
         """Requests of one arm's step at ``rate``."""
@@ -343,41 +388,67 @@ class StepRunner:
 
     def has_time_for(self, previous: Replicate) -> bool:
         """Whether three steps at the capacities ``previous`` found (its floor where 0) fit the deadline."""
-        rates = [bracket.capacity or bracket.floor for bracket in previous.brackets.values()]
-        predicted = self.clock.predict([self.requests(rate) / rate for rate in rates])
+        rates = {arm: bracket.capacity or bracket.floor for arm, bracket in previous.brackets.items()}
+        wanted = {arm: self.requests(rate) for arm, rate in rates.items()}
+        slices = slice_plan(wanted, rates, self.capacity.slice_seconds)
+        schedule = [wanted[arm] / rate for arm, rate in rates.items()]
+        predicted = self.clock.predict(schedule, sum(map(len, slices.values())))
         return time.monotonic() + 3 * predicted <= self.deadline
 
     async def run_replicate(self, client, replicate: Replicate) -> None:
         """Steps until every arm's search is over, or the next step would overrun the deadline."""
-        config = self.benchmark.config
         while rates := {arm: rate for arm, b in replicate.brackets.items() if (rate := b.next_rate())}:
             wanted = {arm: self.requests(rate) for arm, rate in rates.items()}
+            slices = slice_plan(wanted, rates, self.capacity.slice_seconds)
             schedule = [wanted[arm] / rate for arm, rate in rates.items()]
-            if time.monotonic() + self.clock.predict(schedule) > self.deadline:
+            runs = sum(map(len, slices.values()))
+            if time.monotonic() + self.clock.predict(schedule, runs) > self.deadline:
                 replicate.complete = False
                 return
-            prompts = self.prompts_of_step(replicate.index, self.step)
             began = time.monotonic()
+            by_arm = await self.run_slices(
+                client, self.prompts_of_step(replicate.index, self.step), rates, slices
+            )
+            self.clock.observe(schedule, time.monotonic() - began, runs)
+            for arm, arm_runs in by_arm.items():
+                record = step_record(arm_runs, arm, self.capacity, self.benchmark.config.output_len)
+                replicate.brackets[arm].record(rates[arm], record["slo_met"])
+                replicate.steps.append({"replicate": replicate.index, **record, "step": self.step})
+            self.step += 1
+
+    async def run_slices(
+        self,
+        client,
+        prompts: Mapping[str, list[Prompt]],
+        rates: dict[str, float],
+        slices: dict[str, list[int]],
+    ) -> dict[str, list[RunResult]]:
+        """One step: slice ``j`` of every arm, turn by turn, each turn in the next row of the balanced order;
+        returns ``arm -> its slices' runs`` (arms in the order they first ran)."""
+        config, by_arm = self.benchmark.config, {}
+        sent = dict.fromkeys(rates, 0)
+        for index in range(max(map(len, slices.values()))):
+            counts = {arm: parts[index] for arm, parts in slices.items() if index < len(parts)}
+            turn = {arm: list(prompts[arm][sent[arm] : sent[arm] + count]) for arm, count in counts.items()}
             runs = await run_round(
                 client,
                 self.benchmark.targets,
-                {arm: list(prompts[arm][: wanted[arm]]) for arm in rates},
-                replace(config, max_run_s=_run_limit(self.capacity, config, rates, wanted)),
-                self.step,
-                rate=rates,
+                turn,
+                replace(config, max_run_s=_run_limit(self.capacity, config, rates, counts)),
+                self.turn,
+                rate={arm: rates[arm] for arm in counts},
                 model_names=self.benchmark.model_names,
             )
-            self.clock.observe(schedule, time.monotonic() - began)
+            self.turn += 1
             for run in runs:
-                record = step_record(run, run.model, self.capacity, config.output_len)
-                replicate.brackets[run.model].record(run.rate, record["slo_met"])
-                replicate.steps.append({"replicate": replicate.index, **record})
-            self.step += 1
+                by_arm.setdefault(run.model, []).append(run)
+                sent[run.model] += len(run.requests)
+        return by_arm
 
 
 def _run_limit(capacity: CapacityConfig, config, rates: dict[str, float], wanted: dict[str, int]) -> float:
-    """Seconds one arm's step may run: its schedule plus room for its last request to finish within the SLO
-    several times over (a request still open then has certainly missed it)."""
+    """Seconds one arm's slice of ``wanted`` requests may run: its schedule plus room for its last request to
+    finish within the SLO several times over (a request still open then has certainly missed it)."""
     bound = latency_bound_s(capacity.slo, config.output_len)
     tail = config.max_run_s if bound is None else max(10.0, 3 * bound)
-    return min(config.max_run_s, max(wanted[arm] / rate for arm, rate in rates.items()) + tail)
+    return min(config.max_run_s, max(count / rates[arm] for arm, count in wanted.items()) + tail)

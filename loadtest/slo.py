@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from depthprune.core.errors import UserError
 from loadtest.metrics import percentile_key
 
-SLO_KEY = re.compile(r"^(ttft|tpot|itl|e2e)_p(\d+(?:\.\d+)?)_ms$")
+SLO_KEY = re.compile(r"(ttft|tpot|itl|e2e)_p([0-9]+(?:\.[0-9]+)?)_ms")
 """An objective's name: ``<family>_p<percentile>_ms``."""
 FAMILY_METRIC = {"ttft": "ttft", "tpot": "tpot", "itl": "itl", "e2e": "e2el"}
 """SLO family -> the metric name of :func:`loadtest.metrics.compute_metrics` (and ``vllm bench serve``)."""
@@ -97,16 +97,16 @@ def parse_slo(text: str) -> Slo:
     """``"ttft_p99_ms=500,tpot_p99_ms=50"`` -> :class:`Slo`.
 
     Raises:
-        UserError: an unknown key, a key given twice, a missing ``=``, or a target that is not a positive
-            finite number of ms.
+        UserError: an empty item, an unknown key, one objective given twice (``ttft_p99.0_ms`` is
+            ``ttft_p99_ms``), a missing ``=``, or a target that is not a positive finite number of ms.
     """
+    from depthprune.core.lists import option_items
+
     objectives: dict[str, Objective] = {}
-    for item in (part.strip() for part in text.split(",")):
-        if not item:
-            continue
+    for item in option_items(text, "--slo", EXAMPLE):
         key, sep, value = item.partition("=")
         key = key.strip()
-        match = SLO_KEY.match(key)
+        match = SLO_KEY.fullmatch(key)
         if not sep or match is None:
             raise UserError(
                 f"--slo {item!r} must be KEY=MS with KEY like ttft_p99_ms, tpot_p99_ms, itl_p99_ms or "
@@ -121,11 +121,10 @@ def parse_slo(text: str) -> Slo:
             raise UserError(f"--slo {key}: {value.strip()!r} is not a number of milliseconds") from None
         if not 0 < target < float("inf"):
             raise UserError(f"--slo {key} must be a positive number of milliseconds, got {value.strip()}")
-        if key in objectives:
-            raise UserError(f"--slo names {key} twice")
-        objectives[key] = Objective(match.group(1), percentile, target)
-    if not objectives:
-        raise UserError(f"--slo names no objective (e.g. --slo {EXAMPLE})")
+        objective = Objective(match.group(1), percentile, target)
+        if objective.name in objectives:  # ttft_p99.0_ms is ttft_p99_ms
+            raise UserError(f"--slo names {objective.name} twice (as {key})")
+        objectives[objective.name] = objective
     return Slo(tuple(objectives.values()))
 
 
