@@ -59,6 +59,7 @@ CHANNEL = "depthprune_experiments"
 SEED, SET, DELETE = "seed", "set", "delete"
 """Actions of the history: created from a gateway's config file, set (created or changed), deleted."""
 MAX_ACTOR_LENGTH = 256
+MAX_REASON_LENGTH = 1024
 NAME_CHARACTERS = "letters A-Z a-z, digits and . _ - + :"
 """What experiment names, arm names and every name a spec refers to are made of: visible ASCII that an HTTP
 header value and a Prometheus label value carry as they are, and that a URL path carries unescaped."""
@@ -183,6 +184,8 @@ class ExperimentChange:
     old_spec: dict[str, Any] | None
     new_spec: dict[str, Any] | None
     changed_at: datetime
+    reason: str | None = None
+    """Why, when the actor said (a guardrail gives the figures that made it act)."""
 
 
 class ExperimentStore:
@@ -243,6 +246,7 @@ class ExperimentStore:
                     old_spec=row.old_spec,
                     new_spec=row.new_spec,
                     changed_at=utc(row.changed_at),
+                    reason=row.reason,
                 )
                 for row in session.scalars(query)
             ]
@@ -270,6 +274,7 @@ class ExperimentStore:
         actor: str,
         expected_version: int | None = None,
         deadline_s: float | None = None,
+        reason: str | None = None,
     ) -> ExperimentRecord:
         """Create or replace an experiment's spec (the same spec again changes nothing).
 
@@ -282,6 +287,7 @@ class ExperimentStore:
             deadline_s: seconds the whole change may take, lock waits and retries included; past it the
                 transaction is rolled back and :class:`WriteTimeout` raised. None waits as long as the
                 database's own timeouts and retries allow.
+            reason: why, kept in the history (a guardrail's figures).
 
         Raises:
             StaleVersion: ``expected_version`` is not the current version; nothing was written.
@@ -290,7 +296,13 @@ class ExperimentStore:
         """
         check_experiment_name(name)
         return self._change(
-            name, spec, actor=actor, action=SET, expected_version=expected_version, deadline_s=deadline_s
+            name,
+            spec,
+            actor=actor,
+            action=SET,
+            expected_version=expected_version,
+            deadline_s=deadline_s,
+            reason=reason,
         )
 
     def delete(
@@ -338,6 +350,7 @@ class ExperimentStore:
         expected_version: int | None,
         only_new: bool = False,
         deadline_s: float | None = None,
+        reason: str | None = None,
     ) -> ExperimentRecord | None:
         actor = actor[:MAX_ACTOR_LENGTH]
         if spec is not None:
@@ -373,6 +386,7 @@ class ExperimentStore:
                     old_spec=old_spec,
                     new_spec=spec,
                     changed_at=now,
+                    reason=None if reason is None else reason[:MAX_REASON_LENGTH],
                 )
             )
             if self.postgres:

@@ -15,7 +15,7 @@ from sqlalchemy import Engine, inspect, text
 from registry.database import WRITE_OPTION
 
 MIGRATIONS_DIR = Path(__file__).parent / "migrations"
-HEAD_REVISION = "0006"
+HEAD_REVISION = "0007"
 """The newest revision in ``migrations/versions``; a test keeps it equal to Alembic's head."""
 POSTGRES_MIGRATION_LOCK = 5_480_211_730  # any constant; names the advisory lock of registry migrations
 

@@ -229,3 +229,5 @@ class ExperimentChangeRow(Base):
     old_spec: Mapped[dict | None] = mapped_column(JSON(none_as_null=True))
     new_spec: Mapped[dict | None] = mapped_column(JSON(none_as_null=True))
     changed_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), default=utc_now)
+    reason: Mapped[str | None] = mapped_column(Text, nullable=True)
+    """Why (a guardrail's figures); None for most operator changes."""

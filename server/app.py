@@ -22,11 +22,13 @@ from server.backends import Backend, BackendPool
 from server.errors import GatewayError, error_response
 from server.experiment_sync import SharedExperiments, gateway_actor, parse_spec
 from server.experiments import Router
+from server.guardrails import Guardrails
 from server.metrics import GatewayMetrics
 from server.proxy import Proxy
 from server.routes import REQUEST_BODIES
 from server.routes import router as routes
 from server.settings import GatewaySettings
+from server.shadow import ShadowScorer
 
 log = logging.getLogger("depthprune.server")
 
@@ -80,6 +82,7 @@ def create_app(
         pool = BackendPool(settings)
     on_backend_change = backend_metrics_updater(metrics, pool)
     pool.on_change = on_backend_change
+    guardrails = Guardrails(shared, metrics, settings.guardrail_interval_s)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI):
@@ -87,9 +90,15 @@ def create_app(
         for backend in pool.backends.values():
             on_backend_change(backend)
         await shared.start()
+        app.state.shadow = ShadowScorer(settings, pool, router, metrics)  # its queue needs the running loop
+        app.state.proxy.shadow = app.state.shadow
+        app.state.shadow.start()
+        guardrails.start()
         try:
             yield
         finally:
+            await guardrails.stop()
+            await app.state.shadow.stop()
             await shared.stop()
             await app.state.proxy.close()
             await pool.close()
@@ -105,6 +114,7 @@ def create_app(
     app.state.router = router
     app.state.experiments = shared
     app.state.metrics = metrics
+    app.state.guardrails = guardrails
     app.state.proxy = Proxy(settings, pool, router, metrics)
     app.state.created = int(time.time())
     app.include_router(routes)

@@ -24,6 +24,9 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from depthprune.core.errors import UserError
+from server.experiment_comparison import compare_arms
+from server.metrics import MOMENTS_FAMILY
+from server.sequential import QUALITY_MARGIN, Moments
 
 PREFIX = "depthprune_gateway_"
 LATENCIES = {
@@ -124,6 +127,10 @@ class ArmTraffic:
     variants: set[str] = field(default_factory=set)
     """The variants that answered its requests (its own, and a fallback's while it was down)."""
     latencies: dict[str, Histogram] = field(default_factory=lambda: defaultdict(Histogram))
+    moments: dict[str, Moments] = field(default_factory=dict)
+    """Sufficient statistics per measure (``dense_nll``, ``top1_agreement``, ``tpot``, ``e2el``)."""
+    shadow_scored: int = 0
+    shadow_dropped: int = 0
 
 
 def arm_traffic(metrics_texts: list[str], experiment: str) -> dict[str, ArmTraffic]:
@@ -137,7 +144,13 @@ def arm_traffic(metrics_texts: list[str], experiment: str) -> dict[str, ArmTraff
                 if labels.get("experiment") != experiment or not labels.get("arm"):
                     continue
                 arm = arms[labels["arm"]]
-                if sample.name == PREFIX + "requests_total":
+                if sample.name == PREFIX + MOMENTS_FAMILY + "_total":
+                    _add_moment(arm.moments, labels["measure"], labels["moment"], sample.value)
+                elif sample.name == PREFIX + "shadow_scored_total":
+                    arm.shadow_scored += int(sample.value)
+                elif sample.name == PREFIX + "shadow_dropped_total":
+                    arm.shadow_dropped += int(sample.value)
+                elif sample.name == PREFIX + "requests_total":
                     arm.requests += int(sample.value)
                     arm.errors += 0 if labels["status"].startswith("2") else int(sample.value)
                     arm.variants.add(labels["variant"])
@@ -152,6 +165,11 @@ def arm_traffic(metrics_texts: list[str], experiment: str) -> dict[str, ArmTraff
     return dict(arms)
 
 
+def _add_moment(moments: dict[str, Moments], measure: str, moment: str, value: float) -> None:
+    part = {"count": Moments(count=value), "sum": Moments(total=value), "sum_squares": Moments(squares=value)}
+    moments[measure] = moments.get(measure, Moments()) + part.get(moment, Moments())
+
+
 def arm_summary(traffic: ArmTraffic) -> dict[str, Any]:
     """JSON-ready numbers of one arm: requests, errors with interval, each latency's mean and median."""
     summary: dict[str, Any] = {
@@ -159,6 +177,8 @@ def arm_summary(traffic: ArmTraffic) -> dict[str, Any]:
         "errors": traffic.errors,
         "error_rate": error_interval(traffic.errors, traffic.requests),
         "variants": sorted(traffic.variants),
+        "shadow_scored": traffic.shadow_scored,
+        "shadow_dropped": traffic.shadow_dropped,
     }
     for key in LATENCIES:
         histogram = traffic.latencies.get(key, Histogram())
@@ -190,21 +210,57 @@ def report(
         if not cards:
             with contextlib.suppress(UserError):
                 cards = {card["id"]: card for card in _get(httpx, f"{url}/v1/models", headers).json()["data"]}
-    spec, evaluations = _registry_facts(name, registry_url)
+    spec, evaluations, changes = _registry_facts(name, registry_url)
     arms = _arms(name, spec, cards.get(name))
     traffic = arm_traffic(texts, name)
     if not arms and not traffic:
         raise UserError(f"no gateway given routes experiment {name!r}, and the registry does not know it")
+    comparison = _comparison(spec, cards.get(name))
+    order = [*arms, *sorted(set(traffic) - set(arms))]
+    moments = {arm: traffic[arm].moments for arm in traffic}
+    compared = compare_arms(moments, order, comparison["control"], comparison["margin"])
+    stops = guardrail_stops(changes)
     rows = []
-    for arm_name in [*arms, *sorted(set(traffic) - set(arms))]:
+    for arm_name in order:
         arm = arms.get(arm_name, {"name": arm_name})
         summary = arm_summary(traffic.get(arm_name, ArmTraffic()))
         variant = arm.get("variant") or (summary["variants"][0] if summary["variants"] else None)
         card = cards.get(variant, {})
         facts = {key: card.get(key) for key in ("base_model", "objective", "removed_blocks", "num_blocks")}
         facts["held_out"] = evaluations(card, variant) if variant else []
-        rows.append({**arm, **summary, "variant": variant, "facts": facts})
-    return {"experiment": name, "gateways": list(gateways), "arms": rows}
+        row = {**arm, **summary, **compared[arm_name], "variant": variant, "facts": facts}
+        if "vs_control" in row:
+            row["vs_control"]["guardrail"] = stops.get(arm_name, {"fired": False})
+        rows.append(row)
+    return {"experiment": name, **comparison, "gateways": list(gateways), "arms": rows}
+
+
+def _comparison(spec: dict | None, card: dict | None) -> dict[str, Any]:
+    """The control, margin, shadow rate and guardrails: a gateway's card says them as it resolved them
+    (the default control included); the registry's spec when no gateway routes the experiment."""
+    if card and card.get("comparison"):
+        return dict(card["comparison"])
+    spec = spec or {}
+    return {
+        "control": spec.get("control"),
+        "shadow_rate": spec.get("shadow_rate", 0.0),
+        "margin": spec.get("margin", QUALITY_MARGIN),
+        "guardrails": spec.get("guardrails"),
+    }
+
+
+def guardrail_stops(changes: list) -> dict[str, dict[str, Any]]:
+    """Per arm, the last time a guardrail stopped it: ``{fired, version, reason}`` from the history (the arm
+    whose weight the change set to 0)."""
+    stops = {}
+    for change in changes:
+        if change.actor != "guardrail" or not change.old_spec or not change.new_spec:
+            continue
+        before = {arm["name"]: arm.get("weight", 1.0) for arm in change.old_spec.get("arms", [])}
+        for arm in change.new_spec.get("arms", []):
+            if arm.get("weight") == 0 and before.get(arm["name"], 0) > 0:
+                stops[arm["name"]] = {"fired": True, "version": change.version, "reason": change.reason}
+    return stops
 
 
 def _get(httpx, url: str, headers: dict):
@@ -249,9 +305,10 @@ def _registry_facts(name: str, registry_url: str | None):
     try:
         registry = open_registry(registry_url)
     except UserError:
-        return None, lambda card, variant: []
+        return None, lambda card, variant: [], []
+    store = ExperimentStore(registry)
     try:
-        spec = ExperimentStore(registry).get(name).spec
+        spec = store.get(name).spec
     except ExperimentNotFound:
         spec = None
 
@@ -265,7 +322,7 @@ def _registry_facts(name: str, registry_url: str | None):
             return []
         return [{"suite": e.suite, "task": e.task, "metric": e.metric, "value": e.value} for e in found]
 
-    return spec, evaluations
+    return spec, evaluations, store.history(name)
 
 
 def print_report(result: dict[str, Any], console) -> None:
@@ -293,6 +350,58 @@ def print_report(result: dict[str, Any], console) -> None:
         facts.add_row(arm["name"], arm["variant"] or "—", f["objective"] or "—", removed, quality)
     console.print(traffic)
     console.print(facts)
+    print_comparison(result, console)
+
+
+def print_comparison(result: dict[str, Any], console) -> None:
+    """Quality (shadow-scored) and speed of every arm against the control, with confidence sequences."""
+    from rich.table import Table
+
+    control = result.get("control") or "?"
+    quality = Table(
+        title=f"quality against the control '{control}': 95 % confidence sequences (valid at every look), "
+        f"margin {result.get('margin', QUALITY_MARGIN):g} nats/token"
+    )
+    for column in ("arm", "scored", "dropped", "dense NLL", "top-1 agree", "NLL delta", "verdict"):
+        quality.add_column(column)
+    speed = Table(title=f"speed against the control '{control}' (arm / control), 95 % confidence sequences")
+    for column in ("arm", "TPOT ratio", "E2EL ratio", "verdict", "guardrail"):
+        speed.add_column(column)
+    for arm in result["arms"]:
+        versus = arm.get("vs_control")
+        name = arm["name"] + (" (control)" if versus is None else "")
+        quality.add_row(
+            name,
+            str(arm["shadow_scored"]),
+            str(arm["shadow_dropped"]),
+            _with_cs(arm["dense_nll"], arm["dense_nll_cs95"]),
+            _with_cs(arm["top1_agreement"], arm["top1_agreement_cs95"]),
+            _with_cs(versus["nll_delta"], versus["nll_delta_cs95"], signed=True) if versus else "—",
+            versus["quality"] if versus else "—",
+        )
+        if versus is None:
+            continue
+        stop = versus.get("guardrail") or {}
+        speed.add_row(
+            arm["name"],
+            _with_cs(versus["tpot_ratio"], versus["tpot_ratio_cs95"]),
+            _with_cs(versus["e2el_ratio"], versus["e2el_ratio_cs95"]),
+            versus["speed"],
+            f"stopped (v{stop['version']})" if stop.get("fired") else "—",
+        )
+    console.print(quality)
+    console.print(speed)
+    for arm in result["arms"]:
+        stop = (arm.get("vs_control") or {}).get("guardrail") or {}
+        if stop.get("fired"):
+            console.print(f"guardrail, version {stop['version']}: {stop['reason']}")
+
+
+def _with_cs(value: float | None, bounds: list[float] | None, signed: bool = False) -> str:
+    if value is None:
+        return "—"
+    shown = f"{value:+.3f}" if signed else f"{value:.3f}"
+    return shown if bounds is None else f"{shown} [{bounds[0]:.3f}, {bounds[1]:.3f}]"
 
 
 _LATENCY_KEYS = [

@@ -86,7 +86,7 @@ class LocalStore:
     def history(self, name: str) -> list:
         return list(self._history.get(name, []))
 
-    def set(self, name, spec, *, actor, expected_version=None, action="set", deadline_s=None):
+    def set(self, name, spec, *, actor, expected_version=None, action="set", deadline_s=None, reason=None):
         from registry.experiments import (
             MAX_EXPERIMENTS,
             ExperimentChange,
@@ -111,7 +111,7 @@ class LocalStore:
         now = datetime.now(timezone.utc)
         record = ExperimentRecord(name, spec, version + 1, actor, now)
         self._records[name] = record
-        change = ExperimentChange(name, version + 1, action, actor, old, spec, now)
+        change = ExperimentChange(name, version + 1, action, actor, old, spec, now, reason)
         self._history.setdefault(name, []).append(change)
         return record
 
@@ -453,7 +453,13 @@ class SharedExperiments:
         return self.versions.get(name) if name in self.router.experiments else None
 
     async def put(
-        self, name: str, spec: ExperimentSpec, *, actor: str, expected_version: int | None = None
+        self,
+        name: str,
+        spec: ExperimentSpec,
+        *,
+        actor: str,
+        expected_version: int | None = None,
+        reason: str | None = None,
     ) -> tuple[Experiment, int]:
         """Check ``spec`` against what this gateway serves, write it to the store, then route by it.
 
@@ -473,7 +479,12 @@ class SharedExperiments:
         parse_spec(name, spec)
         experiment = self.router.compile_experiment(name, spec)  # raises before anything is written
         record = await self._write(
-            self._opened_store().set, name, spec_json(spec), actor=actor, expected_version=expected_version
+            self._opened_store().set,
+            name,
+            spec_json(spec),
+            actor=actor,
+            expected_version=expected_version,
+            reason=reason,
         )
         self._installed(name, record)
         return experiment, record.version

@@ -60,8 +60,10 @@ def unit_hash(experiment: str, user_key: str) -> float:
 class Experiment:
     """A compiled experiment: arms with backends resolved and cumulative weights ready for lookup."""
 
-    def __init__(self, name: str, spec: ExperimentSpec, arms: list[Arm]):
+    def __init__(self, name: str, spec: ExperimentSpec, arms: list[Arm], control: str):
         self.name, self.spec, self.arms = name, spec, arms
+        self.control = control
+        """The arm every other arm is compared with, and whose engine shadow-scores every arm."""
         self.by_name = {arm.name: arm for arm in arms}
         # A zero-weight arm is dark: forcing it by header is allowed only where the experiment says so.
         self.forcible = {arm.name for arm in arms if arm.weight > 0} | set(spec.forcible)
@@ -83,6 +85,16 @@ class Experiment:
         # Zero-weight arms have the same cumulative value as their predecessor and are never picked.
         return self.arms[min(index, len(self.arms) - 1)]
 
+    def comparison(self) -> dict:
+        """How the arms are compared: the control, the shadow rate, the quality margin, the guardrails."""
+        guardrails = self.spec.guardrails.model_dump() if self.spec.guardrails is not None else None
+        return {
+            "control": self.control,
+            "shadow_rate": self.spec.shadow_rate,
+            "margin": self.spec.margin,
+            "guardrails": guardrails,
+        }
+
     def describe(self) -> list[dict]:
         """Arms as shown by ``/v1/models`` and the admin endpoint."""
         total = sum(arm.weight for arm in self.arms)
@@ -94,6 +106,7 @@ class Experiment:
                 "weight": arm.weight,
                 "share": arm.weight / total,
                 "fallback": arm.fallback,
+                "control": arm.name == self.control,
             }
             for arm in self.arms
         ]
@@ -156,7 +169,19 @@ class Router:
                     fallback = None
             objective = arm_spec.objective or self.variants[backend].objective
             resolved.append(Arm(arm_spec.name, backend, arm_spec.weight, fallback, objective))
-        return Experiment(name, spec, resolved)
+        return Experiment(name, spec, resolved, self._control(name, spec, resolved))
+
+    def _control(self, name: str, spec: ExperimentSpec, arms: list[Arm]) -> str:
+        """The spec's ``control``, else the first arm that serves the dense model."""
+        if spec.control is not None:
+            return spec.control
+        for arm in arms:  # "dense" is the name serve gives the dense model (and a bare remote has no facts)
+            if self.variants[arm.backend].is_dense or arm.backend == "dense":
+                return arm.name
+        raise ValueError(
+            f"experiment {name!r} has no arm serving the dense model: name the arm the others are compared "
+            f"with in 'control' (arms: {', '.join(arm.name for arm in arms)})"
+        )
 
     def remove_experiment(self, name: str) -> None:
         """Remove an experiment; KeyError when there is none of that name."""

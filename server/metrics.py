@@ -23,6 +23,8 @@ from urllib.parse import quote
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily
 
+from server.sequential import Moments
+
 # vLLM's buckets (vllm/v1/metrics/loggers.py), with finer ones below its smallest.
 TTFT_BUCKETS = (
     0.001,
@@ -83,6 +85,7 @@ WIRE_SAFE = re.compile(r"[A-Za-z0-9" + re.escape(WIRE_PUNCTUATION) + r"]*")
 """Visible ASCII but ``%``, ``"`` and ``\\``: carried by a header value and a label value as it is, and never
 mistaken for a percent-encoded value."""
 REQUEST_LABELS = ("variant", "experiment", "arm")
+ARM_LABELS = ("experiment", "arm")
 REPLICA_LABELS = ("variant", "replica")
 FALLBACK_LABELS = ("experiment", "arm", "variant")
 
@@ -166,6 +169,21 @@ FAMILIES = {
         "fallbacks",
         "Requests served by a fallback because their arm was down.",
         FALLBACK_LABELS,
+        None,
+    ),
+    "shadow_scored": (
+        Counter,
+        "shadow_scored",
+        "Completions of an arm scored afterwards by the experiment's control model.",
+        ARM_LABELS,
+        None,
+    ),
+    "shadow_dropped": (
+        Counter,
+        "shadow_dropped",
+        "Completions sampled for shadow scoring but not scored, by reason (queue_full, control_down, "
+        "control_busy, too_long, failed, experiment_gone).",
+        (*ARM_LABELS, "reason"),
         None,
     ),
 }
@@ -252,6 +270,32 @@ class SpecDecodeCollector:
         yield family
 
 
+MOMENTS_FAMILY = "arm_moments"
+"""``depthprune_gateway_arm_moments_total{experiment, arm, measure, moment}``: count, sum and sum of squares
+of each arm's per-request measures, the sufficient statistics a report adds up over replicas."""
+
+
+class ArmMomentsCollector:
+    """Exports :attr:`GatewayMetrics.arm_moments` at each scrape (one consistent snapshot per arm)."""
+
+    def __init__(self, moments: dict[tuple[str, str], dict[str, Moments]]):
+        self.moments = moments
+
+    def collect(self):
+        family = CounterMetricFamily(
+            PREFIX + MOMENTS_FAMILY,
+            "Per experiment arm and measure (dense_nll, top1_agreement: shadow-scored completions; tpot, "
+            "e2el: answered requests, seconds): count, sum and sum of squares.",
+            labels=("experiment", "arm", "measure", "moment"),
+        )
+        for (experiment, arm), measures in list(self.moments.items()):
+            for measure, value in measures.items():
+                numbers = {"count": value.count, "sum": value.total, "sum_squares": value.squares}
+                for moment, number in numbers.items():
+                    family.add_metric([experiment, arm, measure, moment], number)
+        yield family
+
+
 class GatewayMetrics:
     """The gateway's metric families in their own registry (one attribute per entry of :data:`FAMILIES`)."""
 
@@ -269,6 +313,8 @@ class GatewayMetrics:
     replica_requests: Counter
     upstream_retries: Counter
     fallbacks: Counter
+    shadow_scored: Counter
+    shadow_dropped: Counter
 
     def __init__(self):
         self.registry = CollectorRegistry()
@@ -278,6 +324,35 @@ class GatewayMetrics:
             setattr(self, attribute, family)
         self.spec_decode = SpecDecodeCollector()
         self.registry.register(self.spec_decode)
+        self.arm_moments: dict[tuple[str, str], dict[str, Moments]] = {}
+        """This gateway's statistics per (experiment, arm) and measure (``tpot``, ``e2el``, ``dense_nll``,
+        ``top1_agreement``): what its guardrails and page read, and what ``/metrics`` exports."""
+        self.registry.register(ArmMomentsCollector(self.arm_moments))
+
+    def observe_latency(
+        self, labels: tuple[str, str, str], measure: str, seconds: float, answered: bool
+    ) -> None:
+        """One request's ``tpot`` or ``e2el``: its histogram and, for an answered request (2xx) of an
+        experiment, the arm's moments (an error's latency says nothing of the arm's speed)."""
+        (self.tpot if measure == "tpot" else self.e2e).labels(*labels).observe(seconds)
+        if answered and labels[1]:
+            self._moment(labels[1], labels[2], measure, seconds)
+
+    def observe_shadow(self, experiment: str, arm: str, dense_nll: float, top1_agreement: float) -> None:
+        """One shadow-scored completion of ``arm``."""
+        labels = (wire_value(experiment), wire_value(arm))
+        self.shadow_scored.labels(*labels).inc()
+        self._moment(*labels, "dense_nll", dense_nll)
+        self._moment(*labels, "top1_agreement", top1_agreement)
+
+    def _moment(self, experiment: str, arm: str, measure: str, value: float) -> None:
+        measures = self.arm_moments.setdefault((experiment, arm), {})
+        measures[measure] = measures.get(measure, Moments()).add(value)
+
+    def moments(self, experiment: str) -> dict[str, dict[str, Moments]]:
+        """``{arm: {measure: Moments}}`` of this gateway for ``experiment``."""
+        key = wire_value(experiment)
+        return {arm: dict(measures) for (name, arm), measures in self.arm_moments.items() if name == key}
 
     def forget(self, experiment: str, arms: set[str] | None = None) -> None:
         """Remove the series of an experiment's ``arms`` (of the whole experiment when None): a deleted
@@ -291,6 +366,10 @@ class GatewayMetrics:
             if "experiment" in labels:
                 for selector in selectors:
                     getattr(self, attribute).remove_by_labels(selector)
+        gone = {wire_value(arm) for arm in arms} if arms is not None else None
+        for key in [key for key in self.arm_moments if key[0] == wire_value(experiment)]:
+            if gone is None or key[1] in gone:
+                del self.arm_moments[key]
 
     def render(self) -> bytes:
         """The text exposition format of every family."""

@@ -24,6 +24,7 @@ from pydantic import (
 
 from depthprune.core.errors import UserError
 from registry.experiments import MAX_ARMS, check_spec_name
+from server.sequential import QUALITY_MARGIN
 
 
 class OpenAIRequest(BaseModel):
@@ -167,6 +168,26 @@ class ArmSpec(BaseModel):
         return self
 
 
+class Guardrails(BaseModel):
+    """Limits past which the gateway stops an arm (weight 0) once the arm's confidence sequence lies wholly
+    beyond them: the decision stays valid however often it is checked."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_nll_delta: StrictFloat | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Most nats per generated token an arm may lose to its control (shadow-scored).",
+    )
+    max_tpot_ratio: StrictFloat | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="Largest time per output token of an arm over its control's.",
+    )
+
+
 class ExperimentSpec(BaseModel):
     """An A/B experiment: requests for ``model=<experiment name>`` are split across its arms.
 
@@ -187,11 +208,32 @@ class ExperimentSpec(BaseModel):
         description="Arms with weight 0 that the x-depthprune-arm header may still force (arms with a "
         "positive weight can always be forced).",
     )
+    control: StrictStr | None = Field(
+        default=None,
+        description="The arm every other arm is compared with (default: the first arm serving the dense "
+        "model; an experiment without one must name it).",
+    )
+    shadow_rate: StrictFloat = Field(
+        default=0.0,
+        ge=0,
+        le=1,
+        allow_inf_nan=False,
+        description="Fraction of every arm's completed completions scored afterwards by the control's model.",
+    )
+    margin: StrictFloat = Field(
+        default=QUALITY_MARGIN,
+        ge=0,
+        allow_inf_nan=False,
+        description="Non-inferiority margin of nll_delta, nats per generated token.",
+    )
+    guardrails: Guardrails | None = Field(
+        default=None, description="Limits past which an arm is stopped (weight 0) by the gateway."
+    )
 
-    @field_validator("fallback")
+    @field_validator("fallback", "control")
     @classmethod
-    def _fallback_name(cls, value: str | None) -> str | None:
-        return _checked_name(value, "fallback")
+    def _fallback_name(cls, value: str | None, info: ValidationInfo) -> str | None:
+        return _checked_name(value, info.field_name)
 
     @model_validator(mode="after")
     def _check_arms(self) -> ExperimentSpec:
@@ -207,6 +249,8 @@ class ExperimentSpec(BaseModel):
         if unknown:
             shown = ", ".join(repr(name[:MAX_SHOWN]) for name in unknown[:3])
             raise ValueError(f"forcible names no arm: {shown} (arms: {', '.join(names)})")
+        if self.control is not None and self.control not in names:
+            raise ValueError(f"control {self.control[:MAX_SHOWN]!r} names no arm (arms: {', '.join(names)})")
         return self
 
 
@@ -229,6 +273,8 @@ class ModelCard(BaseModel):
     variant_id: int | None = None
     aliases: list[str] = Field(default_factory=list)
     arms: list[dict[str, Any]] | None = None
+    comparison: dict[str, Any] | None = None
+    """An experiment's ``control``, ``shadow_rate``, ``margin`` and ``guardrails``; absent for a variant."""
     speculative: dict[str, Any] | None = None
     """A speculative arm's draft, K and dense target (``serve --speculative``); absent otherwise."""
 

@@ -22,11 +22,13 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import time
 from dataclasses import dataclass
 
 import aiohttp
 from pydantic import ValidationError
+from starlette.background import BackgroundTask
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 
@@ -37,6 +39,7 @@ from server.metrics import GatewayMetrics, wire_value
 from server.protocol import OpenAIRequest
 from server.replicas import ReplicaSet
 from server.settings import GatewaySettings
+from server.shadow import ShadowJob, ShadowScorer, TokenCapture
 
 VARIANT_HEADER = "x-depthprune-variant"
 EXPERIMENT_HEADER = "x-depthprune-experiment"
@@ -171,13 +174,25 @@ class Accounting:
     first_event_at: float = 0.0
     prompt_tokens: int = 0
     generation_tokens: int = 0
+    route: Route | None = None
+    capture: TokenCapture | None = None
+    """The token ids of a request sampled for shadow scoring; None for the others."""
 
 
 class Proxy:
     """Routes, checks and forwards OpenAI requests; records their metrics."""
 
-    def __init__(self, settings: GatewaySettings, pool: BackendPool, router: Router, metrics: GatewayMetrics):
+    def __init__(
+        self,
+        settings: GatewaySettings,
+        pool: BackendPool,
+        router: Router,
+        metrics: GatewayMetrics,
+        shadow: ShadowScorer | None = None,
+    ):
         self.settings, self.pool, self.router, self.metrics = settings, pool, router, metrics
+        self.shadow = shadow
+        self._sampler = random.Random()
         # Tells a request whether it went out on a kept-alive connection (only those are retried).
         reuse_tracer = aiohttp.TraceConfig()
         reuse_tracer.on_connection_reuseconn.append(_note_reused_connection)
@@ -272,11 +287,43 @@ class Proxy:
                 code="context_length_exceeded",
             )
 
-    @staticmethod
-    def _labels(route: Route | None, variant: str) -> tuple[str, str, str]:
-        if route is None:
+    def _labels(self, route: Route | None, variant: str) -> tuple[str, str, str]:
+        """The metric labels of a request: its experiment and arm only while the experiment still routes
+        that arm here, so that a request ending after a delete cannot bring the deleted series back."""
+        if route is None or route.experiment is None:
             return (variant, "", "")
-        return (variant, wire_value(route.experiment or ""), wire_value(route.arm or ""))
+        experiment = self.router.experiments.get(route.experiment)
+        if experiment is None or route.arm not in experiment.by_name:
+            return (variant, "", "")
+        return (variant, wire_value(route.experiment), wire_value(route.arm or ""))
+
+    def _sample_for_shadow(self, route: Route, data: dict) -> TokenCapture | None:
+        """Whether this request is shadow-scored (the experiment's ``shadow_rate``): if so, ask vLLM for the
+        token ids, to be taken out of the answer again unless the client asked for them too."""
+        experiment = self.router.experiments.get(route.experiment or "")
+        if self.shadow is None or experiment is None or experiment.spec.shadow_rate <= 0:
+            return None
+        if data.get("echo"):
+            return None  # vLLM does not echo the prompt's text when asked for its ids: the answer changes
+        if self._sampler.random() >= experiment.spec.shadow_rate:
+            return None
+        asked = data.get("return_token_ids") is True
+        data["return_token_ids"] = True
+        return TokenCapture(strip=not asked)
+
+    def _submit_shadow(self, accounting: Accounting) -> None:
+        """(after the answer is sent) Queue a sampled completion for scoring by the experiment's control."""
+        route, capture = accounting.route, accounting.capture
+        experiment = self.router.experiments.get(route.experiment or "")
+        control = experiment.by_name.get(experiment.control) if experiment is not None else None
+        job = ShadowJob(
+            route.experiment or "",
+            route.arm or "",
+            control.backend if control is not None else "",
+            capture.prompt_ids or [],
+            capture.generated_ids,
+        )
+        self.shadow.submit(job)
 
     @staticmethod
     def _route_headers(route: Route, variant: str, fallback_from: str | None) -> dict[str, str]:
@@ -309,12 +356,16 @@ class Proxy:
         for name in PASSED_REQUEST_HEADERS:
             if name in request.headers:
                 headers[name] = request.headers[name]
+        capture = self._sample_for_shadow(route, data)
         upstream, backend, fallback_from = await self._send_or_fall_back(
             endpoint, data, headers, route, variant, fallback_from
         )
         handed_to_stream = False
         try:
-            accounting = Accounting(self._labels(route, backend.name), endpoint, started)
+            accounting = Accounting(self._labels(route, backend.name), endpoint, started, route=route)
+            accounting.capture = capture
+            if capture is not None and fallback_from is not None:
+                accounting.capture = TokenCapture(strip=capture.strip, scored=False)  # not the arm's answer
             response_headers = self._route_headers(route, backend.name, fallback_from)
             if parsed.stream and upstream.status == 200:
                 first = await self._first_event(upstream, backend)
@@ -446,8 +497,13 @@ class Proxy:
     def _finish(
         self, status: int, body: bytes, backend: Backend, accounting: Accounting, headers: dict[str, str]
     ) -> Response:
+        background = None
         if status == 200:
             self._count_usage(body, accounting)
+            if accounting.capture is not None:
+                body = accounting.capture.take_body(body)
+                if accounting.capture.scored:
+                    background = BackgroundTask(self._submit_shadow, accounting)
         elif status >= 500:
             # An engine error is the backend's fault, not the client's: say so without a bare 500.
             message = _backend_message(body) or f"backend answered {status}"
@@ -458,7 +514,9 @@ class Proxy:
         else:
             body = _openai_error(status, body)
         self._record(accounting, status)
-        return Response(body, status_code=status, media_type="application/json", headers=headers)
+        return Response(
+            body, status_code=status, media_type="application/json", headers=headers, background=background
+        )
 
     def _stream(
         self,
@@ -470,7 +528,9 @@ class Proxy:
         strip_usage: bool,
     ) -> StreamingResponse:
         metrics = self.metrics
-        metrics.ttft.labels(*accounting.labels).observe(accounting.first_event_at - accounting.started)
+        labels = self._labels(accounting.route, accounting.labels[0])
+        metrics.ttft.labels(*labels).observe(accounting.first_event_at - accounting.started)
+        capture = accounting.capture
         finished = False
 
         async def finish(status: str) -> None:
@@ -486,6 +546,8 @@ class Proxy:
                 upstream.close()
             self._leave(backend)
             self._record(accounting, status)
+            if status == "200" and capture is not None and capture.scored:
+                self._submit_shadow(accounting)  # the last byte is out: scoring cannot delay it
 
         async def upstream_chunks():
             if first:
@@ -498,14 +560,17 @@ class Proxy:
             pending = b""
             try:
                 async for chunk in upstream_chunks():
-                    # Only the usage event needs looking at; everything else passes through untouched.
-                    if pending or b'"usage"' in chunk:
+                    # Only the usage event needs looking at (every event of a shadow-sampled stream, for
+                    # its token ids); everything else passes through untouched.
+                    if pending or capture is not None or b'"usage"' in chunk:
                         pending += chunk
                         cut = pending.rfind(b"\n\n") + 2
                         if cut < 2:
                             continue
                         complete, pending = pending[:cut], pending[cut:]
                         chunk = self._take_usage(complete, accounting, strip_usage)
+                        if capture is not None:
+                            chunk = capture.take_events(chunk)
                         if not chunk:
                             continue
                     yield chunk
@@ -561,13 +626,15 @@ class Proxy:
         accounting.generation_tokens = usage.get("completion_tokens") or 0
 
     def _record(self, accounting: Accounting, status: int | str) -> None:
-        metrics, labels = self.metrics, accounting.labels
+        metrics = self.metrics
+        labels = self._labels(accounting.route, accounting.labels[0])
         metrics.requests.labels(*labels, accounting.endpoint, str(status)).inc()
         finished = time.perf_counter()
-        metrics.e2e.labels(*labels).observe(finished - accounting.started)
+        answered = str(status).startswith("2")
+        metrics.observe_latency(labels, "e2el", finished - accounting.started, answered)
         if accounting.first_event_at and accounting.generation_tokens > 1:
             tpot = (finished - accounting.first_event_at) / (accounting.generation_tokens - 1)
-            metrics.tpot.labels(*labels).observe(tpot)
+            metrics.observe_latency(labels, "tpot", tpot, answered)
         if accounting.prompt_tokens:
             metrics.prompt_tokens.labels(*labels).inc(accounting.prompt_tokens)
         if accounting.generation_tokens:

@@ -126,6 +126,7 @@ def model_cards(state) -> list[ModelCard]:
                 kind="experiment",
                 status="up" if up else "down",
                 arms=experiment.describe(),
+                comparison=experiment.comparison(),
             )
         )
     return cards
@@ -365,9 +366,13 @@ def expected_version(request: Request, current: int | None) -> int | None:
     """The version a conditional write is based on: ``If-Match: "N"`` -> N, ``If-Match: *`` -> the one this
     gateway routes by, ``If-None-Match: *`` -> 0 (create only); None for an unconditional write.
 
+    ``If-Match`` is compared as RFC 9110 §13.1.1 says: strongly (a weak tag ``W/"N"`` matches nothing, and
+    ``"06"`` is not ``"6"``), and it may list several tags (``"7", "8"``): the one this gateway routes by is
+    taken when listed, else the newest listed (the registry compares it once more, under its lock).
+
     Raises:
-        GatewayError: 412 for an ``If-Match`` that can match no version (a weak or malformed tag, or ``*``
-            for an experiment that does not exist).
+        GatewayError: 412 for an ``If-Match`` that can match no version (weak or malformed tags only, or
+            ``*`` for an experiment that does not exist).
     """
     if request.headers.get("if-none-match", "").strip() == "*":
         return 0
@@ -377,10 +382,19 @@ def expected_version(request: Request, current: int | None) -> int | None:
     value = header.strip()
     if value == "*" and current is not None:
         return current
-    if len(value) > 2 and value[0] == value[-1] == '"' and value[1:-1].isdigit():
-        return int(value[1:-1])
+    listed = [tag.strip() for tag in value.split(",")]
+    versions = [
+        int(tag[1:-1])
+        for tag in listed
+        if len(tag) > 2 and tag[0] == tag[-1] == '"' and tag[1:-1].isascii() and tag[1:-1].isdigit()
+        if tag[1:-1] == str(int(tag[1:-1]))  # the tags this gateway gives are canonical: "06" is not "6"
+    ]
+    if current is not None and current in versions:
+        return current
+    if versions:
+        return max(versions)
     raise GatewayError(
-        412, f"If-Match {header!r} matches no version of this experiment", code="precondition_failed"
+        412, f"If-Match {header[:80]!r} matches no version of this experiment", code="precondition_failed"
     )
 
 

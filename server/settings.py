@@ -255,6 +255,18 @@ class GatewaySettings:
     changes reach all replicas within about ``experiments_poll_s``); None keeps them in this process."""
     experiments_poll_s: float = 1.0
     """Seconds between two reads of the registry's experiment versions (PostgreSQL also notifies at once)."""
+    shadow_queue_size: int = 256
+    """Completions waiting to be shadow-scored by their experiment's control (``shadow_rate``); one more is
+    dropped and counted (``depthprune_gateway_shadow_dropped_total{reason="queue_full"}``)."""
+    shadow_workers: int = 2
+    """Shadow scoring requests this gateway sends at once (to all controls together)."""
+    shadow_max_control_in_flight: int = 16
+    """A completion is not scored (dropped, ``control_busy``) while the control's least loaded engine has
+    this many requests outstanding from this gateway: users' requests come first."""
+    shadow_timeout_s: float = 30.0
+    """Longest one scoring request may take before it is dropped (``failed``)."""
+    guardrail_interval_s: float = 1.0
+    """Seconds between two checks of the experiments' guardrails against this gateway's statistics."""
 
     def __post_init__(self):
         if not self.backends:
@@ -268,6 +280,13 @@ class GatewaySettings:
             raise UserError(f"experiment name equals a variant name: {', '.join(clashes)}")
         if not 1 <= self.port <= 65535:
             raise UserError(f"port must be in 1..65535, got {self.port}")
+        for name in ("shadow_queue_size", "shadow_workers", "shadow_max_control_in_flight"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise UserError(f"{name} must be a positive integer, got {getattr(self, name)!r}")
+        for name in ("shadow_timeout_s", "guardrail_interval_s"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not 0 < value < float("inf"):
+                raise UserError(f"{name} must be a positive number of seconds, got {value!r}")
         if self.max_body_bytes < 1024:
             raise UserError(f"max_body_bytes must be at least 1024, got {self.max_body_bytes}")
         for name in POSITIVE_DURATIONS:

@@ -486,8 +486,8 @@ def test_property_any_accepted_spec_is_served_and_read_back_unchanged(backends, 
             assert response.status_code in (200, 400), response.text
             if response.status_code == 200:
                 served_and_read_back(client, name, body, response)
-            else:
-                with pytest.raises(ValueError):
+            elif "no arm serving the dense model" not in response.json()["error"]["message"]:
+                with pytest.raises(ValueError):  # refused by the one check (not for lack of a control)
                     parse_spec(name, body)
 
         quick = settings(max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])

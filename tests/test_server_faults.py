@@ -47,7 +47,10 @@ def test_remote_backend_death_gives_503_or_fallback_and_recovery_is_noticed():
     port_a = free_port()
     backend_a = serve_in_thread(create_fake_app("a"), port_a)
     backend_b = serve_in_thread(create_fake_app("b"), free_port())
-    experiment = {"arms": [{"variant": "a", "weight": 1, "fallback": "b"}, {"variant": "b", "weight": 1}]}
+    experiment = {
+        "arms": [{"variant": "a", "weight": 1, "fallback": "b"}, {"variant": "b", "weight": 1}],
+        "control": "b",
+    }
     settings = GatewaySettings(
         backends=[BackendSpec("a", url=backend_a.url), BackendSpec("b", url=backend_b.url)],
         experiments={"ab": experiment},
