@@ -27,6 +27,8 @@ from fastapi import FastAPI, Request  # noqa: E402
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse  # noqa: E402
 from pydantic import TypeAdapter  # noqa: E402
 
+from depthprune.testing import fake_tokens  # noqa: E402
+
 MAX_MODEL_LEN = 128
 # vLLM reads its request fields with pydantic's lax rules (1.0 is the integer 1); so does the fake.
 TOKEN_COUNT = TypeAdapter(int)
@@ -105,6 +107,7 @@ def answer(body: dict, chat: bool, served_model: str, max_model_len: int):
         "total_tokens": prompt_tokens + max_tokens,
     }
     kind = "chat.completion" if chat else "text_completion"
+    ids = _token_ids(body, chat, served_model, max_tokens)
     if not body.get("stream"):
         text = " ".join(words)
         choice = (
@@ -112,6 +115,15 @@ def answer(body: dict, chat: bool, served_model: str, max_model_len: int):
             if chat
             else {"index": 0, "text": text, "finish_reason": "length"}
         )
+        # vLLM writes the id fields (null unless return_token_ids) and prompt_logprobs when asked
+        choice["token_ids"] = ids["generated"]
+        if not chat:
+            choice["prompt_token_ids"] = ids["prompt"]
+        if body.get("prompt_logprobs") and not chat:
+            choice["prompt_logprobs"] = fake_tokens.prompt_logprobs(
+                served_model, fake_tokens.prompt_ids(body["prompt"])
+            )
+        top = {"prompt_token_ids": ids["prompt"]} if chat else {}
         return {
             "id": "cmpl-fake",
             "object": kind,
@@ -119,14 +131,29 @@ def answer(body: dict, chat: bool, served_model: str, max_model_len: int):
             "model": served_model,
             "choices": [choice],
             "usage": usage,
+            **top,
         }
-    events = stream_events(body, chat, served_model, words, usage)
+    events = stream_events(body, chat, served_model, words, usage, ids)
     return StreamingResponse(events, media_type="text/event-stream")
 
 
-async def stream_events(body: dict, chat: bool, served_model: str, words: list[str], usage: dict):
+def _token_ids(body: dict, chat: bool, served_model: str, max_tokens: int) -> dict:
+    """The prompt's and the answer's ids when ``return_token_ids`` asks for them, else None (as vLLM)."""
+    if body.get("return_token_ids") is not True:
+        return {"prompt": None, "generated": None}
+    prompt = body["messages"] if chat else body["prompt"]
+    return {
+        "prompt": fake_tokens.prompt_ids(prompt if not chat else json.dumps(prompt)),
+        "generated": fake_tokens.generated_ids(served_model, prompt, max_tokens),
+    }
+
+
+async def stream_events(
+    body: dict, chat: bool, served_model: str, words: list[str], usage: dict, ids: dict | None = None
+):
     """The server-sent events of a streamed answer: one chunk per word, the usage if asked, ``[DONE]``."""
     kind = "chat.completion" if chat else "text_completion"
+    ids = ids or {"prompt": None, "generated": None}
     for i, word in enumerate(words):
         finish = "length" if i == len(words) - 1 else None
         choice = (
@@ -134,6 +161,9 @@ async def stream_events(body: dict, chat: bool, served_model: str, words: list[s
             if chat
             else {"index": 0, "text": " " + word, "finish_reason": finish}
         )
+        choice["token_ids"] = None if ids["generated"] is None else ids["generated"][i : i + 1]
+        if not chat:
+            choice["prompt_token_ids"] = ids["prompt"] if i == 0 else None
         chunk = {
             "id": "cmpl-fake",
             "object": kind + (".chunk" if chat else ""),
@@ -141,6 +171,8 @@ async def stream_events(body: dict, chat: bool, served_model: str, words: list[s
             "model": served_model,
             "choices": [choice],
         }
+        if chat and i == 0:
+            chunk["prompt_token_ids"] = ids["prompt"]
         yield f"data: {json.dumps(chunk)}\n\n"
         await asyncio.sleep(body.get("fake_delay", 0.001))
     if (body.get("stream_options") or {}).get("include_usage"):
