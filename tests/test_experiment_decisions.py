@@ -62,7 +62,7 @@ def test_shadow_scoring_tells_the_arms_apart_and_never_changes_an_answer(backend
                 assert response.json()["choices"] == plain["choices"]
                 assert response.json()["choices"][0]["token_ids"] is None
             else:
-                assert "token_ids\":[" not in response.text and "prompt_token_ids\":[" not in response.text
+                assert 'token_ids":[' not in response.text and 'prompt_token_ids":[' not in response.text
         wait_until(lambda: scored(url) >= 120, 20, "every completion to be scored")
         result = report("ab", [url], registry_url="sqlite:///:memory:")
     assert result["control"] == "dense"
@@ -173,7 +173,9 @@ def test_a_guardrail_stops_the_arm_once_across_two_replicas(backends, tmp_path):
         assert len(by_guardrail) == 1
         assert "nll_delta" in by_guardrail[0]["reason"] and "max_nll_delta 0.1" in by_guardrail[0]["reason"]
         wait_until(lambda: complete(second, 1).status_code == 200 and _synced(second, first), 5, "sync")
-        served = {complete(url, user).headers["x-depthprune-arm"] for url in (first, second) for user in range(60)}
+        served = {
+            complete(url, user).headers["x-depthprune-arm"] for url in (first, second) for user in range(60)
+        }
         assert "twin" not in served and served == {"dense", "dense-aa"}
         result = report("ab", [first, second], registry_url=registry_url)
         twin = next(arm for arm in result["arms"] if arm["name"] == "twin")["vs_control"]
