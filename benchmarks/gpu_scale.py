@@ -94,8 +94,9 @@ def build_model(config: dict, device: str, dtype: str):
     return model.eval()
 
 
-def random_evaluator(stack, samples: int, seq_len: int, args, sizes: dict):
-    """A fresh exact subset evaluator (perplexity) over ``samples`` random windows of ``seq_len`` tokens."""
+def random_evaluator(stack, samples: int, seq_len: int, args, sizes: dict, fused: bool | str = False):
+    """A fresh exact subset evaluator (perplexity) over ``samples`` random windows of ``seq_len`` tokens
+    (``fused``: its blocks through one compiled forward, ``SubsetEvaluator``'s ``fused_blocks``)."""
     import torch
 
     from pruning.calibration.config import CalibrationConfig
@@ -117,6 +118,7 @@ def random_evaluator(stack, samples: int, seq_len: int, args, sizes: dict):
         dtype=args.dtype,
         memory_budget_gb=sizes["memory_budget_gb"],
         progress=False,
+        fused_blocks=fused,
     )
 
 
@@ -141,8 +143,13 @@ def plan(config: dict, name: str, device: str, dtype: str, samples: int, seq_len
     return plan_prune(config, name, dtype, plan_devices(device), sizes)
 
 
-def measure(stack, shape, args, samples: int, sizes: dict) -> dict:
-    """Each search alone on a fresh evaluator at one calibration size: seconds, work and FLOP/s."""
+def measure(
+    stack, shape, args, samples: int, sizes: dict, searches=SEARCHES, fused=False, on_evaluator=None
+) -> dict:
+    """Each search alone on a fresh evaluator at one calibration size: seconds, work and FLOP/s.
+
+    ``fused`` is the evaluator's ``fused_blocks``; ``on_evaluator(run, evaluator)`` sees each search's
+    evaluator after it ran (outside its clock)."""
     import torch
 
     from pruning.pipeline.prune import run_standalone
@@ -154,7 +161,7 @@ def measure(stack, shape, args, samples: int, sizes: dict) -> dict:
         release_memory(args.device)
         if args.device.startswith("cuda"):
             torch.cuda.reset_peak_memory_stats(torch.device(args.device))
-        made.append(random_evaluator(stack, samples, args.seq_len, args, sizes))
+        made.append(random_evaluator(stack, samples, args.seq_len, args, sizes, fused))
         return made[0]
 
     results = {}
@@ -171,6 +178,7 @@ def measure(stack, shape, args, samples: int, sizes: dict) -> dict:
             "tflop": float(f"{work / 1e12:.4g}"),
             "achieved_tflops": float(f"{work / 1e12 / max(run.seconds, 1e-9):.4g}"),
             "removed_blocks": list(run.result.removed_blocks),
+            "loss": run.result.loss,
             # what the card held at the search's peak, and the evaluator's caches in it
             "peak_gib": gib(torch.cuda.max_memory_allocated(torch.device(args.device)))
             if args.device.startswith("cuda")
@@ -178,8 +186,10 @@ def measure(stack, shape, args, samples: int, sizes: dict) -> dict:
             "boundary_cache_gib": gib(made[0].cache_bytes),
             "search_states_gib_most": gib(made[0].search_state_bytes_most),
         }
+        if on_evaluator is not None:
+            on_evaluator(run, made[0])
 
-    run_standalone(cold_evaluator, args.drop, SEARCHES, seed=args.seed, progress=False, on_run=record)
+    run_standalone(cold_evaluator, args.drop, searches, seed=args.seed, progress=False, on_run=record)
     made.clear()
     return results
 

@@ -4,6 +4,7 @@
   signals some searches need);
 * :mod:`.build` — :func:`build_evaluator`: data, model and the dense reference pass;
 * :mod:`.shortcuts` — the exact shortcuts: cached boundaries, shared prefixes (a trie), lower bounds;
+* :mod:`.fusion` — the blocks through one compiled forward on CUDA (``fused_blocks``, off by default);
 * :mod:`.packing` — how batches are laid out for the blocks (a question's choices packed);
 * :mod:`.memo` — the memo on disk (JSON file and append-only journal);
 * :mod:`.statistics` — work counters (:class:`EvaluatorStats`) and the block-input similarity;

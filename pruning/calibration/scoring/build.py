@@ -28,6 +28,7 @@ def build_evaluator(
     pack_choices: bool = True,
     shortcuts: bool = True,
     gpus: int = 1,
+    fused_blocks: bool = False,
 ) -> SubsetEvaluator:
     """Load a model and its calibration data, and run the dense reference pass.
 
@@ -50,6 +51,8 @@ def build_evaluator(
         shortcuts: cache the boundaries of the sets searches extend, share prefixes within a group of
             sets, and stop ranking candidates at a lower bound (exact; ``False`` scores as before them).
         gpus: cards to spread the model over from ``device`` on (:func:`pruning.model.blocks.load_model`).
+        fused_blocks: run the blocks through one ``torch.compile``-d forward (CUDA only; scores equal within
+            bfloat16 rounding, not bit for bit: :mod:`pruning.calibration.scoring.fusion`).
 
     Returns:
         A ready :class:`SubsetEvaluator`.
@@ -83,6 +86,7 @@ def build_evaluator(
         pack_choices=pack_choices,
         packed_rows=batch_size,
         shortcuts=shortcuts,
+        fused_blocks=fused_blocks,
     )
     evaluator.stats.setup_seconds = time.perf_counter() - started
     evaluator.truncated_items = truncated

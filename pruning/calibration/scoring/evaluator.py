@@ -51,6 +51,7 @@ from pruning.calibration.config import CalibrationConfig
 from pruning.calibration.objectives import configured_loss, get_objective
 from pruning.calibration.objectives.batches import CalibrationBatch, chunked
 from pruning.calibration.scoring import memo
+from pruning.calibration.scoring.fusion import fused_blocks as fuse
 from pruning.calibration.scoring.packing import RunBatch, as_run_batch, pack_choice_batches
 from pruning.calibration.scoring.shortcuts import (
     LowestLosses,
@@ -76,7 +77,7 @@ class SubsetEvaluator:
     batches (one sequence per text window or per choice); ``run_batches`` are what the blocks run (choices
     packed per question unless ``naive``, ``pack_choices=False`` or an attention implementation without 4-D
     masks, with up to ``packed_rows`` questions per forward: default, as many as the largest batch has
-    sequences).
+    sequences). ``fused_blocks`` runs the blocks through one compiled forward (:mod:`.fusion`, CUDA only).
     """
 
     def __init__(
@@ -93,6 +94,7 @@ class SubsetEvaluator:
         pack_choices: bool = True,
         packed_rows: int | None = None,
         shortcuts: bool = True,
+        fused_blocks: bool | str = False,
     ):
         self.stack = stack
         self.config = config
@@ -111,6 +113,8 @@ class SubsetEvaluator:
         """Whether scoring compares against the dense model (``kl``, ``--kl-weight``)."""
         self.num_blocks = stack.num_blocks
         self.device = stack.device
+        # What scoring calls per block: the model's own forwards, or one compiled forward all blocks share.
+        self.blocks = fuse(stack.blocks, self.device, fused_blocks) if fused_blocks else stack.blocks
         self.batches = [batch.to(self.device) for batch in batches]
         self.packed = (
             pack_choices
@@ -221,7 +225,7 @@ class SubsetEvaluator:
                 # per token of every calibration sequence: a shared prompt token counts once per choice
                 weight = run.token_weight
                 block_inputs = []
-                for index, block in enumerate(self.stack.blocks):
+                for index, block in enumerate(self.blocks):
                     if index in self.boundaries:
                         states[index] = hidden.to(self.cache_device)
                     # Inputs the cache does not keep are held for this batch only, where the cache lives.
@@ -550,7 +554,7 @@ class SubsetEvaluator:
                 nodes.setdefault((removed, index), {})[batch_index] = hidden.to(self.cache_device)
             if index in removed_set:
                 continue
-            hidden = self.stack.blocks[index](self.stack.to_block_device(index, hidden), **kwargs[index])
+            hidden = self.blocks[index](self.stack.to_block_device(index, hidden), **kwargs[index])
             blocks += 1
         self._count_blocks(self.run_batches[batch_index], blocks)
         return hidden
@@ -575,7 +579,7 @@ class SubsetEvaluator:
             for index in range(start, wanted[-1]):
                 if index not in base:
                     hidden = self.stack.to_block_device(index, hidden)
-                    hidden = self.stack.blocks[index](hidden, **self._prepared[batch_index][index])
+                    hidden = self.blocks[index](hidden, **self._prepared[batch_index][index])
                     blocks += 1
                 if index + 1 in nodes:
                     nodes[index + 1].append(hidden.to(self.cache_device))
