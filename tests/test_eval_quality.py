@@ -217,6 +217,124 @@ def test_bad_text_files_are_refused_before_any_model(dense_dir, tmp_path, monkey
         EvalSettings(suites=("offline", "mc:"))
 
 
+def test_a_file_that_is_not_utf8_or_a_directory_is_one_line_before_any_model(
+    dense_dir, tmp_path, monkeypatch
+):
+    """Issue 57, 1 and 6: a UnicodeDecodeError traceback (exit 1) before; a directory 'did not exist'."""
+    latin = tmp_path / "latin.txt"
+    latin.write_bytes(b"w5 w6 w7\nw5 \xff w6\n")
+    _refuses_before_loading(
+        monkeypatch, dense_dir, f"text:{latin}", f"{latin}:2", "not UTF-8 text (byte 0xff"
+    )
+    quiz = tmp_path / "quiz.jsonl"
+    quiz.write_bytes(b'{"context": "w5", "choices": ["w6", "w7"], "label": 0}\n{"context": "\xe9"}\n')
+    _refuses_before_loading(monkeypatch, dense_dir, f"mc:{quiz}", f"{quiz}:2", "not UTF-8 text")
+    surrogate = write_jsonl(
+        tmp_path / "surrogate.jsonl", [{"context": "\ud800", "choices": ["a", "b"], "label": 0}]
+    )
+    _refuses_before_loading(monkeypatch, dense_dir, f"mc:{surrogate}", f"{surrogate}:1", "lone surrogate")
+    _refuses_before_loading(monkeypatch, dense_dir, f"text:{tmp_path}", str(tmp_path), "is a directory")
+    code, _, err = run_cli("data", "show", f"text:{latin}", "--model", str(dense_dir))
+    assert code == 2 and err.count("\n") == 1 and f"{latin}:2: not UTF-8" in err, err
+
+
+def test_an_item_too_long_for_the_context_is_refused_by_its_bytes_before_tokenising(
+    dense_dir, tmp_path, monkeypatch
+):
+    """Issue 57, 5: a 50 MB line was tokenised whole (169 s, 6.5 GB) only to be called too long."""
+    import transformers
+
+    from pruning.evaluation.user_suites import context_length
+
+    limit = context_length(str(dense_dir), "torch") * 64
+    good = {"context": "w5 w6", "choices": ["w7", "w8"], "label": 1}
+    path = write_jsonl(tmp_path / "huge.jsonl", [good, {**good, "context": "w5 " * (limit // 3 + 1)}])
+    tokenizer_class = transformers.PreTrainedTokenizerBase
+    original = tokenizer_class.__call__
+
+    def no_long_input(self, text, *args, **kwargs):
+        assert len(text) <= limit, "a line over the byte bound was tokenised"
+        return original(self, text, *args, **kwargs)
+
+    monkeypatch.setattr(tokenizer_class, "__call__", no_long_input)
+    _refuses_before_loading(monkeypatch, dense_dir, f"mc:{path}", f"{path}:2", f"more than the {limit:,}")
+
+
+def test_a_text_file_is_tokenised_only_as_far_as_the_windows_asked_for(dense_dir):
+    """Issue 57, 5: ``--limit 4`` over a 50 MB one-line text tokenised all of it (134 s, 6.4 GB)."""
+    from transformers import AutoTokenizer
+
+    from pruning.calibration.data.sampling import text_windows
+    from pruning.evaluation.suites import perplexity_windows
+
+    tokenizer = AutoTokenizer.from_pretrained(str(dense_dir))
+    rng = random.Random(5)
+    document = " ".join(f"w{rng.randrange(5, 60)}" for _ in range(200_000))  # about 0.8 MB, one line
+    seen = []
+    original = type(tokenizer).__call__
+
+    def counting(self, text, *args, **kwargs):
+        seen.append(len(text))
+        return original(self, text, *args, **kwargs)
+
+    type(tokenizer).__call__ = counting
+    try:
+        windows = perplexity_windows([document, "w7 w8"], tokenizer, 16, 4)
+    finally:
+        type(tokenizer).__call__ = original
+    assert len(windows) == 4 and max(seen) < 10_000, seen
+    assert windows == text_windows([document[:20_000]], tokenizer, 16)[:4]
+
+
+def test_an_empty_suite_item_is_refused():
+    """Issue 57, 6: ``--suite offline,,mc:x`` ran as ``offline,mc:x``."""
+    code, _, err = run_cli("eval", "dense", "--suite", "offline,,mc:x.jsonl", "--no-record")
+    assert code == 2 and err.count("\n") == 1 and "--suite 'offline,,mc:x.jsonl' has an empty item" in err
+
+
+def test_dense_of_a_model_never_registered_is_evaluable_and_registered_on_first_use(
+    dense_dir, user_files, tmp_path
+):
+    """Issue 57, 9: ``eval dense@MODEL`` answered 'base model ... is not registered' until a prune ran."""
+    from registry import open_registry
+
+    url = f"sqlite:///{tmp_path / 'fresh.db'}"
+    text, _ = user_files
+    code, out, err = run_cli(
+        "eval", f"dense@{dense_dir}", "--suite", f"text:{text}", "--engine", "torch", "--seq-len", 32,
+        "--registry", url, "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    (model,) = json.loads(out)
+    assert model["results"][0]["metric"] == "perplexity" and model["variant"] is not None
+    with open_registry(url) as registry:
+        dense = registry.resolve(f"dense@{dense_dir}")
+        assert dense.is_dense and registry.evaluations(dense)
+
+
+def test_a_model_reference_is_the_model_unless_the_registry_knows_it(monkeypatch, dense_dir):
+    import pruning.model.sources as sources
+
+    class Registry:
+        known = {"ppl-best", "dense@org/known"}
+
+        def resolve(self, name):
+            if name not in self.known:
+                raise UserError(f"no variant or alias named {name!r}")
+
+    monkeypatch.setattr(
+        sources, "resolve_model", lambda model: sources.ResolvedModel(model, f"/cache/{model}")
+    )
+    registry = Registry()
+    assert sources.model_reference("dense@org/new", registry) == "org/new"  # a hub id, never registered
+    assert sources.model_reference("org/new", registry) == "org/new"
+    assert sources.model_reference("dense@smollm2-135m", registry) == "/cache/smollm2-135m"
+    assert sources.model_reference("smollm2-135m", registry) == "/cache/smollm2-135m"
+    assert sources.model_reference(f"dense@{dense_dir}", registry) == str(dense_dir)
+    for registered in ("ppl-best", "dense@org/known", "dense", "unknown-name"):
+        assert sources.model_reference(registered, registry) is None  # the registry's to resolve (or refuse)
+
+
 def _refuses_before_loading(monkeypatch, model, suite: str, where: str, message: str) -> None:
     import pruning.evaluation.engines as engines
     from pruning.evaluation.suites import EvalSettings, evaluate_variants

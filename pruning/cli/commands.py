@@ -29,7 +29,7 @@ from depthprune.core.options import (
     RegistryOption,
     SeedOption,
 )
-from pruning.cli.groups import comma_list
+from pruning.cli.groups import comma_list, suite_list
 
 # Help texts list the searches from their source, so a new search shows up without editing them.
 from pruning.cli.options import (
@@ -230,7 +230,7 @@ def evaluate(
 
     device, dtype = auto_device_dtype(device, dtype, gpus, gpu_memory_gib)
     settings = EvalSettings(
-        suites=comma_list(suite),
+        suites=suite_list(suite),
         engine=engine,
         dtype=dtype,
         device=device,

@@ -24,6 +24,13 @@ def comma_list(text: str | None) -> tuple[str, ...]:
     return tuple(item.strip() for item in (text or "").split(",") if item.strip())
 
 
+def suite_list(text: str) -> tuple[str, ...]:
+    """``--suite`` of ``eval`` and ``study``: its items; an empty one is a one-line error."""
+    from depthprune.core.lists import option_items
+
+    return tuple(option_items(text, "--suite", "offline,mc:questions.jsonl"))
+
+
 def integer_list(text: str, what: str) -> tuple[int, ...]:
     """Comma-separated integers of the option ``what``; a user error otherwise."""
     try:
@@ -228,7 +235,7 @@ def study_config(
         sampling=calibration.sampling,
         truncate=calibration.truncate,
         options={name: value for name, value in search.options().items() if value},
-        suites=comma_list(evaluation.suite),
+        suites=suite_list(evaluation.suite),
         engine=evaluation.engine,
         eval_limit=evaluation.eval_limit,
         eval_windows=evaluation.eval_windows,

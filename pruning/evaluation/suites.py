@@ -270,19 +270,15 @@ def perplexity_windows(
 ) -> list[list[int]]:
     """Non-overlapping ``seq_len`` windows of the documents' token stream, at most ``max_windows``.
 
-    With a cap, documents are tokenized in order only until the cap is covered (C4's shard is large).
+    With a cap, only a prefix of the text that covers the cap is tokenized (C4's shard is large; a user's
+    file may be one 50 MB line): :func:`~pruning.calibration.data.sampling.tokenize_stream_prefix`.
     """
-    from pruning.calibration.data.sampling import text_windows, tokenize_stream
+    from pruning.calibration.data.sampling import text_windows, tokenize_stream_prefix
 
     if max_windows is None:
         return text_windows(documents, tokenizer, seq_len)
-    needed = max_windows * seq_len
-    taken, tokens, step = 0, 0, 64
-    while taken < len(documents) and tokens < needed:
-        chunk = documents[taken : taken + step]
-        tokens += len(tokenize_stream(chunk, tokenizer)) + len(chunk)
-        taken += len(chunk)
-    return text_windows(documents[:taken], tokenizer, seq_len)[:max_windows]
+    stream = tokenize_stream_prefix(documents, tokenizer, max_windows * seq_len)
+    return [stream[start : start + seq_len] for start in range(0, len(stream) - seq_len + 1, seq_len)]
 
 
 def window_scores(engine, windows: list[list[int]], progress: bool = False) -> tuple[list[float], list[int]]:
@@ -483,22 +479,27 @@ def resolve_targets(names: Sequence[str], registry) -> list[EvalTarget]:
     """Registry names/aliases/``dense`` or checkpoint directories -> what to load and where to record.
 
     A directory the registry knows (a variant's checkpoint, or a base model's directory) records into that
-    entry; a dense model directory it does not know is registered as a base model; a pruned checkpoint it
+    entry; a dense model directory it does not know (also as ``dense@DIR``, or an embedded model or
+    ``.gguf`` as ``dense@NAME``, converted) is registered as a base model on first use; ``dense@HUB_ID`` of
+    a hub model never registered is evaluated without being recorded; a pruned checkpoint it
     does not know is registered from its ``pruning.json`` when that names a calibration, else evaluated
     without being recorded.
     """
-    from pruning.model.sources import EMBEDDED_MODELS, resolve_model
+    from pruning.model.sources import model_reference
 
     targets = []
     for name in names:
-        if name in EMBEDDED_MODELS or name.endswith(".gguf"):
-            name = resolve_model(name).model  # evaluated (and registered) as its converted checkpoint
-        directory = Path(name).expanduser()
+        # an embedded model or a .gguf is evaluated (and registered) as its converted checkpoint
+        model = model_reference(name, registry)
+        directory = Path(model or name).expanduser()
         if directory.is_dir():
             if not (directory / "config.json").is_file():
                 raise UserError(f"{name!r} is a directory but not a model checkpoint (no config.json)")
             variant = _variant_for_directory(directory.resolve(), registry)
             path = str(directory.resolve())
+        elif model is not None:  # dense@HUB_ID of a hub model never registered: evaluated, not recorded
+            _check_hub_model(name, model)
+            variant, path = None, model
         else:
             variant = registry.resolve(name)
             path = variant.checkpoint_path
@@ -511,6 +512,19 @@ def resolve_targets(names: Sequence[str], registry) -> list[EvalTarget]:
                 raise UserError(f"checkpoint {path!r} of variant {name!r} does not exist")
         targets.append(EvalTarget(name, path, variant, find_demo_dir(path)))
     return targets
+
+
+def _check_hub_model(name: str, model: str) -> None:
+    """A one-line error unless ``model`` is a hub id whose config loads (no weights are fetched)."""
+    from pruning.model.blocks import load_config
+
+    try:
+        load_config(model)
+    except UserError as error:
+        raise UserError(
+            f"{name!r}: {model!r} is not a registered base model, an embedded model, a .gguf file or a "
+            f"checkpoint directory, and as a hub id: {error}"
+        ) from None
 
 
 def _variant_for_directory(directory: Path, registry):
@@ -654,15 +668,21 @@ def check_user_tasks(prepared: PreparedData, targets: Sequence[EvalTarget], sett
     """Every user item within each model's context and every user text a window long (tokenizers only)."""
     if not prepared.user_tasks:
         return
+    from pruning.evaluation.user_suites import check_fits, check_item_bytes, context_length
+
+    tasks = list(prepared.user_tasks.values())
+    contexts = {
+        path: context_length(path, settings.engine) for path in dict.fromkeys(t.model_path for t in targets)
+    }
+    for context in contexts.values():
+        check_item_bytes(tasks, context)  # by bytes, before transformers is even imported
     from transformers import AutoTokenizer
 
-    from pruning.evaluation.user_suites import check_fits, context_length
     from pruning.model.blocks import resolve
 
-    for path in dict.fromkeys(target.model_path for target in targets):
-        context = context_length(path, settings.engine)
+    for path, context in contexts.items():
         tokenizer = AutoTokenizer.from_pretrained(resolve(path).model)
-        check_fits(list(prepared.user_tasks.values()), tokenizer, context, min(settings.seq_len, context))
+        check_fits(tasks, tokenizer, context, min(settings.seq_len, context))
 
 
 def results_as_json(outcome: Sequence[EvaluatedVariant]) -> list[dict]:

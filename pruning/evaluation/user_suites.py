@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from depthprune.core.errors import UserError
+from pruning.calibration.data.local import MAX_BYTES_PER_TOKEN, check_data_file
 
 USER_SUITE = "user"
 """The ``suite`` of every result of a user's file."""
@@ -70,9 +71,10 @@ def read_user_task(spec: str) -> UserTask:
     parsed = parse_spec(spec)
     kind = "text" if parsed.source == "text" else "mc"
     path = Path(parsed.path).expanduser()
-    if not path.is_file():
-        raise UserError(f"data file {str(path)!r} of --suite {spec!r} does not exist")
-    task = UserTask(spec, kind, path, sha256=hashlib.sha256(path.read_bytes()).hexdigest())
+    check_data_file(path, f"data file of --suite {spec!r},")
+    with path.open("rb") as handle:  # in blocks: the file is never held whole
+        sha256 = hashlib.file_digest(handle, "sha256").hexdigest()
+    task = UserTask(spec, kind, path, sha256=sha256)
     if kind == "text":
         task.documents = _read_documents(path)
     else:
@@ -83,11 +85,16 @@ def read_user_task(spec: str) -> UserTask:
 def _read_documents(path: Path) -> list[str]:
     from pruning.calibration.data.local import read_jsonl, read_text_file
 
-    if path.suffix == ".jsonl":
-        for number, row in read_jsonl(path):
-            if not isinstance(row.get("text"), str) or not row["text"].strip():
-                raise UserError(f"{path}:{number}: expected a non-empty string field 'text'")
-    return read_text_file(path)
+    if path.suffix != ".jsonl":
+        return read_text_file(path)
+    documents = []
+    for number, row in read_jsonl(path):
+        if not isinstance(row.get("text"), str) or not row["text"].strip():
+            raise UserError(f"{path}:{number}: expected a non-empty string field 'text'")
+        documents.append(row["text"])
+    if not documents:
+        raise UserError(f"data file {str(path)!r} has no text")
+    return documents
 
 
 def _read_items(path: Path) -> tuple[list[int], list]:
@@ -129,19 +136,22 @@ def choice_requests(item, encoder) -> list:
 def check_fits(tasks: list[UserTask], tokenizer, context: int, seq_len: int) -> None:
     """Every item within the model's context, every text at least one window long; else a one-line error.
 
+    Call :func:`check_item_bytes` first, before the tokenizer loads; a text is tokenised here only as far
+    as one window needs (:func:`~pruning.calibration.data.sampling.tokenize_stream_prefix`).
+
     Args:
         tasks: the user's files.
         tokenizer: the model's tokenizer.
         context: the longest sequence the engine scores.
         seq_len: perplexity window length (already capped at ``context``).
     """
-    from pruning.calibration.data.sampling import tokenize_stream
+    from pruning.calibration.data.sampling import tokenize_stream_prefix
     from pruning.evaluation.lm_eval_models import PairEncoder
 
     encoder = PairEncoder(tokenizer)
     for task in tasks:
         if task.kind == "text":
-            tokens = len(tokenize_stream(task.documents, tokenizer))
+            tokens = len(tokenize_stream_prefix(task.documents, tokenizer, seq_len))
             if tokens < seq_len:
                 raise UserError(
                     f"{task.path}: {tokens} tokens, shorter than one perplexity window of {seq_len}: "
@@ -157,12 +167,37 @@ def check_fits(tasks: list[UserTask], tokenizer, context: int, seq_len: int) -> 
                 )
 
 
+def check_item_bytes(tasks: list[UserTask], context: int) -> None:
+    """Refuse, by its length in bytes and before any tokenizer runs, a multiple-choice item that cannot fit
+    ``context`` tokens: its context and longest choice over ``context x MAX_BYTES_PER_TOKEN`` bytes."""
+    limit = context * MAX_BYTES_PER_TOKEN
+    for task in tasks:
+        for line, item in zip(task.lines, task.items, strict=True):
+            size = utf8_length(item.context) + max(utf8_length(choice) for choice in item.choices)
+            if size > limit:
+                raise UserError(
+                    f"{task.path}:{line}: the item is {size:,} bytes, more than the {limit:,} that the "
+                    f"model's context of {context} tokens can hold ({MAX_BYTES_PER_TOKEN} bytes per token at "
+                    "most)"
+                )
+
+
+def utf8_length(text: str) -> int:
+    """Bytes of ``text`` in UTF-8 (surrogates, which JSON escapes can make, counted as 3 bytes)."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
 def context_length(model_path: str, engine: str) -> int:
     """The longest sequence the chosen engine will score for a model, read from its config (no weights)."""
-    from pruning.model.blocks import load_config
+    from depthprune.planning.shape import read_model_config
     from pruning.runtime.engine_choice import resolve_engine
 
-    native = int(getattr(load_config(model_path), "max_position_embeddings", 2048))
+    config = read_model_config(model_path)  # config.json alone: no transformers import before the checks
+    native = int(
+        config.get("max_position_embeddings")
+        or (config.get("text_config") or {}).get("max_position_embeddings")
+        or 2048
+    )
     return native if resolve_engine(engine) == "torch" else min(native, 4096) - 1
 
 

@@ -136,6 +136,34 @@ def resolve_model(spec: str, *, progress: bool = True) -> ResolvedModel:
     return ResolvedModel(spec=spec, model=spec, source=read_source(spec))
 
 
+def model_reference(name: str, registry) -> str | None:
+    """What to load for a name that means a model itself rather than a registry entry, else None.
+
+    ``dense@MODEL`` is MODEL's dense model: the registry's when MODEL is a registered base model, otherwise
+    MODEL itself, so that any model the command line can load (an embedded name, a ``.gguf`` file, a
+    checkpoint directory, a hub id) is evaluable before anything was pruned from it. A plain model reference
+    works where a variant name does: an embedded name or ``.gguf`` path (converted on first use, as
+    :func:`resolve_model` does), a directory, or a hub id (a name with a ``/``, which no variant name has)
+    that the registry does not know. Anything else is left to the registry (None).
+    """
+    from registry.naming import DENSE, split_qualified
+
+    label, qualifier = split_qualified(name)
+    dense_of = label == DENSE and qualifier is not None
+    model = qualifier if dense_of else name
+    if dense_of or ("/" in name and not Path(name).expanduser().exists()):
+        try:
+            registry.resolve(name)
+            return None
+        except UserError:
+            pass  # not a registered base model: the model itself
+    elif not (model in EMBEDDED_MODELS or model.lower().endswith(".gguf")):
+        return model if Path(model).expanduser().is_dir() else None
+    if model in EMBEDDED_MODELS or model.lower().endswith(".gguf"):
+        return resolve_model(model).model
+    return model
+
+
 def resolve_gguf(
     path: Path, *, spec: str | None = None, embedded_name: str | None = None, progress: bool = True
 ) -> ResolvedModel:

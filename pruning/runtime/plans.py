@@ -191,12 +191,13 @@ def _patch_spans(removed_blocks) -> int:
 
 def eval_model_paths(names, registry) -> list[str]:
     """What each ``eval`` name loads (directory, variant checkpoint, dense model); writes nothing."""
-    from pathlib import Path
+    from pruning.model.sources import model_reference
 
     paths = []
     for name in names:
-        if Path(name).expanduser().is_dir() or name.endswith(".gguf"):
-            paths.append(name)
+        model = model_reference(name, registry)  # dense@MODEL of a model never registered, a directory
+        if model is not None:
+            paths.append(model)
             continue
         variant = registry.resolve(name)
         paths.append(variant.checkpoint_path or variant.base_model)

@@ -35,6 +35,47 @@ def tokenize_stream(documents: list[str], tokenizer) -> list[int]:
     return stream
 
 
+FIRST_GUESS_CHARS_PER_TOKEN = 8
+""":func:`tokenize_stream_prefix` first tokenises this many characters per token wanted (text runs about 4),
+and four times more each time that was not enough."""
+STABLE_TOKENS = 16
+"""Tokens past the ones wanted that a cut prefix must give, so that the text cut off cannot change them."""
+
+
+def text_prefix(documents: list[str], chars: int) -> tuple[list[str], bool]:
+    """The documents in order up to about ``chars`` characters, the last cut after a whitespace where it can
+    be; and whether anything was left out."""
+    prefix, total = [], 0
+    for document in documents:
+        if total + len(document) <= chars:
+            prefix.append(document)
+            total += len(document) + 1
+            continue
+        head = document[: max(0, chars - total)]
+        space = max(head.rfind(" "), head.rfind("\n"), head.rfind("\t"))
+        head = head[: space + 1] if space > 0 else head
+        if head:
+            prefix.append(head)
+        return prefix, True
+    return prefix, False
+
+
+def tokenize_stream_prefix(documents: list[str], tokenizer, tokens: int) -> list[int]:
+    """At least the first ``tokens`` ids of :func:`tokenize_stream` (all of them when there are fewer), from
+    a prefix of the text: a 50 MB document is not tokenised whole for a few windows. The prefix grows
+    fourfold until it gives ``tokens`` plus :data:`STABLE_TOKENS` ids, so the ids kept are those the whole
+    text gives, and the work stays within a small multiple of what the ids need."""
+    chars = max(1, tokens * FIRST_GUESS_CHARS_PER_TOKEN)
+    while True:
+        prefix, cut = text_prefix(documents, chars)
+        stream = tokenize_stream(prefix, tokenizer)
+        if not cut:
+            return stream
+        if len(stream) >= tokens + STABLE_TOKENS:
+            return stream[:tokens]
+        chars *= 4
+
+
 def text_windows(documents: list[str], tokenizer, seq_len: int) -> list[list[int]]:
     """Every non-overlapping ``seq_len`` window of the documents' token stream, in order (for perplexity)."""
     stream = tokenize_stream(documents, tokenizer)
