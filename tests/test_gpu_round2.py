@@ -60,6 +60,13 @@ def test_a_fused_step_projected_past_the_budget_is_skipped_and_named(tmp_path):
     assert result["skipped"] and result["complete"]
 
 
+def test_a_fused_arm_that_fails_is_recorded_and_the_unfused_half_kept(tmp_path):
+    # inductor is refused on the CPU, as a compile failure on the card would raise: the record keeps going
+    result = gpu_fused.main(["--smoke", "--out", str(tmp_path / "fused.json"), "--backend", "inductor"])
+    assert "CUDA" in result["fused_error"] and result["complete"]
+    assert set(result["searches"]["greedy"]) == {"unfused"} and "fused" not in result["per_block"]
+
+
 def test_the_masks_remove_a_quarter_each_and_different_blocks():
     masks = gpu_mixed_depth.masks(4, 32)
     assert all(len(mask) == 8 for mask in masks) and len(set().union(*masks)) == 32
@@ -92,3 +99,24 @@ def test_gathered_rows_compute_what_separate_sub_batches_compute():
             arm.forward(hidden, 0)  # prefill writes the cache
             outputs[name] = torch.cat(arm.forward(hidden[:, -1:], 5))  # one decode step reads it
     torch.testing.assert_close(outputs["gathered"], outputs["separate"])
+
+
+def test_the_run_sheet_names_one_command_whose_options_both_benchmarks_take():
+    import re
+    import shlex
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "gpu.md").read_text()
+    block = text.split("**Round 2 (issue 58), one call on a GPU machine**", 1)[1]
+    command = re.search(r"```bash\n(.*?)\n```", block, re.S).group(1)
+    assert "\n" not in command and len(command) <= 2000
+    modules = {"benchmarks.gpu_fused": gpu_fused, "benchmarks.gpu_mixed_depth": gpu_mixed_depth}
+    limits = 0
+    for part in command.split(";"):
+        words = shlex.split(part.replace("$OUT", "/tmp/out"))
+        assert words[0] == "timeout" and words[words.index("python") + 1] == "-m"
+        limits += float(words[words.index("python") - 1]) + float(words[words.index("-k") + 1])
+        at = words.index("-m") + 1
+        args = modules.pop(words[at]).parse_args(words[at + 1 :])
+        assert str(args.out).startswith("/tmp/out/") and args.budget_seconds < 250
+    assert modules == {} and limits <= 420
