@@ -175,7 +175,10 @@ def build_settings(options: dict[str, Any], file_config: dict[str, Any]) -> Gate
     speculative_value = pick("speculative")
     if isinstance(speculative_value, list):
         speculative_value = ",".join(str(item) for item in speculative_value)
-    backends += speculative_backends(parse_speculative(speculative_value), backends, pick("registry"))
+    max_model_len = options.get("max_model_len") or (file_config.get("vllm") or {}).get("max_model_len")
+    backends += speculative_backends(
+        parse_speculative(speculative_value), backends, pick("registry"), max_model_len
+    )
     vllm_config = dict(file_config.get("vllm") or {})
     for key in (
         "dtype",

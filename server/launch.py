@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import signal
 import socket
 from collections.abc import Callable
 from pathlib import Path
@@ -48,6 +49,8 @@ def serve_gateway(
     Raises:
         UserError: the port cannot be bound, or an experiment is malformed (before any process starts).
         BackendStartError: a managed backend did not come up (every process started is stopped first).
+        KeyboardInterrupt: a signal (Ctrl-C, SIGTERM) stopped it, once every process it started is stopped,
+            so that the command exits as an interrupted one (130) rather than as a success.
     """
     sock = listen_socket(settings.host, settings.port)
     logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -59,20 +62,35 @@ def serve_gateway(
         if on_ready is not None:
             on_ready(pool)
 
-        import uvicorn
-
-        config = uvicorn.Config(
-            app, log_level=log_level.lower(), access_log=False, timeout_graceful_shutdown=10
-        )
+        server = signal_recording_server(app, log_level)
         try:
-            uvicorn.Server(config).run(sockets=[sock])
+            server.run(sockets=[sock])
         except KeyboardInterrupt:
-            pass  # uvicorn re-raises the Ctrl-C it already handled by shutting down cleanly
+            server.stopped_by = server.stopped_by or signal.SIGINT  # uvicorn re-raised what it handled
         finally:
             sock.close()
             pool.stop_processes()
+        if server.stopped_by is not None:
+            # Stopped by a signal, so the command ends as an interrupted one (130; SIGTERM 143 through the
+            # console script's handler), also where SIGINT came ignored and uvicorn's re-raise did nothing.
+            raise KeyboardInterrupt
     finally:
         remove_lease(lease)  # also when a backend failed to start: this gateway serves nothing any more
+
+
+def signal_recording_server(app, log_level: str):
+    """A ``uvicorn.Server`` for ``app`` that records, as ``stopped_by``, the first signal that stopped it."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        stopped_by: int | None = None
+
+        def handle_exit(self, sig, frame) -> None:
+            self.stopped_by = self.stopped_by or sig
+            super().handle_exit(sig, frame)
+
+    config = uvicorn.Config(app, log_level=log_level.lower(), access_log=False, timeout_graceful_shutdown=10)
+    return Server(config)
 
 
 def served_variants(settings: GatewaySettings) -> list[dict]:

@@ -9,7 +9,10 @@ re-exported per served name, :mod:`server.metrics`).
 
 A draft is checked here before any engine starts: it must be pruned from the same base (``pruning.json``'s
 ``base_model`` and ``base_weights_sha256`` against the dense model's) and share its vocabulary (``vocab_size``
-of both config.json files, and the tokenizer files where both have them); K must be at least 1.
+of both config.json files, and the tokenizer files where both have them). K must be at least 1, at most
+:data:`MAX_NUM_SPECULATIVE_TOKENS`, and shorter than the context of the draft and of the target (their
+``max_position_embeddings``, and ``--max-model-len`` when given): vLLM itself checks only that K is positive,
+and engines started with 1,000 drafted tokens beside a 128-token context.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,6 +29,7 @@ from server.settings import BackendSpec, SpeculativeDraft, metadata_from_variant
 
 __all__ = [
     "DEFAULT_NUM_SPECULATIVE_TOKENS",
+    "MAX_NUM_SPECULATIVE_TOKENS",
     "SpeculativeRequest",
     "parse_speculative",
     "speculative_backends",
@@ -34,6 +39,15 @@ DEFAULT_NUM_SPECULATIVE_TOKENS = 5
 """K when not given. vLLM 0.32 has no default for a draft model (``SpeculativeConfig`` takes one only from a
 draft config's ``n_predict``, which MTP heads have and a pruned Llama has not); its documentation's
 draft-model example speculates 5 tokens, so that is ours."""
+MAX_NUM_SPECULATIVE_TOKENS = 32
+"""The most tokens a draft may propose per step. A step keeps the drafted tokens up to the first one the
+target rejects: with a per-token acceptance rate ``a`` it yields ``(1 - a^(K+1)) / (1 - a)`` tokens on
+average, never more than ``1 / (1 - a)``, while each drafted token costs a forward of the draft. At
+``a = 0.9`` (high for a pruned draft) K = 32 already gives 9.7 of those 10 tokens, and every further drafted
+token adds under 0.04 while costing as much as the first; a larger K only spends draft compute and KV
+cache."""
+SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+"""A speculative arm's name: ASCII letters, digits, ``.``, ``_`` and ``-`` (what its error says)."""
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "merges.txt")
 """Files that define a vocabulary: where both checkpoints have one, they must be byte-identical."""
 
@@ -54,17 +68,25 @@ def parse_speculative(text: str | None) -> list[SpeculativeRequest]:
     """``"dense-spec=ppl-best:3,s2=/ckpt/m8"`` -> one :class:`SpeculativeRequest` each.
 
     Raises:
-        UserError: an item that is not NAME=DRAFT[:K], or K below 1.
+        UserError: an empty item, an item that is not NAME=DRAFT[:K], a NAME of other characters than
+            ASCII letters, digits, ``.``, ``_`` and ``-``, or K outside 1..:data:`MAX_NUM_SPECULATIVE_TOKENS`.
     """
+    from depthprune.core.lists import option_items
+
     requests = []
-    for item in (part.strip() for part in (text or "").split(",")):
-        if not item:
-            continue
+    items = option_items(text, "--speculative", "dense-spec=ppl-best:3") if text else []
+    for item in items:
         name, sep, rest = item.partition("=")
         draft, colon, count = rest.rpartition(":") if ":" in rest else (rest, "", "")
-        if not (sep and name.strip() and draft.strip()):
+        name, draft = name.strip(), draft.strip()
+        if not (sep and name and draft):
             raise UserError(
                 f"--speculative {item!r} must look like NAME=DRAFT[:K] (e.g. dense-spec=ppl-best:3)"
+            )
+        if not SERVED_NAME.fullmatch(name):
+            raise UserError(
+                f"--speculative {item!r}: the name {name!r} may hold only ASCII letters, digits, '-', '_' "
+                "and '.', starting with a letter or digit"
             )
         k = DEFAULT_NUM_SPECULATIVE_TOKENS
         if colon:
@@ -72,16 +94,20 @@ def parse_speculative(text: str | None) -> list[SpeculativeRequest]:
                 k = int(count)
             except ValueError:
                 raise UserError(f"--speculative {item!r}: K must be a whole number, got {count!r}") from None
-        if k < 1:
+        if not 1 <= k <= MAX_NUM_SPECULATIVE_TOKENS:
             raise UserError(
-                f"--speculative {item!r}: K (drafted tokens per step) must be at least 1, got {k}"
+                f"--speculative {item!r}: K (drafted tokens per step) must be in "
+                f"1..{MAX_NUM_SPECULATIVE_TOKENS}, got {k}"
             )
-        requests.append(SpeculativeRequest(name.strip(), draft.strip(), k))
+        requests.append(SpeculativeRequest(name, draft, k))
     return requests
 
 
 def speculative_backends(
-    requests: list[SpeculativeRequest], backends: list[BackendSpec], registry_url: str | None
+    requests: list[SpeculativeRequest],
+    backends: list[BackendSpec],
+    registry_url: str | None,
+    max_model_len: int | None = None,
 ) -> list[BackendSpec]:
     """One managed backend per request: the dense model with its draft, checked against it.
 
@@ -89,7 +115,8 @@ def speculative_backends(
     registry's ``dense`` of the draft's base.
 
     Raises:
-        UserError: a draft that cannot be found, or of another base or vocabulary than the dense model.
+        UserError: a draft that cannot be found, of another base or vocabulary than the dense model, or a K
+            that is not shorter than the draft's or the target's context (``max_model_len`` when given).
     """
     if not requests:
         return []
@@ -104,6 +131,7 @@ def speculative_backends(
             if dense is None:
                 dense, target = dense_of(registry, draft_dir, draft_info)
             check_draft(request, draft_dir, dense)
+            check_context(request, draft_dir, dense, max_model_len)
             speculative = SpeculativeDraft(
                 model_dir=str(draft_dir),
                 num_speculative_tokens=request.num_speculative_tokens,
@@ -199,6 +227,34 @@ def check_draft(request: SpeculativeRequest, draft_dir: Path, dense: BackendSpec
             if (draft_dir / name).is_file() and (dense_dir / name).is_file():
                 if file_sha256(draft_dir / name) != file_sha256(dense_dir / name):
                     raise UserError(f"{where}: the draft's tokenizer ({name}) differs from {dense.name}'s")
+
+
+def check_context(
+    request: SpeculativeRequest, draft_dir: Path, dense: BackendSpec, max_model_len: int | None
+) -> None:
+    """Refuse a K that is not shorter than the draft's or the target's context (``max_position_embeddings``
+    of each config.json found, and ``max_model_len``): a step drafts K tokens after at least one of the
+    prompt's, so no K that large can ever be used.
+
+    Raises:
+        UserError: naming K and the context it does not fit.
+    """
+    contexts = {"--max-model-len": max_model_len}
+    for label, directory in (("the draft", draft_dir), (dense.name, Path(dense.model_dir).expanduser())):
+        config = read_json(directory / "config.json") if directory.is_dir() else None
+        config = config or {}
+        contexts[f"{label}'s context"] = config.get("max_position_embeddings") or (
+            config.get("text_config") or {}
+        ).get("max_position_embeddings")
+    known = {label: int(value) for label, value in contexts.items() if isinstance(value, int) and value > 0}
+    if not known:
+        return
+    label, context = min(known.items(), key=lambda pair: pair[1])
+    if request.num_speculative_tokens >= context:
+        raise UserError(
+            f"--speculative {request.name}={request.draft}:{request.num_speculative_tokens}: K must be "
+            f"shorter than {label} of {context} tokens"
+        )
 
 
 def dense_weights_sha256(dense: BackendSpec) -> str | None:

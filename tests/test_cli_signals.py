@@ -12,6 +12,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from depthprune.testing.servers import wait_until
 from server.supervisor import group_members
 
@@ -83,3 +85,20 @@ def test_running_in_process_leaves_the_callers_sigterm_handler_alone(run_cli):
     before = signal.getsignal(signal.SIGTERM)
     assert run_cli("--help")[0] == 0
     assert signal.getsignal(signal.SIGTERM) is before
+
+
+@pytest.mark.parametrize(("signal_number", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_serve_once_serving_exits_as_an_interrupted_command(tmp_path, signal_number, code):
+    """Issue 57, 6: SIGINT exited 130 during start-up but 0 once the gateway served (uvicorn handled it)."""
+    from depthprune.testing.fake_vllm import create_fake_app, serve_in_thread
+    from depthprune.testing.servers import free_port, running_gateway
+
+    backend = serve_in_thread(create_fake_app("m"), free_port())
+    try:
+        home = {"DEPTHPRUNE_HOME": str(tmp_path / "home")}
+        with running_gateway(f"m={backend.url}", tmp_path / "serve.log", env=home) as gateway:
+            gateway.process.send_signal(signal_number)
+            assert gateway.process.wait(timeout=60) == code, (tmp_path / "serve.log").read_text()[-2000:]
+        assert "Traceback" not in (tmp_path / "serve.log").read_text()
+    finally:
+        backend.stop()

@@ -8,6 +8,7 @@ Run: ``.venv/bin/python -m pytest tests/test_speculative.py -q``
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from server.backends import Backend
 from server.cli import build_settings
 from server.metrics import GatewayMetrics, spec_decode_counts
 from server.settings import VllmOptions
-from server.speculative import DEFAULT_NUM_SPECULATIVE_TOKENS, parse_speculative
+from server.speculative import DEFAULT_NUM_SPECULATIVE_TOKENS, MAX_NUM_SPECULATIVE_TOKENS, parse_speculative
 
 CONFIG = {
     "model_type": "llama",
@@ -82,6 +83,45 @@ def test_parse_names_draft_and_k():
             parse_speculative(bad)
 
 
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("s=ppl-best:1000", "must be in 1..32, got 1000"),  # issue 57, 3: engines started with it
+        ("a=ppl-best:3,,b=ppl-best", "has an empty item (item 2 of 3)"),  # issue 57, 6: skipped silently
+        ("a=ppl-best:3,", "has an empty item (item 2 of 2)"),
+        (
+            "ünï=ppl-best",
+            "only ASCII letters, digits",
+        ),  # issue 57, 6: accepted though the rule says otherwise
+        ("-a=ppl-best", "starting with a letter or digit"),
+    ],
+)
+def test_an_impossible_k_an_empty_item_or_a_bad_name_is_refused(text, message):
+    with pytest.raises(UserError, match=re.escape(message)):
+        parse_speculative(text)
+    assert parse_speculative(None) == parse_speculative("") == []
+    assert parse_speculative(f"s=x:{MAX_NUM_SPECULATIVE_TOKENS}")[0].num_speculative_tokens == 32
+
+
+def test_k_must_be_shorter_than_the_draft_and_the_target_context(served, tmp_path, run_cli):
+    url, dense, _ = served
+    short = draft_of(tmp_path / "short-draft", dense, max_position_embeddings=8)
+    code, _, err = run_cli("serve", "--variants", "dense", "--registry", url, "--speculative", f"s={short}:8")
+    assert code == 2 and "shorter than the draft's context of 8 tokens" in err and err.count("\n") == 1, err
+    code, _, err = run_cli(
+        "serve",
+        "--variants",
+        "dense",
+        "--registry",
+        url,
+        "--speculative",
+        "s=ppl-best:20",
+        "--max-model-len",
+        "16",
+    )
+    assert code == 2 and "shorter than --max-model-len of 16 tokens" in err, err
+
+
 def test_a_speculative_arm_serves_dense_with_the_draft(served):
     url, dense, draft = served
     settings = build_settings(
@@ -121,7 +161,7 @@ def test_a_draft_of_another_base_or_vocabulary_is_refused_in_one_line(
 def test_k_below_one_is_refused_in_one_line(served, run_cli):
     url, _, _ = served
     code, _, err = run_cli("serve", "--variants", "dense", "--registry", url, "--speculative", "s=ppl-best:0")
-    assert code == 2 and "at least 1" in err and len(err.strip().splitlines()) == 1, err
+    assert code == 2 and "must be in 1..32" in err and len(err.strip().splitlines()) == 1, err
 
 
 def test_the_memory_plan_counts_the_draft():
