@@ -326,57 +326,58 @@ def _registry_facts(name: str, registry_url: str | None):
 
 
 def print_report(result: dict[str, Any], console) -> None:
-    """The report as two tables: traffic and latency per arm, then each arm's variant facts."""
+    """The report as tables that read whole at 100 columns: traffic, latency (fixed-horizon intervals of
+    this moment), the arms' variants, then quality and speed against the control (confidence sequences)."""
+    from rich import box
     from rich.table import Table
 
-    traffic = Table(title=f"experiment {result['experiment']}: per arm, 95 % intervals in brackets")
-    for column in ("arm", "share", "served by", "requests", "errors", *_LATENCY_COLUMNS):
-        traffic.add_column(column)
-    facts = Table(title="the arms' variants")
+    style = {"box": box.SIMPLE_HEAD, "padding": (0, 1), "title_justify": "left"}
+    traffic = Table(title=f"experiment {result['experiment']}: traffic per arm", **style)
+    for column in ("arm", "share", "served by", "requests", "errors (95 % interval)"):
+        traffic.add_column(column, no_wrap=True)
+    latency = Table(title="latency per arm, ms (95 % intervals)", **style)
+    for column in ("arm", *_LATENCY_COLUMNS):
+        latency.add_column(column, no_wrap=True)
+    facts = Table(title="the arms' variants", **style)
     for column in ("arm", "variant", "objective", "removed blocks", "held-out quality"):
         facts.add_column(column)
     for arm in result["arms"]:
         rate = arm["error_rate"]
         errors = f"{arm['errors']} ({_pct(rate['rate'])} [{_pct(rate['low'])}, {_pct(rate['high'])}])"
         share = _pct(arm.get("share"))
-        latencies = [_ms(arm[key][kind]) for key, kind in _LATENCY_KEYS]
-        traffic.add_row(
-            arm["name"], share, ", ".join(arm["variants"]) or "—", str(arm["requests"]), errors, *latencies
-        )
+        traffic.add_row(arm["name"], share, ", ".join(arm["variants"]) or "—", str(arm["requests"]), errors)
+        latency.add_row(arm["name"], *[_ms(arm[key][kind]) for key, kind in _LATENCY_KEYS])
         f = arm["facts"]
         known = f["num_blocks"] or f["removed_blocks"]  # a bare remote backend's card says neither
         removed = f"{f['removed_blocks']} of {f['num_blocks'] or '?'}" if known else "—"
         quality = "; ".join(f"{e['task']} {e['metric']}={e['value']:.4g}" for e in f["held_out"][:4]) or "—"
         facts.add_row(arm["name"], arm["variant"] or "—", f["objective"] or "—", removed, quality)
-    console.print(traffic)
-    console.print(facts)
+    for table in (traffic, latency, facts):
+        console.print(table)
     print_comparison(result, console)
 
 
 def print_comparison(result: dict[str, Any], console) -> None:
     """Quality (shadow-scored) and speed of every arm against the control, with confidence sequences."""
+    from rich import box
     from rich.table import Table
 
     control = result.get("control") or "?"
-    quality = Table(
-        title=f"quality against the control '{control}': 95 % confidence sequences (valid at every look), "
-        f"margin {result.get('margin', QUALITY_MARGIN):g} nats/token"
-    )
-    for column in ("arm", "scored", "dropped", "dense NLL", "top-1 agree", "NLL delta", "verdict"):
-        quality.add_column(column)
-    speed = Table(title=f"speed against the control '{control}' (arm / control), 95 % confidence sequences")
+    margin = result.get("margin", QUALITY_MARGIN)
+    style = {"box": box.SIMPLE_HEAD, "padding": (0, 1), "title_justify": "left"}
+    quality = Table(title=f"quality vs control '{control}' (nats/token; margin {margin:g})", **style)
+    for column in ("arm", "scored (dropped)", "NLL delta", "top-1 agreement", "verdict"):
+        quality.add_column(column, no_wrap=True)
+    speed = Table(title=f"speed vs control '{control}' (arm / control)", **style)
     for column in ("arm", "TPOT ratio", "E2EL ratio", "verdict", "guardrail"):
-        speed.add_column(column)
+        speed.add_column(column, no_wrap=True)
     for arm in result["arms"]:
         versus = arm.get("vs_control")
-        name = arm["name"] + (" (control)" if versus is None else "")
         quality.add_row(
-            name,
-            str(arm["shadow_scored"]),
-            str(arm["shadow_dropped"]),
-            _with_cs(arm["dense_nll"], arm["dense_nll_cs95"]),
-            _with_cs(arm["top1_agreement"], arm["top1_agreement_cs95"]),
+            arm["name"] + (" (control)" if versus is None else ""),
+            f"{arm['shadow_scored']} ({arm['shadow_dropped']})",
             _with_cs(versus["nll_delta"], versus["nll_delta_cs95"], signed=True) if versus else "—",
+            _with_cs(arm["top1_agreement"], arm["top1_agreement_cs95"]),
             versus["quality"] if versus else "—",
         )
         if versus is None:
@@ -391,6 +392,7 @@ def print_comparison(result: dict[str, Any], console) -> None:
         )
     console.print(quality)
     console.print(speed)
+    console.print("[ ] 95 % confidence sequences: valid however often the report is read")
     for arm in result["arms"]:
         stop = (arm.get("vs_control") or {}).get("guardrail") or {}
         if stop.get("fired"):
@@ -400,18 +402,14 @@ def print_comparison(result: dict[str, Any], console) -> None:
 def _with_cs(value: float | None, bounds: list[float] | None, signed: bool = False) -> str:
     if value is None:
         return "—"
-    shown = f"{value:+.3f}" if signed else f"{value:.3f}"
-    return shown if bounds is None else f"{shown} [{bounds[0]:.3f}, {bounds[1]:.3f}]"
+    form = "{:+.2f}" if signed else "{:.2f}"
+    shown = form.format(value)
+    return shown if bounds is None else f"{shown} [{form.format(bounds[0])}, {form.format(bounds[1])}]"
 
 
-_LATENCY_KEYS = [
-    ("ttft", "mean_s"),
-    ("ttft", "median_s"),
-    ("tpot", "mean_s"),
-    ("e2el", "mean_s"),
-    ("e2el", "median_s"),
-]
-_LATENCY_COLUMNS = ["TTFT mean ms", "TTFT p50 ms", "TPOT mean ms", "E2EL mean ms", "E2EL p50 ms"]
+_LATENCY_KEYS = [("ttft", "mean_s"), ("tpot", "mean_s"), ("e2el", "mean_s"), ("e2el", "median_s")]
+_LATENCY_COLUMNS = ["TTFT mean", "TPOT mean", "E2EL mean", "E2EL p50"]
+"""The text form's latency columns (the JSON has the TTFT median too): four fit 100 columns whole."""
 
 
 def _pct(value: float | None) -> str:
@@ -424,6 +422,6 @@ def _ms(stat: dict) -> str:
         return "—"
 
     def show(x):
-        return "?" if x is None else f"{x * 1000:.1f}"
+        return "?" if x is None else f"{x * 1000:.3g}"
 
-    return f"{value * 1000:.1f} [{show(stat['low'])}, {show(stat['high'])}]"
+    return f"{show(value)} [{show(stat['low'])}, {show(stat['high'])}]"

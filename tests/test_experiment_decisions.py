@@ -9,6 +9,7 @@ version of the acceptance is tests/test_experiments_vllm.py.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import threading
@@ -16,10 +17,11 @@ import time
 
 import httpx
 import pytest
+from rich.console import Console
 
 from depthprune.testing.gateways import ADMIN, fake_backends, gateway_replica
 from depthprune.testing.servers import wait_until
-from server.experiment_report import report
+from server.experiment_report import print_report, report
 
 EXPERIMENT = {
     "arms": [
@@ -78,6 +80,11 @@ def test_shadow_scoring_tells_the_arms_apart_and_never_changes_an_answer(backend
     assert twin["guardrail"] == {"fired": False}
     for field in ("tpot_ratio", "tpot_ratio_cs95", "e2el_ratio", "e2el_ratio_cs95", "speed"):
         assert field in twin
+    console = Console(width=100, record=True, file=io.StringIO())
+    print_report(result, console)
+    text = console.export_text()
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= 100
+    assert "+1.0" in text and "worse" in text  # the twin's delta and verdict, whole
 
 
 def test_a_full_queue_or_a_control_that_is_down_drops_and_counts_never_fails_a_user(backends):

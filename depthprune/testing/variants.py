@@ -126,9 +126,14 @@ def registry_with_pruned_variant(dense: Path, work: Path, removed: list[int], al
 
     directory = work / f"pruned-{'-'.join(map(str, removed))}"
     pruned = write_pruned_checkpoint(str(dense), removed, directory, calibration=EXAMPLE_CALIBRATION)
+    import json
+
     url = f"sqlite:///{work / 'registry.db'}"
+    num_blocks = json.loads((dense / "config.json").read_text())["num_hidden_layers"]
     with open_registry(url) as registry:
-        register_example_base(registry, str(dense), weights_sha256=weights_sha256(dense))
+        register_example_base(
+            registry, str(dense), num_blocks=num_blocks, weights_sha256=weights_sha256(dense)
+        )
         register_example_variant(
             registry, removed, base_model=str(dense), checkpoint=Path(pruned.path), alias=alias
         )
