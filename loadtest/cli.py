@@ -158,6 +158,14 @@ TargetPrecisionOption = Annotated[
 TimeBudgetOption = Annotated[
     float, typer.Option(help="Seconds after which no round is added (60 % for saturation, then steady).")
 ]
+BudgetCutsBlocksOption = Annotated[
+    bool,
+    typer.Option(
+        "--budget-cuts-blocks",
+        help="Once --rounds ran, stop at --time-budget even inside a block of the balanced arm order "
+        "(the record says so); without it the budget is looked at after whole blocks only.",
+    ),
+]
 AAOption = Annotated[
     bool,
     typer.Option("--aa", help="A/A control: measure the baseline again as its own arm (the noise floor)."),
@@ -270,6 +278,7 @@ def loadtest(
     stop_rule: StopRuleOption = "precision",
     aa_tolerance: AaToleranceOption = 0.05,
     time_budget: TimeBudgetOption = 600.0,
+    budget_cuts_blocks: BudgetCutsBlocksOption = False,
     aa: AAOption = False,
     steady_fraction: SteadyFractionOption = 0.5,
     goodput: GoodputOption = None,

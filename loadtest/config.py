@@ -56,6 +56,10 @@ class LoadConfig:
     time_budget_s: float = 600.0
     """No round is added after this many seconds of measuring (60 % for saturation when a steady-state phase
     follows); every phase still runs ``rounds`` rounds."""
+    budget_cuts_blocks: bool = False
+    """Once ``rounds`` rounds ran, stop at ``time_budget_s`` even inside a block of the balanced order (the
+    demo, whose promise is a time): the record says the block was cut, and the A/A arm shows what that cost.
+    Off, the budget is looked at only after whole blocks, so it can be overrun by a block less a round."""
     aa: bool = False
     """A/A control: the baseline measured again as its own arm in every round (the run's noise floor)."""
     steady_fraction: float = 0.5

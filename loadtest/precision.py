@@ -9,7 +9,9 @@ the ``time_budget_s`` of the whole measurement is spent.
 Rounds come in blocks (:mod:`loadtest.order`): a measurement stops only after a whole block, so every arm has
 run in every position and after every other arm equally often. ``rounds`` is rounded up and ``max_rounds``
 down to whole blocks (``max_rounds`` below one block stays as given, and the record says the design is cut);
-the time budget is checked only at the end of a block, so it can be overrun by at most one block less a round.
+the time budget is checked only at the end of a block, so it can be overrun by at most one block less a round
+(``--budget-cuts-blocks``: after ``rounds`` rounds, at the end of any round, for a caller whose promise is a
+time, such as ``depthprune demo``).
 
 ``--stop-rule decision`` (what ``depthprune demo`` uses) also stops as soon as the run has *decided*: every
 variant's headline interval excludes 1 (it is faster, or slower, than the baseline) and the A/A interval lies
@@ -68,7 +70,16 @@ class StopRule:
         self.reached = {arm: estimate.precision for arm, estimate in estimates.items()}
         worst = max((p if p is not None else float("inf") for p in self.reached.values()), default=0.0)
         if rounds < most and (rounds < fewest or rounds % self.block):
-            return None
+            if (
+                self.config.budget_cuts_blocks
+                and rounds >= self.config.rounds
+                and time.monotonic() >= self.deadline
+            ):
+                self.reason = (
+                    f"--time-budget {self.config.time_budget_s:g} s spent after {rounds} rounds (inside a "
+                    f"block of {self.block}: the order is balanced over whole blocks only)"
+                )
+            return self.reason
         if self.config.target_precision > 0 and worst <= self.config.target_precision:
             self.reason = f"target precision ±{self.config.target_precision:.1%} reached"
         elif self.config.stop_rule == "decision" and self.decided(estimates):

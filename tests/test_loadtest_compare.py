@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -170,6 +171,24 @@ def test_stop_rule_stops_when_precise_or_out_of_rounds():
     assert late(per_round) is None  # the budget is spent, but the block is not whole
     per_round = {"dense": rounds_of([100] * 4, [10] * 4), "v": rounds_of(wild[:4], [8] * 4)}
     assert late(per_round).startswith("--time-budget")
+
+
+def test_a_budget_that_cuts_blocks_stops_inside_one_once_the_fewest_rounds_ran():
+    """Issue 57, 7: the demo's load test ran a whole block of 6 rounds past its 150 s budget (4:20)."""
+    config = LoadConfig(rounds=2, max_rounds=20, target_precision=0.001, budget_cuts_blocks=True)
+    rule = StopRule(config, "dense", "output_throughput", deadline=0.0)
+    wild = [100, 150, 80, 130]
+
+    def arms(rounds):
+        return {name: rounds_of(wild[:rounds], [10] * rounds) for name in ("dense", "dense (A/A)", "v")}
+
+    assert rule(arms(1)) is None  # the fewest rounds run whatever the time
+    assert rule(arms(2)) == (
+        "--time-budget 600 s spent after 2 rounds (inside a block of 6: the order is balanced over whole "
+        "blocks only)"
+    )
+    patient = StopRule(replace(config, budget_cuts_blocks=False), "dense", "output_throughput", deadline=0.0)
+    assert patient(arms(2)) is None  # without it, the budget waits for the block's end
 
 
 def test_stop_rule_with_three_arms_stops_only_after_whole_blocks_of_six():

@@ -59,7 +59,8 @@ def load_test(config, plan, url: str, served: list[str], model_dir: Path | str, 
         "0.02",
     ]
     command += ["--stop-rule", sizes.stop_rule, "--aa-tolerance", str(AA_TOLERANCE)]
-    command += ["--time-budget", str(sizes.load_budget_s), "--steady-fraction", "0"]
+    # The demo's promise is a time: once --rounds ran, the budget ends the test even inside a block.
+    command += ["--time-budget", str(sizes.load_budget_s), "--budget-cuts-blocks", "--steady-fraction", "0"]
     command += ["--rate", "inf", "--warmup", "2", "--prompts", load_test_prompts(plan, config.out)]
     command += ["--tokenizer", str(model_dir), "--save-result", str(result_path)]
     command += ["--report-dir", str(config.out / "loadtest")]
@@ -68,4 +69,12 @@ def load_test(config, plan, url: str, served: list[str], model_dir: Path | str, 
     completed = subprocess.run(command, stdout=subprocess.DEVNULL, text=True)
     if completed.returncode != 0:
         raise UserError(f"the load test failed (exit {completed.returncode}); see the messages above")
-    return json.loads(result_path.read_text())
+    result = json.loads(result_path.read_text())
+    say(config, f"load test: {result.get('rounds')} rounds, {stop_reason(result)}")
+    return result
+
+
+def stop_reason(result: dict) -> str:
+    """Which rule ended the load test, in words: decided, precise enough, out of rounds, or out of time."""
+    reason = (result.get("precision") or {}).get("stop_reason")
+    return f"stopped: {reason}" if reason else "stopped at its fewest rounds"
