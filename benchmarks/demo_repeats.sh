@@ -8,7 +8,11 @@
 # Each run is exactly `depthprune demo` (what `make demo` runs) from an empty home of its own
 # (DEPTHPRUNE_HOME=OUT/runN/home: the GGUF conversion, the offline data, the registry and the searches'
 # score memo all start empty), so no run reads anything another wrote and each wall time is a first run's.
-# Writes OUT/runN/{demo.log,table.json,loadtest.json,...} and OUT/side_by_side.md, and prints the Markdown.
+# The machine's speed is recorded beside each run, just before and just after it (python -m
+# benchmarks.machine_speed: 2-thread float32 matmul GFLOP/s and the load average), so a wall time is read
+# against the machine that made it (issue 57: 773 s on a day the matmul ran 219 GFLOP/s).
+# Writes OUT/runN/{demo.log,table.json,loadtest.json,machine.jsonl,...} and OUT/side_by_side.md, and prints
+# the Markdown.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DEPTHPRUNE="${DEPTHPRUNE:-.venv/bin/depthprune}"
@@ -20,12 +24,14 @@ mkdir -p "$OUT"
 for run in $(seq 1 "$RUNS"); do
   dir="$OUT/run$run"
   mkdir -p "$dir"
+  "$PYTHON" -m benchmarks.machine_speed > "$dir/machine.jsonl"
   started=$(date +%s)
   rm -rf "$dir/home"
   DEPTHPRUNE_HOME="$(realpath "$dir")/home" "$DEPTHPRUNE" demo --out "$dir" --json \
     > "$dir/table.json" 2> "$dir/demo.log"
   echo "$(( $(date +%s) - started ))" > "$dir/wall_seconds"
-  echo "run $run: $(cat "$dir/wall_seconds") s" >&2
+  "$PYTHON" -m benchmarks.machine_speed >> "$dir/machine.jsonl"
+  echo "run $run: $(cat "$dir/wall_seconds") s; machine before, after: $(tr '\n' ' ' < "$dir/machine.jsonl")" >&2
 done
 
 "$PYTHON" - "$OUT" "$RUNS" <<'EOF' | tee "$OUT/side_by_side.md"
@@ -61,4 +67,12 @@ for role in roles:
     ):
         print(f"| {role} ({removed}) | {label} | " + " | ".join(cell(row, key, suffix) for row in rows) + " |")
 print("| (wall time) | s | " + " | ".join(walls) + " |")
+speeds = [
+    [json.loads(line) for line in (out / f"run{i}" / "machine.jsonl").read_text().splitlines()]
+    for i in range(1, runs + 1)
+]
+print("| (machine) | matmul GFLOP/s, before → after | " + " | ".join(
+    " → ".join(f"{s['matmul_gflops']:.0f}" for s in pair) for pair in speeds) + " |")
+print("| (machine) | load average, before → after | " + " | ".join(
+    " → ".join(f"{s['load_1m']:.1f}" for s in pair) for pair in speeds) + " |")
 EOF
