@@ -238,9 +238,8 @@ def measure_phase(stack, k: int, phase: dict, args) -> dict:
     )
     arms = {}
     for name in ARMS:
-        if args.device.startswith(
-            "cuda"
-        ):  # the last arm's caches (freed with it: no cycles) back to the card
+        # the last arm's caches (freed with it: no cycles) back to the card
+        if args.device.startswith("cuda"):
             torch.cuda.empty_cache()
         arm = Arm(stack, name, removed, batch, filled + steps * length, filled)
         seconds = time_arm(arm, hidden, filled, steps, args.repeats, args.device)
