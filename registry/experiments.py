@@ -142,7 +142,27 @@ def check_experiment_name(name: object) -> str:
         UserError: naming the problem.
     """
     check_spec_name(name, "experiment name")
+    if name.casefold() == "dense":
+        raise UserError(f"experiment {name!r} is reserved for the dense base model (in any case)")
     return check_name(name, "experiment")
+
+
+class CaseClash(UserError):
+    """A new experiment's name differs only by case from a live one's; nothing was written."""
+
+    def __init__(self, name: str, existing: str):
+        super().__init__(
+            f"experiment {name!r} differs only by case from the experiment {existing!r}: names are told "
+            "apart regardless of case; nothing changed"
+        )
+        self.name = name
+
+
+def case_clash(name: str, live_names) -> str | None:
+    """The live experiment whose name equals ``name`` but for case, if any."""
+    return next(
+        (other for other in live_names if other != name and other.casefold() == name.casefold()), None
+    )
 
 
 class ExperimentNotFound(UserError):
@@ -372,6 +392,10 @@ class ExperimentStore:
                 return _record(row)
             if old_spec is None and spec is not None:
                 self._check_room(session, name)
+                live = session.scalars(select(ExperimentRow.name).where(ExperimentRow.spec.is_not(None)))
+                clash = case_clash(name, live)
+                if clash is not None:
+                    raise CaseClash(name, clash)
             if row is None:
                 row = ExperimentRow(name=name)
                 session.add(row)

@@ -89,11 +89,13 @@ class LocalStore:
     def set(self, name, spec, *, actor, expected_version=None, action="set", deadline_s=None, reason=None):
         from registry.experiments import (
             MAX_EXPERIMENTS,
+            CaseClash,
             ExperimentChange,
             ExperimentNotFound,
             ExperimentRecord,
             StaleVersion,
             TooManyExperiments,
+            case_clash,
         )
 
         current = self._records.get(name)
@@ -108,6 +110,9 @@ class LocalStore:
         live = sum(not record.deleted for record in self._records.values())
         if old is None and spec is not None and live >= MAX_EXPERIMENTS:
             raise TooManyExperiments(name, live)
+        clash = case_clash(name, [other for other, record in self._records.items() if not record.deleted])
+        if old is None and spec is not None and clash is not None:
+            raise CaseClash(name, clash)
         now = datetime.now(timezone.utc)
         record = ExperimentRecord(name, spec, version + 1, actor, now)
         self._records[name] = record

@@ -238,3 +238,16 @@ def test_if_match_is_a_strong_comparison_and_may_list_tags(backends):
         assert put('W/"6"') == 412
         assert put('"5", "7"') == 412
         assert put('"5", "6"') == 200
+
+
+def test_experiment_names_differing_only_by_case_are_one_name(backends, tmp_path):
+    for registry_url in (None, f"sqlite:///{tmp_path / 'registry.db'}"):
+        with gateway_replica(backends, registry_url) as url:
+            spec = {"arms": [{"variant": "dense"}, {"variant": "twin"}]}
+            for reserved in ("Dense", "DENSE"):
+                refused = httpx.put(f"{url}/admin/experiments/{reserved}", json=spec, headers=ADMIN)
+                assert refused.status_code == 400 and "reserved" in refused.json()["error"]["message"]
+            assert httpx.put(f"{url}/admin/experiments/ab", json=spec, headers=ADMIN).status_code == 200
+            clash = httpx.put(f"{url}/admin/experiments/AB", json=spec, headers=ADMIN)
+            assert clash.status_code == 400 and "only by case" in clash.json()["error"]["message"]
+            assert httpx.get(f"{url}/admin/experiments/AB", headers=ADMIN).status_code == 404

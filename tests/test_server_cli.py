@@ -106,7 +106,9 @@ def test_serve_command_runs_a_gateway_until_interrupted(tmp_path):
     backend = serve_in_thread(create_fake_app("far"), free_port())
     port = free_port()
     config = tmp_path / "gateway.yaml"
-    config.write_text("experiments:\n  canary:\n    arms:\n      - variant: far\n        weight: 1\n")
+    config.write_text(
+        "experiments:\n  canary:\n    control: far\n    arms:\n      - variant: far\n        weight: 1\n"
+    )
     options = ("--config", str(config), "--api-key", "k", "--log-level", "warning")
     env = {"DEPTHPRUNE_HOME": str(tmp_path)}
     try:
