@@ -29,6 +29,7 @@ from server.routes import REQUEST_BODIES
 from server.routes import router as routes
 from server.settings import GatewaySettings
 from server.shadow import ShadowScorer
+from server.ui import install_ui
 
 log = logging.getLogger("depthprune.server")
 
@@ -94,9 +95,11 @@ def create_app(
         app.state.proxy.shadow = app.state.shadow
         app.state.shadow.start()
         guardrails.start()
+        app.state.series.start()
         try:
             yield
         finally:
+            await app.state.series.stop()
             await guardrails.stop()
             await app.state.shadow.stop()
             await shared.stop()
@@ -118,6 +121,7 @@ def create_app(
     app.state.proxy = Proxy(settings, pool, router, metrics)
     app.state.created = int(time.time())
     app.include_router(routes)
+    install_ui(app)  # the experiment page, /ui/, and its sampler (server/ui.py)
     app.add_exception_handler(GatewayError, gateway_error)
     app.add_exception_handler(StarletteHTTPException, http_error)
     app.add_exception_handler(RequestValidationError, validation_error)

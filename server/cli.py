@@ -214,6 +214,8 @@ def build_settings(options: dict[str, Any], file_config: dict[str, Any]) -> Gate
         restart=bool(pick("restart", True)),
         experiments_registry=experiments_registry(pick("registry"), variant_list),
         experiments_poll_s=float(pick("experiments_poll_s", 1.0)),
+        peers=list(pick("peers", [])),
+        series_interval_s=float(pick("series_interval_s", 10.0)),
     )
 
 
@@ -405,7 +407,7 @@ def print_ready(summary: dict, pool, as_json: bool) -> None:
         as_json: print the summary as one JSON line instead of text.
     """
     if as_json:
-        print(json.dumps(summary), flush=True)
+        print(json.dumps({**summary, "ui": f"{summary['url']}/ui/"}), flush=True)
         return
     for name, backend in pool.backends.items():
         state = "up" if backend.up else f"DOWN ({backend.last_error})"
@@ -415,3 +417,4 @@ def print_ready(summary: dict, pool, as_json: bool) -> None:
         print(f"  {name:<20} {where:<28} {state}", file=sys.stderr)
     url = summary["url"]
     print(f"gateway listening on {url} (OpenAI API at {url}/v1)", file=sys.stderr, flush=True)
+    print(f"experiments page at {url}/ui/ (admin token or API key)", file=sys.stderr, flush=True)

@@ -204,6 +204,7 @@ POSITIVE_DURATIONS = (
     "health_interval_s",
     "health_timeout_s",
     "experiments_poll_s",
+    "series_interval_s",
 )
 
 
@@ -267,6 +268,14 @@ class GatewaySettings:
     """Longest one scoring request may take before it is dropped (``failed``)."""
     guardrail_interval_s: float = 1.0
     """Seconds between two checks of the experiments' guardrails against this gateway's statistics."""
+    series_interval_s: float = 10.0
+    """Seconds between two samples of every experiment's per-arm figures, which the experiment page (``/ui/``)
+    draws over time (:mod:`server.experiment_series`)."""
+    series_points: int = 720
+    """Most points kept per experiment for the page; when full, every other one goes (bounded memory)."""
+    peers: list[str] = field(default_factory=list)
+    """Base URLs of the other gateway replicas whose ``/metrics`` this gateway adds to its own for the page's
+    figures (``http://gw-2:8000``); empty: the page shows this gateway's traffic only."""
 
     def __post_init__(self):
         if not self.backends:
@@ -293,6 +302,11 @@ class GatewaySettings:
             value = getattr(self, name)
             if not (isinstance(value, int | float) and 0 < value < float("inf")):
                 raise UserError(f"{name} must be a positive number of seconds, got {value!r}")
+        if not isinstance(self.series_points, int) or self.series_points < 2:
+            raise UserError(f"series_points must be an integer of at least 2, got {self.series_points!r}")
+        for peer in self.peers:
+            if urlparse(str(peer)).scheme not in ("http", "https") or not urlparse(str(peer)).netloc:
+                raise UserError(f"peers: {peer!r} is not an http(s)://host:port URL")
         if self.metrics_auth and not self.api_key:
             raise UserError("metrics_auth (--metrics-auth) needs an API key (--api-key) to require")
 
@@ -339,6 +353,8 @@ def load_config_file(path: str | Path) -> dict[str, Any]:
         "experiments_poll_s",
         "allow_unfit",
         "speculative",
+        "peers",
+        "series_interval_s",
     }
     unknown = sorted(set(data) - known)
     if unknown:

@@ -48,16 +48,16 @@ def gateway_replica(
         registry_url: the registry whose experiments it shares.
         experiments: the config file's experiments.
         port: its port (a free one by default; give the same to restart "the same" replica).
-        settings: other :class:`server.GatewaySettings` fields (the poll is 0.2 s unless given).
+        settings: other :class:`server.GatewaySettings` fields (the poll is 0.2 s and the admin token
+            :data:`ADMIN_TOKEN` unless given).
     """
     from server import BackendSpec, GatewaySettings, create_app
 
     config = GatewaySettings(
         backends=[BackendSpec(name, url=url) for name, url in backends.items()],
         experiments=experiments or {},
-        admin_token=ADMIN_TOKEN,
         experiments_registry=registry_url,
-        **{"experiments_poll_s": 0.2, **settings},
+        **{"experiments_poll_s": 0.2, "admin_token": ADMIN_TOKEN, **settings},
     )
     server = serve_in_thread(create_app(config), port or free_port())
     try:
