@@ -4,7 +4,8 @@
         --cross docs/study-smollm2-135m/cross-controls              # print the reading
     .venv/bin/python -m benchmarks.study_reading docs/study-smollm2-135m \\
         --cross docs/study-smollm2-135m/cross-controls --write      # write reading.md, re-render the report
-    (--size DIR adds the calibration-size arm: the task objectives with more calibration questions)
+    (--size DIR adds the calibration-size arm: the task objectives with more calibration questions;
+    --arm DIR, repeatable, an arm whose §5.2 ratio the audit's paragraphs give beside the study's)
 
 Every number the reading compares with the paper is computed like for like (the paper's seven searches, its
 budgets by fraction of blocks, means with means, per-cell statistics next to pooled ones); extensions and
@@ -40,18 +41,22 @@ def main() -> None:
     parser.add_argument("report", type=Path, help="study report directory (with study.json)")
     parser.add_argument("--cross", type=Path, help="the cross-controls' report directory, if any")
     parser.add_argument("--size", type=Path, help="the calibration-size arm's report directory, if any")
+    parser.add_argument(
+        "--arm", type=Path, action="append", default=[], help="an arm for the audit's §5.2 ratio (repeatable)"
+    )
     parser.add_argument("--write", action="store_true", help="write reading.md and re-render the report")
     parser.add_argument("--facts", action="store_true", help="print the numbers as JSON instead")
     arguments = parser.parse_args()
     try:
         if arguments.write:
-            write_reading(arguments.report, arguments.cross, arguments.size)
+            write_reading(arguments.report, arguments.cross, arguments.size, arguments.arm)
             print(f"wrote {arguments.report / 'reading.md'} and re-rendered README.md, report.html")
             return
         study = json.loads((arguments.report / "study.json").read_text())
         cross = json.loads((arguments.cross / "study.json").read_text()) if arguments.cross else None
         size = json.loads((arguments.size / "study.json").read_text()) if arguments.size else None
-        facts = reading_facts(study, cross, size)
+        arms = [json.loads((arm / "study.json").read_text()) for arm in arguments.arm]
+        facts = reading_facts(study, cross, size, arms)
         if arguments.facts:
             print(json.dumps(jsonable(facts), indent=1, default=str))
         else:

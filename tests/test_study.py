@@ -358,6 +358,30 @@ def test_tiny_study_end_to_end_and_resume(tiny_demo_like, tmp_path, capsys, monk
     assert has_weight_files(lost)
 
 
+def test_a_clipped_margin_and_a_matched_budget_reach_the_cells(tiny_demo_like, tmp_path):
+    """Issue 55: ``--margin-clip`` clips task_margin's calibrations only and names them in the key;
+    ``-o cbo.evaluations=greedy`` gives CBO greedy's count at each cell's M."""
+    from pruning.study.plan import StudyConfig, cell_options, plan_study
+
+    plan = plan_study(
+        StudyConfig(
+            model=str(tiny_demo_like),
+            drops=(2,),
+            objectives=("task_margin", "task_ce"),
+            searches=("greedy", "cbo"),
+            margin_clip=1.0,
+            options={"cbo": {"evaluations": "greedy"}},
+            out=tmp_path,
+        )
+    )
+    margin = [c for c in plan.cells if c.calibration.objective == "task_margin"]
+    other = [c for c in plan.cells if c.calibration.objective == "task_ce"]
+    assert margin and all(c.calibration.margin_clip == 1.0 and "task_margin@clip1|" in c.key for c in margin)
+    assert other and all(c.calibration.margin_clip is None and "@clip" not in c.key for c in other)
+    cbo = next(c for c in plan.cells if c.search == "cbo")
+    assert cell_options(plan.config, plan.num_blocks, cbo) == {"keep": 2 * plan.num_blocks - 1}
+
+
 def test_study_config_rejects_bad_grids(tiny_demo_like, tmp_path):
     from depthprune.core.errors import UserError
     from pruning.study.plan import StudyConfig, plan_study

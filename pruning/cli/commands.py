@@ -695,6 +695,7 @@ def study(
     choice_seq_len: StudyChoiceSeqLenOption = None,
     sampling: SamplingOption = "documents",
     truncate: TruncateOption = False,
+    margin_clip: MarginClipOption = None,
     option: StudySearchOptions = None,
     suite: EvalSuiteOption = "all",
     engine: Annotated[str, typer.Option(help="Evaluation engine: auto, vllm or torch.")] = "auto",
@@ -741,7 +742,7 @@ def study(
     config = groups.study_config(
         model,
         groups.StudyGrid(drop, objectives, data, seeds, data_seed, random_prior_control, cross_controls),
-        groups.StudyCalibration(samples, seq_len, choice_seq_len, sampling, truncate),
+        groups.StudyCalibration(samples, seq_len, choice_seq_len, sampling, truncate, margin_clip),
         search_request,
         groups.StudyEvaluation(suite, engine, eval_limit, eval_seq_len, heal_spec, heal_data, eval_windows),
         groups.Placement(checkpoints, registry, dtype, device),

@@ -167,6 +167,8 @@ class StudyCalibration:
     """``--sampling``: documents or stream."""
     truncate: bool
     """``--truncate``: cut over-long multiple-choice items instead of refusing them."""
+    margin_clip: float | None = None
+    """``--margin-clip``: clip task_margin's per-item margin to [-TAU, TAU]."""
 
 
 @dataclass(frozen=True)
@@ -234,6 +236,7 @@ def study_config(
         choice_seq_len=calibration.choice_seq_len,
         sampling=calibration.sampling,
         truncate=calibration.truncate,
+        margin_clip=calibration.margin_clip,
         options={name: value for name, value in search.options().items() if value},
         suites=suite_list(evaluation.suite),
         engine=evaluation.engine,

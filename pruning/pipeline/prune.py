@@ -66,6 +66,7 @@ from pruning.search.base import (
     parse_options,
     resolve_protected,
 )
+from pruning.search.budgets import resolve_options
 from registry.records import VariantRecord
 
 PRIOR_USERS = PRIOR_GUIDED | {"evolution"}
@@ -354,7 +355,8 @@ def plan_prune(config: PruneConfig) -> PrunePlan:
     run_dir = depthprune_settings.home_dir() / "runs" / run_key(model, config.calibration, config.dtype)
     options: dict[str, dict[str, Any]] = {}
     for search in config.searches:
-        chosen = dict(config.options.get(search, {}))
+        # a budget in subset evaluations (-o SEARCH.evaluations=E|greedy) becomes the search's own settings
+        chosen = resolve_options(search, config.options.get(search, {}), num_blocks, config.drop)
         if config.random_prior and search in PRIOR_GUIDED:
             chosen["prior"] = "random"
         if search == "bayesian" and chosen.get("storage") is None and config.timing == "shared":

@@ -8,7 +8,8 @@ sets α_i from 1 to 0. To first order the per-sample loss change of removing the
     E(x) = xᵀ H x,   H = AᵀA / m,   subject to Σ x = M,
 
 exactly, then re-ranks the ``keep`` lowest-energy states by the true calibration loss and returns the
-best (the surrogate picks candidates, the real metric decides).
+best (the surrogate picks candidates, the real metric decides). The re-ranking needs only the lowest loss
+exactly: the others may stop at a lower bound above it (the history's ``exact``), as greedy's candidates do.
 
 **Exact enumeration.** All C(N, M) states are enumerated in vectorised numpy chunks without building
 every combination in Python: a state is split into a prefix of M − t blocks and a tail of the t highest
@@ -49,11 +50,11 @@ from depthprune.core.objectives import OBJECTIVES, Objective
 from pruning.search.base import (
     SearchResult,
     SubsetObjective,
-    as_key,
     check_budget,
     eligible_blocks,
     finish,
     parse_options,
+    rank_lowest,
 )
 
 TAIL_SIZE = 3
@@ -279,17 +280,24 @@ def search(
         )
     # Positions among the eligible blocks back to block indices (the identity when none is protected).
     states = [(energy, tuple(int(blocks[position]) for position in state)) for energy, state in positions]
-    history = []
-    for rank, (energy, state) in enumerate(states):
-        history.append(
-            {
-                "energy_rank": rank,
-                "removed": list(state),
-                "energy": energy,
-                "loss": objective.score(as_key(state)),
-            }
-        )
-    chosen = min(history, key=lambda entry: (entry["loss"], entry["energy_rank"]))
+    # Only the lowest true loss decides, so the states are ranked as greedy ranks its candidates: the lowest
+    # (and any tied with it) exact, the others possibly a lower bound above it (``exact`` False). A budget
+    # matched to greedy's re-ranks hundreds of states: scored one by one, each runs the LM head in full.
+    ranked = rank_lowest(objective, [state for _, state in states], keep=1)
+    history = [
+        {
+            "energy_rank": rank,
+            "removed": list(state),
+            "energy": energy,
+            "loss": answer.loss,
+            "exact": answer.exact,
+        }
+        for rank, ((energy, state), answer) in enumerate(zip(states, ranked, strict=True))
+    ]
+    chosen = min(
+        (entry for entry in history if entry["exact"]),
+        key=lambda entry: (entry["loss"], entry["energy_rank"]),
+    )
     result = finish(objective, chosen["removed"], history, settings)
     result.options.update(exact=exact, solver="enumeration" if exact else "local_search")
     return result

@@ -129,13 +129,16 @@ def _prior_of(options: dict) -> str:
     return "random" if options.get("prior") == "random" else "single_block"
 
 
-def find_in_registry(registry, model: str, cell: Cell) -> CellResult | None:
-    """A registered variant produced by exactly this cell (calibration, M, search, seed, prior), if any."""
+def find_in_registry(registry, model: str, cell: Cell, options: dict | None = None) -> CellResult | None:
+    """A registered variant produced by exactly this cell (calibration, M, search, seed, prior), if any;
+    with ``options`` (the search's settings the study asks for, :func:`~pruning.study.plan.cell_options`)
+    only one whose recorded settings agree (a CBO of another ``keep`` is another cell's)."""
     wanted = cell.calibration.as_record()
     try:
         variants = registry.list_variants(model)
     except UserError:  # base model not registered yet: nothing was pruned
         return None
+    asked = options
     for variant in reversed(variants):  # newest first
         options = variant.search_options or {}
         if (
@@ -146,6 +149,7 @@ def find_in_registry(registry, model: str, cell: Cell) -> CellResult | None:
             and _prior_of(options) == cell.prior
             and (options.get("timing") or "shared") == cell.timing
             and options.get("protected", []) == list(cell.protected)
+            and all(options.get(name) == value for name, value in (asked or {}).items())
             and variant.checkpoint_path
             # not a copy that left its weights elsewhere; weights released once evaluated are no loss
             and (

@@ -158,6 +158,9 @@ class StudyConfig:
     """Text calibration instances: ``documents`` (one document each, the study's) or ``stream`` windows."""
     truncate: bool = False
     """Cut multiple-choice items longer than ``seq_len`` (``--truncate``) instead of refusing them."""
+    margin_clip: float | None = None
+    """``task_margin`` only: clip each item's margin to [-TAU, TAU] (``--margin-clip TAU``); the objectives
+    without the parameter are unaffected. None: PuDDing's unbounded margin."""
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per search name, search options (as ``prune --option``)."""
     suites: tuple[str, ...] = ("all",)
@@ -297,8 +300,9 @@ class Cell:
     def key(self) -> str:
         """Stable identity of the cell (the manifest key)."""
         cal = self.calibration
+        clipped = f"@clip{cal.margin_clip:g}" if getattr(cal, "margin_clip", None) else ""
         return (
-            f"{cal.objective}|{cal.data}|{cal.samples}|{cal.seq_len}|{cal.seed}|{cal.sampling}|m{self.drop}|"
+            f"{cal.objective}{clipped}|{cal.data}|{cal.samples}|{cal.seq_len}|{cal.seed}|{cal.sampling}|m{self.drop}|"
             f"{self.search}|seed{self.seed}|{self.prior}"
         )
 
@@ -351,9 +355,17 @@ def _calibrations(config: StudyConfig, data: list[str], seq_len: int) -> list:
                     seed=0,  # the draw's seed is set per cell (data_seed_of)
                     sampling=config.sampling,
                     truncate=config.truncate,
+                    margin_clip=config.margin_clip if _clips(objective) else None,
                 )
             )
     return calibrations
+
+
+def _clips(objective: str) -> bool:
+    """Whether ``objective`` takes ``--margin-clip``."""
+    from depthprune.core.objectives import get_objective
+
+    return "margin_clip" in get_objective(objective).parameters
 
 
 def data_seed_of(config: StudyConfig, seed: int) -> int:
@@ -429,6 +441,15 @@ def plan_study(config: StudyConfig) -> StudyPlan:
     return StudyPlan(config, model, num_blocks, demo_dir, cells)
 
 
+def cell_options(config: StudyConfig, num_blocks: int, cell: Cell) -> dict[str, Any]:
+    """The settings ``cell``'s search runs with: the study's ``--option``s for it, a budget in subset
+    evaluations (``evaluations``) turned into the search's own
+    (:func:`pruning.search.budgets.resolve_options`)."""
+    from pruning.search.budgets import resolve_options
+
+    return resolve_options(cell.search, config.options.get(cell.search, {}), num_blocks, cell.drop)
+
+
 def cell_prune_config(config: StudyConfig, model: str, cell: Cell, searches: tuple[str, ...], progress: bool):
     """The PruneConfig of one group of cells (same calibration, drop, seed and prior; these ``searches``)."""
     from pruning.pipeline.prune import PruneConfig
@@ -460,6 +481,9 @@ def plan_summary(plan: StudyPlan) -> dict:
     config = plan.config
     fields = ("objective", "data", "samples", "seq_len", "sampling")
     calibrations = sorted({tuple(getattr(c.calibration, name) for name in fields) for c in plan.cells})
+    clips = {
+        c.calibration.objective: c.calibration.margin_clip for c in plan.cells if c.calibration.margin_clip
+    }
     from pruning.study.paths import recorded_path
 
     return {
@@ -475,7 +499,10 @@ def plan_summary(plan: StudyPlan) -> dict:
         "cross_controls": config.cross_controls,
         "timing": config.timing,
         "protect": list(config.protect),
-        "calibrations": [dict(zip(fields, c, strict=True)) for c in calibrations],
+        "calibrations": [
+            {**dict(zip(fields, c, strict=True)), **({"margin_clip": clips[c[0]]} if c[0] in clips else {})}
+            for c in calibrations
+        ],
         "suites": list(config.suites),
         "engine": config.engine,
         "eval_limit": config.eval_limit,

@@ -35,6 +35,7 @@ from pathlib import Path
 from depthprune.core.objectives import MULTIPLE_CHOICE, get_objective
 from pruning.study import statistics as study_stats
 from pruning.study.cross_reading import cross_facts, cross_text, text_seq_len
+from pruning.study.reading_audit import audit_facts, audit_text
 from pruning.study.reading_basis import (
     PAPER,
     STUDY_SEARCHES,
@@ -230,9 +231,11 @@ def prior_facts(cells: Cells) -> list[dict]:
     ]
 
 
-def reading_facts(study: dict, cross: dict | None = None, size: dict | None = None) -> dict:
-    """Every number the reading quotes, computed from ``study.json`` (and the cross-controls' and the
-    calibration-size arm's)."""
+def reading_facts(
+    study: dict, cross: dict | None = None, size: dict | None = None, arms: list[dict] | None = None
+) -> dict:
+    """Every number the reading quotes, computed from ``study.json`` (and the cross-controls', the
+    calibration-size arm's and the audit's arms', :mod:`pruning.study.reading_audit`)."""
     cells = Cells(study)
     return {
         "model": study["summary"].get("model_name") or study["summary"]["model"],
@@ -257,6 +260,7 @@ def reading_facts(study: dict, cross: dict | None = None, size: dict | None = No
         "cross_provenance": provenance_facts(cross["cells"]) if cross else None,
         "cross_text_seq_len": text_seq_len(cross) if cross else None,
         "calibration_size": size_facts(study, size),
+        "audit": audit_facts(study, arms),
     }
 
 
@@ -591,6 +595,7 @@ def render_reading(facts: dict, paper: PaperFacts = PAPER) -> str:
         *objective_agreement_text(facts, paper),
         *movement_text(facts, paper),
         *spearman_text(facts, paper),
+        *audit_text(facts),
         *per_task_text(facts, paper),
         *quality_text(facts, paper),
         *seeds_text(facts),
@@ -602,7 +607,7 @@ def render_reading(facts: dict, paper: PaperFacts = PAPER) -> str:
     return "\n\n".join(paragraphs) + "\n"
 
 
-def write_reading(out, cross=None, size=None) -> str:
+def write_reading(out, cross=None, size=None, arms=()) -> str:
     """Generate ``out/reading.md`` from ``out/study.json`` (and ``cross/study.json``) and re-render the
     report's ``README.md`` and ``report.html`` around it; figures and ``study.json`` stay as they are.
 
@@ -623,9 +628,10 @@ def write_reading(out, cross=None, size=None) -> str:
     study = json.loads(path.read_text())
     cross_study = json.loads((Path(cross) / "study.json").read_text()) if cross else None
     size_study = json.loads((Path(size) / "study.json").read_text()) if size else None
+    arm_studies = [json.loads((Path(arm) / "study.json").read_text()) for arm in arms or ()]
     if "healing" in study:  # refused before anything is written
         raise UserError(f"{out} has healing sections: run the study again to render the report with them")
-    reading = render_reading(reading_facts(study, cross_study, size_study))
+    reading = render_reading(reading_facts(study, cross_study, size_study, arm_studies))
     (out / "reading.md").write_text(reading)
     fields = set(CellResult.__dataclass_fields__)
     cells = [CellResult(**{k: v for k, v in row.items() if k in fields}) for row in study["cells"]]

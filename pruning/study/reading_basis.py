@@ -99,6 +99,18 @@ class Cells:
         return dict(sorted(groups.items()))
 
 
+def cell_row(configuration_name: str, drop: int, seed: int, members: Sequence[dict], **values) -> dict:
+    """A per-cell row of the reading's facts: the cell (configuration, M, seed), its variants, ``values``."""
+    return {
+        "configuration": configuration_name,
+        "objective": members[0]["objective"],
+        "drop": drop,
+        "seed": seed,
+        "n": len(members),
+        **values,
+    }
+
+
 def seed_range(values: Sequence[float]) -> tuple[float, float] | None:
     """``(lowest, highest)`` of per-seed values (NaN left out); None when fewer than two remain."""
     finite = [v for v in values if not math.isnan(v)]

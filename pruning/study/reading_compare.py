@@ -19,6 +19,7 @@ from pruning.study.reading_basis import (
     STUDY_SEARCHES,
     Cells,
     PaperFacts,
+    cell_row,
     configuration,
     every_seed,
     objective_label,
@@ -80,16 +81,7 @@ def spearman_facts(cells: Cells) -> dict:
         pooled_ppl += ppl
         pooled_acc += acc
         rho = study_stats.perplexity_accuracy_spearman(ppl, acc)
-        rows.append(
-            {
-                "configuration": name,
-                "objective": members[0]["objective"],
-                "drop": drop,
-                "seed": seed,
-                "n": len(members),
-                "rho": rho,
-            }
-        )
+        rows.append(cell_row(name, drop, seed, members, rho=rho))
 
     def signs(chosen: list[dict]) -> dict:
         return {

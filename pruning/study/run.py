@@ -26,7 +26,7 @@ from pruning.study.cells import (
 from pruning.study.evaluation import evaluate_all
 from pruning.study.healing import heal_study
 from pruning.study.paths import resolved_path
-from pruning.study.plan import StudyConfig, plan_study, plan_summary
+from pruning.study.plan import StudyConfig, cell_options, plan_study, plan_summary
 from pruning.study.report import write_report
 from pruning.study.worker import run_worker
 
@@ -56,7 +56,7 @@ def run_study(config: StudyConfig) -> Path:
         if recorded and recorded.matches(cell) and kept:
             done[cell.key] = manifest[cell.key]
         else:
-            found = find_in_registry(registry, plan.model, cell)
+            found = find_in_registry(registry, plan.model, cell, cell_options(config, plan.num_blocks, cell))
             if found is not None:
                 done[cell.key] = found
 

@@ -44,7 +44,7 @@ from pruning.study.cells import (
     save_manifest,
 )
 from pruning.study.evaluation import evaluate_all
-from pruning.study.plan import StudyConfig, StudyPlan, plan_study, plan_summary
+from pruning.study.plan import StudyConfig, StudyPlan, cell_options, plan_study, plan_summary
 from pruning.study.report import write_report
 
 DENSE_CELL = "dense"
@@ -110,7 +110,9 @@ class GridCellRunner:
             return None
         cell = self.cells[cell_key]
         done: dict[str, CellResult] = {}
-        found = find_in_registry(self.registry, self.plan.model, cell)
+        found = find_in_registry(
+            self.registry, self.plan.model, cell, cell_options(self.plan.config, self.plan.num_blocks, cell)
+        )
         if found is not None:
             done[cell.key] = found
         else:
