@@ -7,6 +7,10 @@
 #   WITH_KL=1 benchmarks/study_smollm2.sh        # the same plus the KL objective (CBO refuses KL: not run there)
 #   benchmarks/study_smollm2.sh task_ce report reading check   # or any parts, in order
 #   benchmarks/study_smollm2.sh cross            # the cross-controls (not part of the default run, see below)
+#   benchmarks/study_smollm2.sh round5           # issue 55's reruns, each resumable (rerun the same command after
+#                                                # a kill: cells and judged masks are kept): CBO at greedy's
+#                                                # budget (cbo-matched, then adopt), the 64-question task arm's
+#                                                # evaluation (arm64) and the cross-controls on the yardstick
 #   WORKERS=6 DEVICE=cuda benchmarks/study_smollm2.sh workers reading check
 #                                                # the same grid as registry workers (one study over the three
 #                                                # objectives, float32 on every device): any number of them, on
@@ -40,14 +44,15 @@ cd "$(dirname "$0")/.."
 DEPTHPRUNE="${DEPTHPRUNE:-.venv/bin/depthprune}"
 PYTHON="${PYTHON:-.venv/bin/python}"
 OUT="${OUT:-docs/study-smollm2-135m}"
-DATA_DIR="${DEPTHPRUNE_HOME:-$HOME/.depthprune}/data"
-CLOZE_TEXT="$DATA_DIR/pydoc-cloze-as-text.jsonl"
+# In the repository, named relative to its root, so that the cross-controls' records name no file elsewhere
+CLOZE_TEXT="$OUT/cross-controls/pydoc-cloze-as-text.jsonl"
+ARM="$OUT/task-objectives-64"
 OBJECTIVES="perplexity task_margin task_ce${WITH_KL:+ kl}"
 SEARCHES_ALL=all
 SEARCHES_KL=one_shot,greedy,beam,genetic,bayesian,fast_block_select,block_influence,lorp,streamline
 COMMON=(
   --model smollm2-135m --drop "${DROPS:-7,8,10}" --samples 4 --seq-len 32 --choice-seq-len 128
-  --timing shared --suite offline --engine torch --eval-limit 40 --eval-seq-len 128
+  --timing shared --suite offline --engine torch --eval-limit 200 --eval-windows 32 --eval-seq-len 128
   ${DATA_SEED:+--data-seed "$DATA_SEED"}
 )
 MAIN=(--data pydoc,pydoc-cloze --seeds 0,1,2 --random-prior-control)
@@ -59,7 +64,7 @@ MAIN=(--data pydoc,pydoc-cloze --seeds 0,1,2 --random-prior-control)
 # are CPU work), and the seven processes on it peaked at 39 GiB.
 WORKER=(
   --model smollm2-135m --drop "${DROPS:-7,8,10}" --samples 4 --seq-len 32 --choice-seq-len 128
-  --timing shared --suite offline --engine torch --eval-limit 40 --eval-seq-len 128
+  --timing shared --suite offline --engine torch --eval-limit 200 --eval-windows 32 --eval-seq-len 128
   --data pydoc,pydoc-cloze --seeds 0,1,2 --random-prior-control
   --objectives perplexity,task_margin,task_ce --searches all --dtype float32
   ${DATA_SEED:+--data-seed "$DATA_SEED"}
@@ -82,6 +87,18 @@ registry_workers() {
   done
   wait "${pids[@]}"
 }
+
+# The 64-question arm (issue 55 item 2): both task objectives, the margin clipped at ±1, M = 8, the seven
+# (CBO last and at greedy's budget), seeds 0-2. Its searches ran on one H200 (2026-11-27, six processes; the
+# first pass ran out of GPU memory with six at once and the rest ran two at a time, so bayesian's cells under
+# the margin resumed from their Optuna storage: their seconds and subset evaluations count the resumed
+# trials only); `arm64` judges every cell here on the yardstick and writes the arm's report.
+ARM_GRID=(
+  --model smollm2-135m --drop 8 --objectives task_margin,task_ce --margin-clip 1 --data pydoc-cloze
+  --samples 64 --seq-len 32 --choice-seq-len 128 --seeds 0,1,2 --timing shared
+  --searches one_shot,greedy,beam,genetic,bayesian,fast_block_select,cbo -o cbo.evaluations=greedy
+  --suite offline --engine torch --eval-limit 200 --eval-windows 32 --eval-seq-len 128 --dtype float32
+)
 
 searches_for() { if [ "$1" = kl ]; then echo "$SEARCHES_KL"; else echo "$SEARCHES_ALL"; fi; }
 
@@ -119,7 +136,7 @@ objectives_two_at_a_time() {
 
 cloze_as_text() {
   # The margin's items as text for the perplexity objective: prompt and correct answer, one document each.
-  mkdir -p "$DATA_DIR"
+  mkdir -p "$(dirname "$CLOZE_TEXT")"
   "$DEPTHPRUNE" data show pydoc-cloze --model smollm2-135m --samples 222 --seq-len 128 --json 2>/dev/null \
     | "$PYTHON" -c '
 import json, sys
@@ -130,8 +147,57 @@ for line in sys.stdin:
   mv "$CLOZE_TEXT.tmp" "$CLOZE_TEXT"
 }
 
+without_cbo() {
+  # $1's manifest without its CBO cells, as the starting manifest of $2 (kept when $2 has one already)
+  [ -f "$2/cells.json" ] && return
+  mkdir -p "$2"
+  "$PYTHON" - "$1/cells.json" "$2/cells.json" <<'PY'
+import json, sys
+manifest = json.load(open(sys.argv[1]))
+manifest["cells"] = [cell for cell in manifest["cells"] if cell["search"] != "cbo"]
+json.dump(manifest, open(sys.argv[2], "w"), indent=1)
+PY
+}
+
+judged_from() {
+  # Give $2's cells the yardstick numbers of $1's cells with the same mask: a mask's numbers depend on the mask
+  # and the evaluation settings only (the study copies them between its own cells the same way), so only
+  # the masks $1 never judged are judged again.
+  "$PYTHON" - "$1/cells.json" "$2/cells.json" <<'PY'
+import json, sys
+judged = {}
+for cell in json.load(open(sys.argv[1]))["cells"]:
+    if cell.get("evaluation") and cell.get("metrics"):
+        judged[tuple(sorted(cell["removed_blocks"]))] = (cell["metrics"], cell["evaluation"])
+manifest = json.load(open(sys.argv[2]))
+for cell in manifest["cells"]:
+    found = judged.get(tuple(sorted(cell["removed_blocks"])))
+    if found and found[1] != cell.get("evaluation"):
+        cell["metrics"], cell["evaluation"] = dict(found[0]), dict(found[1])
+json.dump(manifest, open(sys.argv[2], "w"), indent=1)
+PY
+}
+
 part() {
   case "$1" in
+    round5) for each in cbo-matched adopt arm64 cross reading; do part "$each"; done ;;
+    cbo-matched)
+      # Issue 55 item 1: the committed study with CBO at greedy's budget of subset evaluations; every other
+      # cell is kept from the manifest, each new CBO mask judged on the yardstick
+      without_cbo "$OUT" "$OUT/parts/cbo-matched"
+      OMP_NUM_THREADS=1 "$DEPTHPRUNE" study "${COMMON[@]}" "${MAIN[@]}" --objectives perplexity,task_margin,task_ce \
+        --searches "$SEARCHES_ALL" --dtype float32 --keep-weights none -o cbo.evaluations=greedy \
+        --out "$OUT/parts/cbo-matched" ;;
+    adopt)
+      # the finished cbo-matched manifest becomes the study's; the report is written again (nothing reruns)
+      cp "$OUT/parts/cbo-matched/cells.json" "$OUT/cells.json"
+      "$DEPTHPRUNE" study "${COMMON[@]}" "${MAIN[@]}" --objectives perplexity,task_margin,task_ce \
+        --searches "$SEARCHES_ALL" --dtype float32 --keep-weights none -o cbo.evaluations=greedy --out "$OUT"
+      rm -rf "$OUT/parts/cbo-matched" ;;
+    arm64)
+      judged_from "$OUT" "$ARM"
+      OMP_NUM_THREADS=1 "$DEPTHPRUNE" study "${ARM_GRID[@]}" --keep-weights none --out "$ARM"
+      "$PYTHON" -m benchmarks.study_reading "$ARM" --write ;;
     objectives) mkdir -p "$OUT/parts"; objectives_two_at_a_time ;;
     workers) registry_workers "$OUT" "${WORKER[@]}" ;;
     perplexity | task_margin | task_ce | kl) mkdir -p "$OUT/parts"; objective_part "$1" ;;
@@ -147,7 +213,8 @@ part() {
     reading)
       # the main reading includes the cross-controls' table when they were run (the `cross` part)
       cross=(); if [ -f "$OUT/cross-controls/study.json" ]; then cross=(--cross "$OUT/cross-controls"); fi
-      "$PYTHON" -m benchmarks.study_reading "$OUT" "${cross[@]}" --write
+      arms=(--size "$OUT/calibration-size"); if [ -f "$ARM/study.json" ]; then arms+=(--arm "$ARM"); fi
+      "$PYTHON" -m benchmarks.study_reading "$OUT" "${cross[@]}" "${arms[@]}" --write
       if [ -d "$OUT/kl" ]; then "$PYTHON" -m benchmarks.study_reading "$OUT/kl" --write; fi ;;
     check)
       # issue 29's acceptance: task_ce and task_margin cells, none with truncated items
@@ -167,14 +234,18 @@ PY
       # than the 32-token instances only rarely (25-125 tokens), and each instance keeps its first 32 tokens
       # while a question keeps all of its tokens: the generated reading says so.
       # With WORKERS set, as registry workers (the cells the main grid ran under seed 0 are found there).
-      cloze_as_text
-      # The paper's budgets only (CROSS_DROPS): the later --drop wins over COMMON's.
+      [ -f "$CLOZE_TEXT" ] || cloze_as_text
+      # The paper's budgets only (CROSS_DROPS): the later --drop wins over COMMON's. CBO at greedy's budget as
+      # in the main study; masks the main study judged keep its numbers (judged_from).
       cross=("${COMMON[@]}" --drop "${CROSS_DROPS:-7,8}" --data "pydoc,pydoc-cloze,text:$CLOZE_TEXT" --seeds 0
-             --cross-controls --objectives perplexity,task_margin,task_ce --searches "$SEARCHES_ALL" --dtype float32)
+             --cross-controls --objectives perplexity,task_margin,task_ce --searches "$SEARCHES_ALL" --dtype float32
+             -o cbo.evaluations=greedy --keep-weights none)
+      if [ -f "$OUT/cross-controls/cells.json" ]; then judged_from "$OUT" "$OUT/cross-controls"; fi
       if [ -n "${WORKERS:-}" ]; then registry_workers "$OUT/cross-controls" "${cross[@]}"
-      else "$DEPTHPRUNE" study "${cross[@]}" --out "$OUT/cross-controls"; fi
+      else OMP_NUM_THREADS=1 "$DEPTHPRUNE" study "${cross[@]}" --out "$OUT/cross-controls"; fi
       "$PYTHON" -m benchmarks.study_reading "$OUT/cross-controls" --cross "$OUT/cross-controls" --write ;;
-    *) echo "unknown part $1: objectives, workers, perplexity, task_margin, task_ce, kl, report, reading, check or cross" >&2
+    *) echo "unknown part $1: objectives, workers, perplexity, task_margin, task_ce, kl, report, reading, check," \
+         "cross, round5, cbo-matched, adopt or arm64" >&2
        exit 2 ;;
   esac
 }
