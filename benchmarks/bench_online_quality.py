@@ -65,7 +65,6 @@ ROOT = Path(__file__).resolve().parent.parent
 CONTROL, AA_ARM = "dense", "dense-aa"
 VARIANT_ARMS = ("ppl-best", "ce-best", "ppl-best+patch")
 """The demo's variants as arms: its two aliases and its repaired child (``depthprune.cli.demo_repair``)."""
-ARMS = (CONTROL, AA_ARM, *VARIANT_ARMS)
 OFF_EXPERIMENT = "online-off"
 OFFLINE_TASKS = ("pydoc", "gcide")
 """The offline suite's perplexity tasks the online order is compared with."""
@@ -101,10 +100,23 @@ class OnlineQualityConfig:
     """KV cache per vLLM engine, GiB."""
     seed: int = 0
     """Seed of the prompts' order."""
+    time_budget_s: float | None = None
+    """Seconds of requests after which no further ABBA group (off, on, on, off) starts: a group is not begun
+    when the groups so far say it would end past the budget (None: all ``blocks``)."""
+    variants: tuple[str, ...] = VARIANT_ARMS
+    """The variant arms beside ``dense`` and ``dense-aa`` (fewer engines when memory is short)."""
     smoke: bool = False
     """Fake vLLM backends in threads, a few requests: the protocol end to end in seconds."""
 
+    @property
+    def arms(self) -> tuple[str, ...]:
+        """Every arm, the control first."""
+        return (CONTROL, AA_ARM, *self.variants)
+
     def __post_init__(self):
+        unknown = [name for name in self.variants if name not in VARIANT_ARMS]
+        if unknown:
+            raise SystemExit(f"unknown variant arm {unknown[0]!r}; choose from {', '.join(VARIANT_ARMS)}")
         if self.smoke:
             return
         if self.home is None:
@@ -209,8 +221,9 @@ def open_demo(config: OnlineQualityConfig):
 
 
 def experiments(served: dict[str, str], domains: tuple[str, ...]) -> dict[str, dict]:
-    """One shadow-on experiment per domain and the shadow-off one, all with the same arms."""
-    arms = [{"name": arm, "variant": served[arm], "weight": 1} for arm in ARMS]
+    """One shadow-on experiment per domain and the shadow-off one, all with the same arms (``served``: arm ->
+    the variant serving it)."""
+    arms = [{"name": arm, "variant": variant, "weight": 1} for arm, variant in served.items()]
     specs = {f"online-{domain}": {"arms": arms, "control": CONTROL, "shadow_rate": 1.0} for domain in domains}
     specs[OFF_EXPERIMENT] = {"arms": arms, "control": CONTROL, "shadow_rate": 0.0}
     return specs
@@ -221,7 +234,7 @@ def smoke_gateway(config: OnlineQualityConfig) -> Iterator[tuple[str, str, dict]
     """Fake vLLM backends and one in-process gateway replica: ``(url, registry_url, facts)``."""
     from depthprune.testing.gateways import fake_backends, gateway_replica
 
-    served = {arm: (CONTROL if arm == AA_ARM else arm) for arm in ARMS}
+    served = {arm: (CONTROL if arm == AA_ARM else arm) for arm in config.arms}
     with fake_backends(*sorted(set(served.values()))) as urls:
         with gateway_replica(urls, None, experiments(served, config.domains)) as url:
             yield url, "sqlite:///:memory:", {"served": served, "engines": sorted(urls), "offline": {}}
@@ -233,8 +246,10 @@ def demo_gateway(config: OnlineQualityConfig) -> Iterator[tuple[str, str, dict]]
     from depthprune.testing.servers import running_gateway
 
     registry_url, registry, variants = open_demo(config)
+    variants = {arm: variants[arm] for arm in config.arms}
     served = {arm: ("dense" if info.is_dense else info.name) for arm, info in variants.items()}
     engines = sorted(set(served.values()), key=list(served.values()).index)
+    check_memory(len(engines), config.kv_cache_gib)
     spec = config.home / "online-quality" / "gateway.json"
     spec.parent.mkdir(parents=True, exist_ok=True)
     spec.write_text(json.dumps({"experiments": experiments(served, config.domains)}, indent=1))
@@ -252,7 +267,25 @@ def demo_gateway(config: OnlineQualityConfig) -> Iterator[tuple[str, str, dict]]
     env = {"DEPTHPRUNE_HOME": str(config.home)}
     with running_gateway(",".join(engines), log, *options, env=env, timeout_s=1800) as gateway:
         facts["memory_available_gib_serving"] = _available_gib()
+        facts["serving_rss_gib"] = tree_rss_gib(gateway.process.pid)
         yield gateway.url, registry_url, facts
+
+
+ENGINE_GIB = 3.0
+"""Memory one SmolLM2-135M vLLM CPU engine takes beside its KV cache, GiB (its three processes' resident
+sets add up to about 4.5 with 1 GiB of KV cache: API server 0.9, engine core 0.85, worker 2.7, shared
+library pages counted in each)."""
+
+
+def check_memory(engines: int, kv_cache_gib: int) -> None:
+    """Refuse (one line, with the way out) when the engines would not fit the memory available now."""
+    needed = engines * (ENGINE_GIB + kv_cache_gib) + 0.5
+    available = _available_gib()
+    if available is not None and available < needed:
+        raise SystemExit(
+            f"{engines} vLLM engines need about {needed:.1f} GiB and {available:.1f} GiB is available now: "
+            "wait for the machine's other engines to stop, or serve fewer arms (--variants ppl-best,ce-best)"
+        )
 
 
 def _variant_facts(info) -> dict:
@@ -263,6 +296,21 @@ def _variant_facts(info) -> dict:
         "fit": getattr(info, "fit", None),
         "parent": info.parent,
     }
+
+
+def tree_rss_gib(root: int) -> float:
+    """Resident memory of a process and all its descendants (the gateway and its vLLM engines), GiB."""
+    parents, rss = {}, {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            parents[int(stat.parent.name)] = int(fields[1])
+            rss[int(stat.parent.name)] = int(fields[21]) * os.sysconf("SC_PAGE_SIZE")
+    tree, grown = {root}, True
+    while grown:
+        added = {pid for pid, parent in parents.items() if parent in tree} - tree
+        tree, grown = tree | added, bool(added)
+    return round(sum(rss.get(pid, 0) for pid in tree) / 2**30, 2)
 
 
 def _available_gib() -> float | None:
@@ -347,12 +395,14 @@ def snapshot(url: str, names: list[str]) -> dict[str, Any]:
     return {name: arm_traffic(["\n".join(kept) + "\n"], name) for name in names}
 
 
-def block_moments(before: dict, after: dict, names: list[str]) -> dict[str, dict[str, dict]]:
+def block_moments(
+    before: dict, after: dict, names: list[str], arms: tuple[str, ...]
+) -> dict[str, dict[str, dict]]:
     """Per arm and latency measure, the moments the block added (summed over ``names``)."""
     from server.sequential import Moments
 
     moments: dict[str, dict[str, dict]] = {}
-    for arm in ARMS:
+    for arm in arms:
         for measure in ("tpot", "e2el"):
             added = Moments()
             for name in names:
@@ -401,8 +451,15 @@ def block_jobs(phase: str, config: OnlineQualityConfig, prompts: dict[str, Itera
         for domain in config.domains:
             name = f"online-{domain}" if phase == "on" else OFF_EXPERIMENT
             prompt = next(prompts[domain])
-            jobs += [(name, arm, prompt) for arm in ARMS]
+            jobs += [(name, arm, prompt) for arm in config.arms]
     return jobs
+
+
+def over_budget(config: OnlineQualityConfig, elapsed_s: float, blocks_done: int) -> bool:
+    """Whether one more ABBA group of four blocks would end past ``config.time_budget_s``."""
+    if config.time_budget_s is None:
+        return False
+    return elapsed_s + 4 * elapsed_s / blocks_done > config.time_budget_s
 
 
 def run_blocks(
@@ -412,14 +469,17 @@ def run_blocks(
     import httpx
 
     on_names = [f"online-{domain}" for domain in config.domains]
-    count = 2 * config.blocks * config.block_requests * len(ARMS)
+    count = 2 * config.blocks * config.block_requests + len(engines)  # a round's prompt serves every arm
     prompts = {d: iter(held_out_prompts(d, count, config.prompt_words, config.seed)) for d in config.domains}
     ledger, blocks, looks, off_looks = Ledger(), [], {name: [] for name in on_names}, []
     users = iter(range(10**9))
     with httpx.Client(timeout=600) as client, ThreadPoolExecutor(config.concurrency) as pool:
         warm = [(engine, None, next(prompts[config.domains[0]])) for engine in engines]
         list(pool.map(lambda job: ask(client, url, *job, config, "warm-up"), warm * 2))
+        measuring = time.monotonic()
         for number, phase in enumerate(abba_phases(config.blocks)):
+            if number % 4 == 0 and number and over_budget(config, time.monotonic() - measuring, number):
+                break
             names = on_names if phase == "on" else [OFF_EXPERIMENT]
             jobs = block_jobs(phase, config, prompts)
             before, started, load = snapshot(url, names), time.monotonic(), os.getloadavg()[0]
@@ -441,7 +501,7 @@ def run_blocks(
                     "seconds": round(seconds, 1),
                     "drain_seconds": round(drained, 1),
                     "load_1min": load,
-                    "moments": block_moments(before, after, names),
+                    "moments": block_moments(before, after, names, config.arms),
                 }
             )
             if phase == "on":
@@ -478,17 +538,17 @@ def reading(run: dict[str, Any], facts: dict, config: OnlineQualityConfig) -> di
         domains[domain] = {
             "final": final,
             "looks": [{key: value for key, value in item.items() if key != "report"} for item in looks],
-            "first_decisions": {arm: first_decisions(looks, arm) for arm in ARMS if arm != CONTROL},
+            "first_decisions": {arm: first_decisions(looks, arm) for arm in config.arms[1:]},
             "order": order,
         }
     off = run["off_looks"]
     return {
         "domains": domains,
         "off_phase": off[-1]["report"],
-        "off_first_decisions": {arm: first_decisions(off, arm)["speed"] for arm in ARMS if arm != CONTROL},
+        "off_first_decisions": {arm: first_decisions(off, arm)["speed"] for arm in config.arms[1:]},
         "shadow_cost": {
             arm: {measure: phase_cost(run["blocks"], arm, measure) for measure in ("tpot", "e2el")}
-            for arm in ARMS
+            for arm in config.arms
         },
     }
 
@@ -519,7 +579,7 @@ def run(config: OnlineQualityConfig, command: str) -> dict[str, Any]:
             key: str(value) if isinstance(value, Path) else value for key, value in asdict(config).items()
         },
         "machine": {"start": at_start, "end": machine()},
-        "arms": {"control": CONTROL, "aa": AA_ARM, "variants": list(VARIANT_ARMS)},
+        "arms": {"control": CONTROL, "aa": AA_ARM, "variants": list(config.variants)},
         **{key: facts[key] for key in facts},
         **reading(measured, facts, config),
         "blocks": measured["blocks"],
@@ -551,8 +611,12 @@ def parse_args(argv: list[str] | None = None) -> tuple[OnlineQualityConfig | Non
     ):
         parser.add_argument(f"--{name.replace('_', '-')}", type=int, default=getattr(defaults, name))
     parser.add_argument("--temperature", type=float, default=defaults.temperature)
+    parser.add_argument("--time-budget-s", type=float, help="no ABBA group begins that would end past it")
     parser.add_argument(
         "--domains", default=",".join(defaults.domains), help="pydoc,gcide (held-out prompts)"
+    )
+    parser.add_argument(
+        "--variants", default=",".join(VARIANT_ARMS), help="variant arms beside dense, dense-aa"
     )
     parser.add_argument("--smoke", action="store_true", help="fake vLLM backends, a few requests (seconds)")
     parser.add_argument("--render", type=Path, help="print the docs tables of a record and exit")
@@ -560,7 +624,8 @@ def parse_args(argv: list[str] | None = None) -> tuple[OnlineQualityConfig | Non
     if args.render:
         return None, args.render
     options = {key: value for key, value in vars(args).items() if key != "render"}
-    options["domains"] = tuple(part.strip() for part in args.domains.split(",") if part.strip())
+    for name in ("domains", "variants"):
+        options[name] = tuple(part.strip() for part in getattr(args, name).split(",") if part.strip())
     return OnlineQualityConfig(**options), None
 
 

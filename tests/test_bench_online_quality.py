@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from benchmarks.bench_online_quality import ARMS, OnlineQualityConfig, parse_args, run
+from benchmarks.bench_online_quality import OnlineQualityConfig, parse_args, run
 from benchmarks.online_quality_reading import (
     abba_phases,
     first_decisions,
@@ -128,7 +128,9 @@ def test_smoke_runs_the_protocol_against_fake_backends(tmp_path):
     result = record["domains"]["pydoc"]
     assert [look["look"] for look in result["looks"]] == [1, 2]
     arms = {arm["name"]: arm for arm in result["final"]["arms"]}
-    assert {name: arm["shadow_scored"] for name, arm in arms.items()} == {name: 30 for name in ARMS}
+    assert {name: arm["shadow_scored"] for name, arm in arms.items()} == {
+        name: 30 for name in OnlineQualityConfig(smoke=True).arms
+    }
     twin = arms["dense-aa"]["vs_control"]
     assert twin["nll_delta_cs95"][0] <= 0 <= twin["nll_delta_cs95"][1]
     for name in ("ppl-best", "ce-best", "ppl-best+patch"):  # the fake's other-model penalty: 1 nat per token
