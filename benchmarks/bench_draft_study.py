@@ -32,8 +32,8 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from benchmarks.bench_speculative import leviathan
 from depthprune.testing.servers import running_gateway
+from loadtest.acceptance import projected_speedup, token_alpha
 from loadtest.intervals import format_ratio, from_json
 
 DATA = {"kl": "pydoc", "perplexity": "pydoc", "task_ce": "pydoc-phrase", "task_margin": "pydoc-phrase"}
@@ -206,27 +206,45 @@ def draft_rows(
         alone = result["comparison"][plain[draft.drop]]
         cost = alone["ratios"].get("mean_tpot_ms")
         cost_ci = alone["ratios_ci95"].get("mean_tpot_ms")
-        alpha = spec.get("acceptance_rate")
-        block_cost = (draft.num_blocks - draft.drop) / draft.num_blocks
-        rows.append(
-            {
-                **asdict(draft),
-                "arm": draft.arm,
-                "concurrency": concurrency,
-                "k": k,
-                "acceptance_rate": alpha,
-                "mean_accepted_length": spec.get("mean_accepted_length"),
-                "draft_cost": cost,
-                "draft_cost_ci95": cost_ci,
-                "projection_measured_cost": None
-                if alpha is None or cost is None
-                else leviathan(alpha, k, cost),
-                "projection_block_cost": None if alpha is None else leviathan(alpha, k, block_cost),
-                "speedup": comparison["output_throughput_speedup"],
-                "speedup_ci95": comparison["output_throughput_speedup_ci95"],
-            }
-        )
+        row = {
+            **asdict(draft),
+            "arm": draft.arm,
+            "concurrency": concurrency,
+            "k": k,
+            "acceptance_rate": spec.get("acceptance_rate"),
+            "mean_accepted_length": spec.get("mean_accepted_length"),
+            "draft_cost": cost,
+            "draft_cost_ci95": cost_ci,
+            "speedup": comparison["output_throughput_speedup"],
+            "speedup_ci95": comparison["output_throughput_speedup_ci95"],
+        }
+        rows.append(projected(row))
     return rows
+
+
+def projected(row: dict) -> dict:
+    """``row`` with the per-token α of its mean accepted length and Leviathan et al.'s projections from it:
+    with the measured cost c (its interval from c's) and with c = (N − M)/N; whether the measured speed-up's
+    interval meets the projection's (:mod:`loadtest.acceptance`: vLLM's rate is not that α)."""
+    length, k = row.get("mean_accepted_length"), row["k"]
+    alpha = None if length is None else token_alpha(length, k)
+    cost, cost_ci = row.get("draft_cost"), row.get("draft_cost_ci95")
+    block_cost = (row["num_blocks"] - row["drop"]) / row["num_blocks"]
+    found = {
+        "alpha_token": alpha,
+        "projection_measured_cost": None
+        if alpha is None or cost is None
+        else projected_speedup(alpha, k, cost),
+        "projection_measured_cost_ci95": None
+        if alpha is None or not cost_ci
+        else [projected_speedup(alpha, k, cost_ci[1]), projected_speedup(alpha, k, cost_ci[0])],
+        "projection_block_cost": None if alpha is None else projected_speedup(alpha, k, block_cost),
+    }
+    interval, measured = found["projection_measured_cost_ci95"], row.get("speedup_ci95")
+    found["projection_meets_measurement"] = (
+        None if not interval or not measured else interval[0] <= measured[1] and measured[0] <= interval[1]
+    )
+    return {**row, **found}
 
 
 def markdown(rows: list[dict], aa: dict[str, dict]) -> str:
@@ -237,16 +255,17 @@ def markdown(rows: list[dict], aa: dict[str, dict]) -> str:
         return format_ratio(from_json(value, ci95), suffix, digits)
 
     lines = [
-        "| objective | M | conc. | alpha | accepted length | c measured [95 %] | projected (c measured) "
-        "| projected (c = (N-M)/N) | measured speed-up [95 %] |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| objective | M | conc. | rate | accepted length | α per token | c measured [95 %] "
+        "| projected (c measured) [95 %] | projected (c = (N-M)/N) | measured speed-up [95 %] |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
         cells = [
             text(row["acceptance_rate"], digits=3),
             text(row["mean_accepted_length"]),
+            text(row["alpha_token"], digits=3),
             text(row["draft_cost"], row["draft_cost_ci95"]),
-            text(row["projection_measured_cost"], suffix="x"),
+            text(row["projection_measured_cost"], row["projection_measured_cost_ci95"], "x"),
             text(row["projection_block_cost"], suffix="x"),
             text(row["speedup"], row["speedup_ci95"], "x"),
         ]
@@ -292,7 +311,11 @@ def plot(rows: list[dict], path: Path) -> None:
                 capsize=3,
                 label=f"{objective}, {concurrency} in flight",
             )
-    left.set(xlabel="M (blocks removed from the draft)", ylabel="acceptance rate alpha", title="Acceptance")
+    left.set(
+        xlabel="M (blocks removed from the draft)",
+        ylabel="acceptance rate (accepted / drafted)",
+        title="Acceptance",
+    )
     right.axhline(1.0, color="grey", linewidth=0.8)
     right.set(
         xlabel="M (blocks removed from the draft)",
@@ -324,7 +347,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     """The benchmark's command line."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--home", type=Path, required=True, help="DEPTHPRUNE_HOME holding the registry (a demo's)"
+        "--home", type=Path, help="DEPTHPRUNE_HOME holding the registry (a demo's); not with --render"
     )
     parser.add_argument("--out", type=Path, required=True, help="directory for logs and results")
     parser.add_argument("--model", default="smollm2-135m")
@@ -341,11 +364,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--output-len", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds per load test (fixed)")
     parser.add_argument("--loadtest-arg", action="append", default=[], help="extra loadtest option")
+    parser.add_argument(
+        "--render",
+        action="store_true",
+        help="recompute the derived columns of OUT/draft-study.json (α per token, projections) and write "
+        "its table and plot again; nothing is measured",
+    )
     args = parser.parse_args(argv)
     args.drafts = dict(parse_drafts(item, parser) for item in args.drafts or DEFAULT_DRAFTS)
     args.levels = [int(part) for part in args.concurrency.split(",")]
-    args.home = args.home.resolve()
-    args.registry = f"sqlite:///{args.home / 'registry.db'}"
+    if args.home is None and not args.render:
+        parser.error("--home is required (except with --render)")
+    args.home = args.home.resolve() if args.home else None
+    args.registry = f"sqlite:///{args.home / 'registry.db'}" if args.home else None
     return args
 
 
@@ -354,6 +385,9 @@ def main(argv: list[str] | None = None) -> None:
     import os
 
     args = parse_args(argv)
+    if args.render:
+        render(args.out)
+        return
     os.environ["DEPTHPRUNE_HOME"] = str(args.home)
     args.out.mkdir(parents=True, exist_ok=True)
     drafts = prune_drafts(args)
@@ -380,9 +414,17 @@ def main(argv: list[str] | None = None) -> None:
         "aa": controls,
     }
     (args.out / "draft-study.json").write_text(json.dumps(summary, indent=2))
-    table = markdown(rows, controls)
-    (args.out / "draft-study.md").write_text(table + "\n")
-    plot(rows, args.out / "draft-study.png")
+    render(args.out)
+
+
+def render(out: Path) -> None:
+    """Recompute each row's derived columns (:func:`projected`) and write the JSON, table and plot."""
+    summary = json.loads((out / "draft-study.json").read_text())
+    summary["rows"] = [projected({"k": summary["k"], **row}) for row in summary["rows"]]
+    (out / "draft-study.json").write_text(json.dumps(summary, indent=2))
+    table = markdown(summary["rows"], summary["aa"])
+    (out / "draft-study.md").write_text(table + "\n")
+    plot(summary["rows"], out / "draft-study.png")
     print(table)
 
 

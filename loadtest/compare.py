@@ -228,13 +228,20 @@ def spec_decode_snapshot(targets: dict[str, str], api_key: str | None = None) ->
 def acceptance_entry(before: dict[str, float], after: dict[str, float]) -> dict:
     """Acceptance of one speculative arm over a run, from its counters before and after.
 
-    ``acceptance_rate`` = accepted / drafted tokens (vLLM's reading, α in Leviathan et al.);
-    ``mean_accepted_length`` = 1 + accepted / drafts, the tokens each verification step emits (vLLM's
-    "mean acceptance length", the bonus token included).
+    ``acceptance_rate`` = accepted / drafted tokens (vLLM's reading); ``mean_accepted_length`` = 1 + accepted
+    / drafts, the tokens each verification step emits (vLLM's "mean acceptance length", the bonus token
+    included); ``k`` = drafted tokens per step; ``alpha_token`` the per-token α of Leviathan et al. whose
+    expected accepted length is the measured one (:func:`loadtest.acceptance.token_alpha`: not the rate).
     """
+    from loadtest.acceptance import token_alpha
+
     delta = {key: after.get(key, 0.0) - before.get(key, 0.0) for key in SPEC_DECODE_COUNTERS}
+    k = round(delta["draft_tokens"] / delta["drafts"]) if delta["drafts"] > 0 else None
+    length = 1 + delta["accepted_tokens"] / delta["drafts"] if delta["drafts"] > 0 else None
     return {
         **{key: int(value) for key, value in delta.items()},
+        "k": k,
+        "alpha_token": token_alpha(length, k) if length is not None and k else None,
         "acceptance_rate": delta["accepted_tokens"] / delta["draft_tokens"]
         if delta["draft_tokens"] > 0
         else None,

@@ -220,6 +220,8 @@ def test_the_load_test_reports_acceptance_beside_the_speedup():
     entry = result["speculative"]["dense-spec"]
     assert entry["draft_tokens"] == 300 and entry["acceptance_rate"] == pytest.approx(0.5)
     assert entry["mean_accepted_length"] == pytest.approx(2.5)
+    # Leviathan et al.'s per-token α: 1 + α + α² + α³ = 2.5 at K = 3, not the rate 0.5
+    assert entry["k"] == 3 and entry["alpha_token"] == pytest.approx(0.6914, abs=1e-4)
     assert result["comparison"]["dense-spec"]["acceptance_rate"] == pytest.approx(0.5)
     row = _speculative_table(result)[-1]
     assert "| dense-spec | 300 | 150 | 0.500 | 2.50 | 0.80x [0.70, 0.90]" in row
