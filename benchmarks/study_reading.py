@@ -5,7 +5,8 @@
     .venv/bin/python -m benchmarks.study_reading docs/study-smollm2-135m \\
         --cross docs/study-smollm2-135m/cross-controls --write      # write reading.md, re-render the report
     (--size DIR adds the calibration-size arm: the task objectives with more calibration questions;
-    --arm DIR, repeatable, an arm whose §5.2 ratio the audit's paragraphs give beside the study's)
+    --arm DIR, repeatable, an arm whose §5.2 ratio the audit's paragraphs give beside the study's;
+    --prose docs/study.md rewrites that file's generated paragraph of the study's figures)
 
 Every number the reading compares with the paper is computed like for like (the paper's seven searches, its
 budgets by fraction of blocks, means with means, per-cell statistics next to pooled ones); extensions and
@@ -44,10 +45,22 @@ def main() -> None:
     parser.add_argument(
         "--arm", type=Path, action="append", default=[], help="an arm for the audit's §5.2 ratio (repeatable)"
     )
+    parser.add_argument(
+        "--prose", type=Path, help="rewrite this Markdown file's generated study paragraph (docs/study.md)"
+    )
     parser.add_argument("--write", action="store_true", help="write reading.md and re-render the report")
     parser.add_argument("--facts", action="store_true", help="print the numbers as JSON instead")
     arguments = parser.parse_args()
     try:
+        if arguments.prose:
+            from pruning.study.prose import write_prose
+
+            study = json.loads((arguments.report / "study.json").read_text())
+            size = json.loads((arguments.size / "study.json").read_text()) if arguments.size else None
+            arms = [json.loads((arm / "study.json").read_text()) for arm in arguments.arm]
+            write_prose(arguments.prose, study, reading_facts(study, None, size, arms))
+            print(f"rewrote the generated paragraph of {arguments.prose}")
+            return
         if arguments.write:
             write_reading(arguments.report, arguments.cross, arguments.size, arguments.arm)
             print(f"wrote {arguments.report / 'reading.md'} and re-rendered README.md, report.html")

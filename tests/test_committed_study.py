@@ -34,6 +34,19 @@ def test_the_committed_readings_are_generated_from_their_study_json():
     assert (SIZE / "reading.md").read_text() == render_reading(reading_facts(load(SIZE)))
 
 
+def test_the_studys_figures_in_docs_study_md_are_generated_from_its_json():
+    """Issue 55 item 7: the counts and figures docs/study.md quotes are rendered from the committed JSON
+    (``python -m benchmarks.study_reading ... --prose docs/study.md``), not typed."""
+    from pruning.study.prose import BEGIN, END, study_paragraph
+
+    arms = [load(arm) for arm in (STUDY / "task-objectives-64",) if (arm / "study.json").is_file()]
+    study = load(STUDY)
+    expected = study_paragraph(study, reading_facts(study, None, load(SIZE), arms))
+    document = (STUDY.parent / "study.md").read_text()
+    assert document[document.index(BEGIN) + len(BEGIN) : document.index(END)].strip() == expected
+    assert f"{len(study['cells'])} cells" in expected
+
+
 def test_every_committed_cell_is_judged_on_the_independent_yardstick_with_intervals():
     """Issue 42: two accuracy tasks of 200 items (one not built from pydoc), two perplexity texts, each with
     its n and its 95 % interval, for every cell of the study and of its calibration-size arm."""
