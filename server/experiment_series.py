@@ -1,8 +1,9 @@
 """Each experiment's per-arm figures at regular instants: what the experiment page (``/ui/``) draws over time.
 
-Every ``series_interval_s`` (10 s by default) the gateway's :class:`SeriesSampler` takes its own ``/metrics``
-(rendered in-process, as a scrape would get it) and those of its ``peers`` (the other gateway replicas, read
-over HTTP), adds them up per arm with :func:`server.experiment_report.arm_traffic` (the function that adds
+Every ``series_interval_s`` (10 s by default) the gateway's :class:`SeriesSampler` takes the counters of its
+own ``/metrics`` that it needs (requests, shadow scored and dropped, and the arms' moments, rendered
+in-process) and those of its ``peers`` (the other gateway replicas' ``/metrics``, read over HTTP), adds them
+up per arm with :func:`server.experiment_report.arm_traffic` (the function that adds
 gateways for ``experiments report``), compares every arm with the control with
 :func:`server.experiment_comparison.compare_arms`, and keeps:
 
@@ -45,7 +46,7 @@ from typing import Any
 from server.experiment_comparison import compare_arms
 from server.experiment_report import ArmTraffic, arm_traffic
 from server.experiments import Experiment
-from server.metrics import GatewayMetrics, wire_value
+from server.metrics import MOMENTS_FAMILY, PREFIX, ArmMomentsCollector, GatewayMetrics, wire_value
 
 log = logging.getLogger("depthprune.server")
 
@@ -56,6 +57,9 @@ FIELDS = (*COUNTS, *(f"{measure}{part}" for measure in CHARTED for part in ("", 
 """The numbers a point holds per arm, in order (NaN where a figure is not defined yet)."""
 PEER_TIMEOUT_S = 5.0
 """Longest a peer's ``/metrics`` may take before this sample goes without it."""
+FAMILIES = tuple(PREFIX + name for name in ("requests", "shadow_scored", "shadow_dropped", MOMENTS_FAMILY))
+"""The counter families a sample reads (not the latency histograms: the arms' moments hold their means)."""
+SAMPLE_PREFIXES = tuple(f"{family}_total{{" for family in FAMILIES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,23 +157,21 @@ def figures_of(experiment: Experiment, texts: list[str]) -> dict[str, dict[str, 
     return rows
 
 
-def split_by_experiment(text: str) -> tuple[list[str], dict[str, list[str]]]:
-    """A ``/metrics`` text as its comment lines (``# HELP``/``# TYPE``) and its sample lines by the value of
-    their ``experiment`` label (samples without one are left out): one pass, so that each experiment's figures
-    parse only its own lines."""
-    comments: list[str] = []
+def split_by_experiment(text: str) -> dict[str, list[str]]:
+    """The sample lines of :data:`FAMILIES` in a ``/metrics`` text, by the value of their ``experiment``
+    label: one pass, so that each experiment parses only its own few lines (the parser needs no ``# TYPE``
+    line for counters)."""
     samples: dict[str, list[str]] = {}
     marker = 'experiment="'
     for line in text.splitlines():
-        if line.startswith("#"):
-            comments.append(line)
+        if not line.startswith(SAMPLE_PREFIXES):
             continue
         start = line.find(marker)
         if start < 0:
             continue
         start += len(marker)
         samples.setdefault(line[start : line.find('"', start)], []).append(line)
-    return comments, samples
+    return samples
 
 
 def sample_all(experiments: dict[str, Experiment], texts: list[str]) -> dict[str, dict[str, dict[str, Any]]]:
@@ -178,9 +180,30 @@ def sample_all(experiments: dict[str, Experiment], texts: list[str]) -> dict[str
     figures = {}
     for name, experiment in experiments.items():
         label = wire_value(name)
-        own = ["\n".join([*comments, *samples.get(label, []), ""]) for comments, samples in parts]
+        own = ["\n".join([*samples.get(label, []), ""]) for samples in parts]
         figures[name] = figures_of(experiment, own)
     return figures
+
+
+class _SampledFamilies:
+    """This gateway's :data:`FAMILIES` as a collector: what a scrape of them would read, without rendering
+    the latency histograms (most of ``/metrics``)."""
+
+    def __init__(self, metrics: GatewayMetrics):
+        self.metrics = metrics
+
+    def collect(self):
+        for family in (self.metrics.requests, self.metrics.shadow_scored, self.metrics.shadow_dropped):
+            yield from family.collect()
+        yield from ArmMomentsCollector(self.metrics.arm_moments).collect()
+
+
+def own_metrics_text(metrics: GatewayMetrics) -> str:
+    """This gateway's :data:`FAMILIES` in the exposition format (in the event loop: the collectors read live
+    dicts)."""
+    from prometheus_client import generate_latest
+
+    return generate_latest(_SampledFamilies(metrics)).decode()
 
 
 @dataclass
@@ -254,7 +277,7 @@ class SeriesSampler:
     async def sample(self) -> None:
         """One sample of every experiment this gateway routes."""
         experiments = dict(self.router.experiments)
-        texts = [self.metrics.render().decode()]  # here, in the loop: the collectors read live dicts
+        texts = [own_metrics_text(self.metrics)]
         peers = await self._read_peers(texts)
         moment = time.time()
         figures = await asyncio.to_thread(sample_all, experiments, texts)
