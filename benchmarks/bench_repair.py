@@ -9,7 +9,9 @@ On a home where ``make demo`` left its SmolLM2 variants (M = 8 of 30), for each 
 2. then one ``depthprune eval dense PARENT CHILD ... --suite offline --json``: every model paired against
    dense on the same items and windows (retention with its interval), and each child against its parent — the
    fraction of the log-perplexity gap it recovered, with a paired bootstrap interval over windows, in-domain
-   (pydoc) and out-of-domain (GCIDE prose, which no calibration source uses).
+   (pydoc) and out-of-domain (GCIDE prose, which no calibration source uses), and on every task the child
+   paired against its parent on the same items (``against_parent``: the perplexity ratio with a paired
+   bootstrap interval, the accuracy difference with its paired interval and McNemar's p).
 
 Prints the markdown tables of docs/benchmarks.md ("SmolLM2-135M: repair methods compared") and writes the raw
 JSON under ``--out`` (``--render`` prints the tables again from there). Run on a quiet machine (the heal
@@ -115,7 +117,37 @@ def table(models: list[dict], heal_seconds: dict[str, float], labels: dict | Non
         if any(gap.get("gap_recovered") is not None for gap in gaps):
             texts = [interval(gap.get("gap_recovered"), gap.get("gap_recovered_ci95"), 3) for gap in gaps]
             lines.append(f"| {labels.get(model['label'], model['label'])} | {texts[0]} | {texts[1]} |")
-    return lines
+    return lines + against_parent(models, labels)
+
+
+def parent_delta(record: dict) -> str:
+    """A child's paired difference from its parent on one task: the perplexity ratio child / parent, or the
+    accuracy difference with McNemar's exact p; ``(no measurable change)`` when the interval holds 1 or 0."""
+    paired = record.get("against_parent") or {}
+    if "perplexity_ratio" in paired:
+        text = f"×{interval(paired['perplexity_ratio'], paired.get('perplexity_ratio_ci95'), 3)}"
+    elif "accuracy_delta" in paired:
+        delta, (low, high) = paired["accuracy_delta"], paired["accuracy_delta_ci95"]
+        text = f"{delta:+.3f} [{low:+.3f}, {high:+.3f}], p {paired['mcnemar_p']:.1g}"
+    else:
+        return "–"
+    return text + (" (no measurable change)" if paired.get("verdict") == "no measurable change" else "")
+
+
+def against_parent(models: list[dict], labels: dict) -> list[str]:
+    """The table of each child against its parent, paired on the same items and windows (paired bootstrap
+    for perplexity, paired bootstrap and McNemar for accuracy): which repair claims hold."""
+    rows = [
+        f"| {labels.get(model['label'], model['label'])} | "
+        + " | ".join(parent_delta(model["tasks"].get(task, {})) for task, _ in TASKS)
+        + " |"
+        for model in models
+        if any((model["tasks"].get(task) or {}).get("against_parent") for task, _ in TASKS)
+    ]
+    if not rows:
+        return []
+    header = "| child against its parent | " + " | ".join(name for _, name in TASKS) + " |"
+    return ["", header, "|---|" + "---|" * len(TASKS), *rows]
 
 
 def run_tables(models: list[dict], heals: list[dict]) -> list[str]:

@@ -32,3 +32,50 @@ def test_a_run_is_rendered_again_from_its_files(tmp_path):
     assert any(line.startswith("| ppl-best + patch | 21.60 [20.60, 22.60]") and line.endswith("| 316 |")
                for line in lines)  # fmt: skip
     assert "| ppl-best + patch | 0.488 [0.471, 0.505] | – |" in lines
+
+
+def test_each_child_is_compared_with_its_parent_on_the_same_items(tmp_path):
+    """Issue 55 item 6: a child's paired difference from its parent per task (the ratio for perplexity, the
+    accuracy difference with McNemar's p), and 'no measurable change' where the interval holds it."""
+    child = "ce-best-distill"
+    dense = model("dense", True, 11.19)
+    parent = model("ce-best", False, 90.3)
+    repaired = model(child, False, 40.2)
+    repaired["tasks"]["pydoc"]["against_parent"] = {
+        "perplexity_ratio": 0.445, "perplexity_ratio_ci95": [0.43, 0.46], "verdict": "better",
+    }  # fmt: skip
+    repaired["tasks"]["gcide_define"] = {
+        "accuracy": 0.598,
+        "against_parent": {
+            "accuracy_delta": -0.05, "accuracy_delta_ci95": [-0.102, 0.004], "mcnemar_p": 0.07,
+            "verdict": "no measurable change",
+        },
+    }  # fmt: skip
+    (tmp_path / "eval.json").write_text(json.dumps([dense, parent, repaired]))
+    heals = [{"parent": "ce-best", "method": "distill", "name": child, "seconds": 167.0}]
+    (tmp_path / "heals.json").write_text(json.dumps(heals))
+    lines = rendered(tmp_path)
+    assert "| child against its parent | pydoc ppl | GCIDE ppl | pydoc-cloze | GCIDE-define |" in lines
+    assert (
+        "| ce-best + distill | ×0.445 [0.430, 0.460] | – | – | -0.050 [-0.102, +0.004], p 0.07 "
+        "(no measurable change) |" in lines
+    )
+
+
+def test_eval_pairs_each_result_of_a_child_with_its_parent():
+    from pruning.evaluation.item_scores import accuracy_statistics
+    from pruning.evaluation.paired import AGAINST_PARENT, add_gap_recovered
+    from pruning.evaluation.suites import EvalResult
+
+    keys = [f"item {index}" for index in range(40)]
+
+    def accuracy(correct):
+        return EvalResult("offline", "gcide_define", "acc", sum(correct) / len(correct),
+                          {"statistics": accuracy_statistics(keys, correct)})  # fmt: skip
+
+    parent = [accuracy([1] * 30 + [0] * 10)]
+    child = [accuracy([1] * 20 + [0] * 20)]  # lost 10 items, gained none
+    add_gap_recovered([accuracy([1] * 40)], parent, child)
+    paired = child[0].settings["statistics"][AGAINST_PARENT]
+    assert paired["accuracy_delta"] == -0.25 and paired["items_lost"] == 10 and paired["items_gained"] == 0
+    assert paired["mcnemar_p"] < 0.01 and paired["verdict"] == "worse" and paired["baseline"] == "parent"

@@ -137,6 +137,10 @@ def paired_perplexity(baseline: tuple[list, list], model: tuple[list, list]) -> 
     }
 
 
+AGAINST_PARENT = "against_parent"
+"""Where a repaired child's results hold their comparison with the parent's (:func:`add_gap_recovered`)."""
+
+
 def windows_in_order(items: dict, order: Sequence[int]) -> tuple[list, list]:
     """``(nll, tokens)`` of a perplexity result's windows in the order ``order`` gives (:func:`aligned`)."""
     return [items["nll"][index] for index in order], [items["tokens"][index] for index in order]
@@ -179,7 +183,10 @@ def gap_recovered(dense: tuple[list, list], parent: tuple[list, list], child: tu
 
 def add_gap_recovered(baseline_results: Sequence, parent_results: Sequence, results: Sequence) -> None:
     """Write :func:`gap_recovered` into each perplexity result's ``statistics["paired"]`` of a repaired child,
-    against the baseline (dense) and its parent's same result; results that do not pair are left alone."""
+    against the baseline (dense) and its parent's same result; results that do not pair are left alone. Every
+    result of the child is also compared with its parent's on the same items (``statistics[AGAINST_PARENT]``:
+    the accuracy difference with McNemar's p, or the perplexity ratio, each with its paired interval)."""
+    add_paired("parent", parent_results, results, field=AGAINST_PARENT)
     base_by_key = {result_key(result): result for result in baseline_results}
     parent_by_key = {result_key(result): result for result in parent_results}
     for result in results:
@@ -225,8 +232,10 @@ def result_key(result) -> tuple[str, str, str]:
     return result.suite, result.task, result.metric
 
 
-def add_paired(baseline_label: str, baseline_results: Sequence, results: Sequence) -> None:
-    """Write each result's comparison with the baseline's same result into its ``statistics["paired"]``."""
+def add_paired(
+    baseline_label: str, baseline_results: Sequence, results: Sequence, field: str = "paired"
+) -> None:
+    """Write each result's comparison with the baseline's same result into its ``statistics[field]``."""
     by_key = {result_key(result): result for result in baseline_results}
     for result in results:
         statistics = result.settings.get("statistics")
@@ -237,7 +246,7 @@ def add_paired(baseline_label: str, baseline_results: Sequence, results: Sequenc
             paired = compare_statistics(base.settings["statistics"], statistics)
         except PairingRefused as refused:
             paired = {"verdict": f"not paired: {refused}"}
-        statistics["paired"] = {"baseline": baseline_label, **paired}
+        statistics[field] = {"baseline": baseline_label, **paired}
 
 
 def task_record(result) -> dict:
