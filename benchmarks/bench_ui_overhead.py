@@ -5,11 +5,12 @@ A ``depthprune serve`` gateway (its own process, as in production) over two fake
 routes an experiment of three arms (``dense``, the A/A arm ``dense-aa``, ``twin``; shadow rate 0.5). A client
 keeps ``--concurrency`` completions in flight for the whole run, in blocks of ``--block-s`` seconds in ABBA
 order of two phases (off, on, on, off, ...): in the *on* blocks ``--viewers`` pages poll the page's data as
-the page does (the experiment's state and its series every second, each viewer at its own offset), in the
-*off* blocks nothing looks. Per block the mean end-to-end latency of the completions started in it; the page's
-cost is the on/off ratio over adjacent mixed pairs, and the same-phase pairs are its A/A control
-(:func:`benchmarks.online_quality_reading.phase_cost`: Student's t on per-pair log-ratios). Routing: 40 users
-are routed before and after the run and must keep their arms (sticky), and the version must not move::
+the page does (the experiment's state every second, its series after each sample, each viewer at its own
+offset), in the *off* blocks nothing looks. Per block the mean end-to-end latency of the completions started
+in it; the page's cost is the on/off ratio over adjacent mixed pairs, and the same-phase pairs are its A/A
+control (:func:`benchmarks.online_quality_reading.phase_cost`: Student's t on per-pair log-ratios). Routing:
+40 users are routed before and after the run and must keep their arms (sticky), and the version must not
+move::
 
     python -m benchmarks.bench_ui_overhead [--blocks 8] [--block-s 6] [--viewers 10] [--concurrency 4]
 
@@ -69,20 +70,21 @@ async def load(client: httpx.AsyncClient, url: str, until: float, latencies: lis
 
 
 async def view(client: httpx.AsyncClient, url: str, looking: asyncio.Event, offset_s: float, counts: list):
-    """One page: while ``looking`` is set, the experiment's state and its series every second (``counts``
-    gets the seconds each refresh took)."""
+    """One page, as page.js does it: while ``looking`` is set, the experiment's state every second and its
+    series' new points after each new sample (``counts`` gets the seconds each refresh took)."""
     headers = {"authorization": f"Bearer {ADMIN_TOKEN}"}
     await asyncio.sleep(offset_s)
-    seq = -1
+    seq, samples = -1, None
     while True:
         await looking.wait()
         started = time.monotonic()
         state = await client.get(f"{url}/ui/api/experiments/ab", headers=headers)
-        series = await client.get(f"{url}/ui/api/experiments/ab/series?after={seq}", headers=headers)
-        if state.status_code != 200 or series.status_code != 200:
-            raise RuntimeError(f"the page's data answered {state.status_code}, {series.status_code}")
-        points = series.json()["points"]
-        seq = points[-1]["seq"] if points else seq
+        if state.status_code != 200:
+            raise RuntimeError(f"the page's data answered {state.status_code}: {state.text[:200]}")
+        if state.json()["samples"] != samples:
+            series = await client.get(f"{url}/ui/api/experiments/ab/series?after={seq}", headers=headers)
+            points = series.json()["points"]
+            seq, samples = (points[-1]["seq"] if points else seq), state.json()["samples"]
         counts.append(time.monotonic() - started)
         await asyncio.sleep(1.0)
 

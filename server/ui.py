@@ -84,6 +84,9 @@ def install_ui(app: FastAPI) -> None:
         api_key=settings.api_key,
     )
     app.state.ui_history = {}
+    app.state.ui_answers = {}
+    """The last answer of each data endpoint, by what it depends on: a page polling every second costs this
+    gateway a lookup, not a new JSON document, until a sample or a change makes a new one."""
     app.include_router(router)
 
 
@@ -168,12 +171,33 @@ async def ui_asset(name: str) -> Response:
 
 
 # -- the page's data -----------------------------------------------------------------------------
+def _cached(state, key: tuple) -> Response | None:
+    """The answer already made for ``key`` (what it shows changes only with a sample or a version)."""
+    hit = state.ui_answers.get(key[0])
+    return (
+        Response(hit[1], media_type="application/json", headers=_headers(True))
+        if hit and hit[0] == key
+        else None
+    )
+
+
+def _keep(state, key: tuple, response: JSONResponse) -> JSONResponse:
+    if len(state.ui_answers) > 256:  # deleted experiments' answers go at some point
+        state.ui_answers.clear()
+    state.ui_answers[key[0]] = (key, response.body)
+    return response
+
+
 @router.get("/ui/api/experiments")
 async def ui_experiments(request: Request) -> Response:
     """Every experiment this gateway routes: arms with weights and shares, version, latest verdicts."""
     who = viewer(request)
     state = request.app.state
+    versions = tuple((name, state.experiments.version(name)) for name in state.router.experiments)
     pending = state.router.experiments_pending
+    key = (("list",), versions, pending, state.series.samples, who["admin"])
+    if (answer := _cached(state, key)) is not None:
+        return answer
     rows = []
     for name, experiment in state.router.experiments.items():
         latest = state.series.latest.get(name)
@@ -197,7 +221,9 @@ async def ui_experiments(request: Request) -> Response:
                 "arms": arms,
             }
         )
-    return _json({"experiments": rows, "pending": pending, "viewer": who, **_sampler_facts(state)})
+    return _keep(
+        state, key, _json({"experiments": rows, "pending": pending, "viewer": who, **_sampler_facts(state)})
+    )
 
 
 @router.get("/ui/api/experiments/{name}")
@@ -209,6 +235,9 @@ async def ui_experiment_state(request: Request, name: str) -> Response:
     if experiment is None:
         raise GatewayError(404, f"no experiment named '{name}' is routed here", code="experiment_not_found")
     version = state.experiments.version(name)
+    key = (("experiment", name), version, id(experiment), state.series.samples, who["admin"])
+    if (answer := _cached(state, key)) is not None:
+        return answer
     # Read in one go, without an await between them: the spec and the version the page writes against match.
     body = {
         "name": name,
@@ -223,7 +252,7 @@ async def ui_experiment_state(request: Request, name: str) -> Response:
     body["figures"] = None if latest is None else {"time": latest.time, "arms": latest.arms}
     body["peers"] = None if latest is None else latest.peers
     body.update(await _history(state, name, version))
-    return _json(body)
+    return _keep(state, key, _json(body))
 
 
 @router.get("/ui/api/experiments/{name}/series")

@@ -176,6 +176,7 @@
     chartArms: "",
     armsKey: "",
     historyKey: "",
+    samples: null,
   };
 
   function colorOf(arm) {
@@ -459,7 +460,10 @@
         throw new Error(await errorMessage(response));
       } else {
         const state = await response.json();
-        await readSeries();
+        if (state.samples !== view.samples) {
+          await readSeries(); // a new point exists only after a new sample
+          view.samples = state.samples;
+        }
         view.state = state;
         renderSummary(state);
         renderArms(state);
