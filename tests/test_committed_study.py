@@ -47,6 +47,18 @@ def test_the_studys_figures_in_docs_study_md_are_generated_from_its_json():
     assert f"{len(study['cells'])} cells" in expected
 
 
+def test_the_readme_quotes_the_studys_current_figures():
+    """README's study line quotes §5.2's ratio with its bootstrap interval and the margin variants that beat
+    dense on their own loss, as the committed JSON gives them."""
+    facts = reading_facts(load(STUDY))
+    movement = facts["audit"]["movement_like"]
+    low, high = movement["ci95"]
+    margin = next(r for r in facts["audit"]["beating_dense"] if r["objective"] == "task_margin")
+    readme = " ".join((STUDY.parent.parent / "README.md").read_text().split())
+    assert f"{movement['ratio']:.2f}× [95 % {low:.2f}, {high:.2f}]" in readme
+    assert f"{margin['below_dense']} of {margin['variants']} margin variants beat dense" in readme
+
+
 def test_every_committed_cell_is_judged_on_the_independent_yardstick_with_intervals():
     """Issue 42: two accuracy tasks of 200 items (one not built from pydoc), two perplexity texts, each with
     its n and its 95 % interval, for every cell of the study and of its calibration-size arm."""
