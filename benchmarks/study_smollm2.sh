@@ -215,6 +215,9 @@ part() {
       cross=(); if [ -f "$OUT/cross-controls/study.json" ]; then cross=(--cross "$OUT/cross-controls"); fi
       arms=(--size "$OUT/calibration-size"); if [ -f "$ARM/study.json" ]; then arms+=(--arm "$ARM"); fi
       "$PYTHON" -m benchmarks.study_reading "$OUT" "${cross[@]}" "${arms[@]}" --write
+      # docs/study.md's figures from the same JSON (README's study line is typed: tests/test_committed_study.py
+      # says when it no longer matches)
+      "$PYTHON" -m benchmarks.study_reading "$OUT" "${arms[@]}" --prose docs/study.md
       if [ -d "$OUT/kl" ]; then "$PYTHON" -m benchmarks.study_reading "$OUT/kl" --write; fi ;;
     check)
       # issue 29's acceptance: task_ce and task_margin cells, none with truncated items
