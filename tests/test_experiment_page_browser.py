@@ -235,3 +235,13 @@ def test_browser_renders_hostile_names_as_text(gateway, browser):
     with pytest.raises(NoAlertPresentException):
         browser.switch_to.alert.text  # noqa: B018
     assert problems(browser) == []
+
+
+def test_browser_screenshot_script_runs_on_fake_backends(tmp_path):
+    """``python -m benchmarks.ui_screenshots --smoke``: the docs' screenshots' command, in seconds."""
+    from benchmarks.ui_screenshots import main
+
+    main(["--smoke", "--shots", "2", "--interval-s", "0.3", "--out", str(tmp_path)])
+    shots = sorted(path.name for path in tmp_path.glob("*.png"))
+    assert shots == ["experiment-page-2s.png", "experiment-page-guardrail.png"]
+    assert all((tmp_path / name).stat().st_size > 20_000 for name in shots)

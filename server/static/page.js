@@ -358,7 +358,7 @@
     const { left, top, width, height } = u.bbox;
     ctx.save();
     ctx.font = `${11 * devicePixelRatio}px sans-serif`;
-    for (const change of changes) {
+    for (const [index, change] of changes.entries()) {
       const x = u.valToPos(change.changed_at, "x", true);
       if (!(x >= left && x <= left + width)) continue;
       const guardrail = change.actor === "guardrail";
@@ -370,7 +370,8 @@
       ctx.moveTo(x, top);
       ctx.lineTo(x, top + height);
       ctx.stroke();
-      ctx.fillText(guardrail ? `v${change.version} guardrail` : `v${change.version}`, x + 3 * devicePixelRatio, top + 12 * devicePixelRatio);
+      const labelY = top + (12 + 13 * (index % 3)) * devicePixelRatio; // changes close in time stay legible
+      ctx.fillText(guardrail ? `v${change.version} guardrail` : `v${change.version}`, x + 3 * devicePixelRatio, labelY);
     }
     ctx.restore();
   }
