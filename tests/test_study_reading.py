@@ -113,8 +113,8 @@ def test_spearman_signs_per_cell_beside_the_pooled_rho(facts):
         ("task_margin on qa-b", 12): 1.0,
     }
     assert spearman["by_objective"] == {
-        "perplexity": {"positive": 0, "negative": 1, "zero_or_undefined": 0, "cells": 1},
-        "task_margin": {"positive": 1, "negative": 0, "zero_or_undefined": 0, "cells": 1},
+        "perplexity": {"positive": 0, "negative": 1, "zero": 0, "undefined": 0, "cells": 1},
+        "task_margin": {"positive": 1, "negative": 0, "zero": 0, "undefined": 0, "cells": 1},
     }
     assert spearman["all"]["positive"] == 3
     assert -1 < spearman["pooled"] < 1

@@ -87,7 +87,8 @@ def spearman_facts(cells: Cells) -> dict:
         return {
             "positive": sum(r["rho"] > 0 for r in chosen),
             "negative": sum(r["rho"] < 0 for r in chosen),
-            "zero_or_undefined": sum(not (r["rho"] > 0 or r["rho"] < 0) for r in chosen),
+            "zero": sum(r["rho"] == 0 for r in chosen),
+            "undefined": sum(math.isnan(r["rho"]) for r in chosen),
             "cells": len(chosen),
         }
 
@@ -215,7 +216,8 @@ def spearman_text(facts: dict, paper: PaperFacts = PAPER) -> list[str]:
         counted = (
             f"{objective}: ρ positive in {found['positive']} of {found['cells']} cells, negative in "
             f"{found['negative']}"
-            + (f" (undefined or 0 in {found['zero_or_undefined']})" if found["zero_or_undefined"] else "")
+            + (f", exactly 0 in {found['zero']} (ties)" if found["zero"] else "")
+            + (f", undefined in {found['undefined']} (a constant ranking)" if found["undefined"] else "")
         )
         if objective in paper_signs:
             sign, count, of = paper_signs[objective]
