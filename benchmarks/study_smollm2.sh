@@ -147,15 +147,16 @@ for line in sys.stdin:
   mv "$CLOZE_TEXT.tmp" "$CLOZE_TEXT"
 }
 
-without_cbo() {
-  # $1's manifest without its CBO cells, as the starting manifest of $2 (kept when $2 has one already)
-  [ -f "$2/cells.json" ] && return
-  mkdir -p "$2"
-  "$PYTHON" - "$1/cells.json" "$2/cells.json" <<'PY'
+without_unmatched_cbo() {
+  # $2's manifest (a copy of $1's when $2 has none) without CBO cells searched at another budget than
+  # greedy's: a manifest cell is kept whatever its search's options, so those must go for CBO to run again
+  [ -f "$2/cells.json" ] || { mkdir -p "$2"; cp "$1/cells.json" "$2/cells.json"; }
+  "$PYTHON" - "$2/cells.json" <<'PY'
 import json, sys
 manifest = json.load(open(sys.argv[1]))
-manifest["cells"] = [cell for cell in manifest["cells"] if cell["search"] != "cbo"]
-json.dump(manifest, open(sys.argv[2], "w"), indent=1)
+if ((manifest.get("config") or {}).get("options") or {}).get("cbo", {}).get("evaluations") != "greedy":
+    manifest["cells"] = [cell for cell in manifest["cells"] if cell["search"] != "cbo"]
+    json.dump(manifest, open(sys.argv[1], "w"), indent=1)
 PY
 }
 
@@ -184,7 +185,7 @@ part() {
     cbo-matched)
       # Issue 55 item 1: the committed study with CBO at greedy's budget of subset evaluations; every other
       # cell is kept from the manifest, each new CBO mask judged on the yardstick
-      without_cbo "$OUT" "$OUT/parts/cbo-matched"
+      without_unmatched_cbo "$OUT" "$OUT/parts/cbo-matched"
       OMP_NUM_THREADS=1 "$DEPTHPRUNE" study "${COMMON[@]}" "${MAIN[@]}" --objectives perplexity,task_margin,task_ce \
         --searches "$SEARCHES_ALL" --dtype float32 --keep-weights none -o cbo.evaluations=greedy \
         --out "$OUT/parts/cbo-matched" ;;
@@ -243,7 +244,10 @@ PY
       cross=("${COMMON[@]}" --drop "${CROSS_DROPS:-7,8}" --data "pydoc,pydoc-cloze,text:$CLOZE_TEXT" --seeds 0
              --cross-controls --objectives perplexity,task_margin,task_ce --searches "$SEARCHES_ALL" --dtype float32
              -o cbo.evaluations=greedy --keep-weights none)
-      if [ -f "$OUT/cross-controls/cells.json" ]; then judged_from "$OUT" "$OUT/cross-controls"; fi
+      if [ -f "$OUT/cross-controls/cells.json" ]; then
+        without_unmatched_cbo "$OUT/cross-controls" "$OUT/cross-controls"
+        judged_from "$OUT" "$OUT/cross-controls"
+      fi
       if [ -n "${WORKERS:-}" ]; then registry_workers "$OUT/cross-controls" "${cross[@]}"
       else OMP_NUM_THREADS=1 "$DEPTHPRUNE" study "${cross[@]}" --out "$OUT/cross-controls"; fi
       "$PYTHON" -m benchmarks.study_reading "$OUT/cross-controls" --cross "$OUT/cross-controls" --write ;;
