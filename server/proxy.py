@@ -531,13 +531,17 @@ class Proxy:
         labels = self._labels(accounting.route, accounting.labels[0])
         metrics.ttft.labels(*labels).observe(accounting.first_event_at - accounting.started)
         capture = accounting.capture
-        finished = False
+        finished = delivered = False
 
         async def finish(status: str) -> None:
             nonlocal finished
             if finished:
                 return
             finished = True
+            if status == CLIENT_CLOSED and delivered:
+                # The client left after the stream's last event ([DONE]) was handed over, as the openai
+                # client does: the answer was complete, so it counts (and is shadow-scored) as one.
+                status = "200"
             # Closing (not releasing) an unfinished response drops the connection, which makes vLLM
             # abort the generation instead of finishing it for nobody.
             if status == "200":
@@ -556,6 +560,7 @@ class Proxy:
                 yield chunk
 
         async def relay():
+            nonlocal delivered
             status = "200"
             pending = b""
             try:
@@ -573,8 +578,10 @@ class Proxy:
                             chunk = capture.take_events(chunk)
                         if not chunk:
                             continue
+                    delivered = delivered or b"data: [DONE]" in chunk
                     yield chunk
                 if pending:
+                    delivered = delivered or b"data: [DONE]" in pending
                     yield pending
             except UPSTREAM_ERRORS as error:
                 status = "503"

@@ -251,3 +251,18 @@ def test_experiment_names_differing_only_by_case_are_one_name(backends, tmp_path
             clash = httpx.put(f"{url}/admin/experiments/AB", json=spec, headers=ADMIN)
             assert clash.status_code == 400 and "only by case" in clash.json()["error"]["message"]
             assert httpx.get(f"{url}/admin/experiments/AB", headers=ADMIN).status_code == 404
+
+
+def test_a_stream_left_right_after_its_last_event_counts_as_answered_and_is_scored(backends):
+    """The openai client closes the connection as soon as it reads ``data: [DONE]``: the answer was whole."""
+    with gateway_replica(backends, None, experiments={"ab": EXPERIMENT}) as url:
+        for user in range(20):
+            body = {"model": "ab", "prompt": f"p {user}", "max_tokens": 4, "stream": True, "user": f"u{user}"}
+            body["fake_linger"] = 0.5  # the backend ends its response a moment after [DONE]
+            with httpx.stream("POST", f"{url}/v1/completions", json=body, timeout=30) as stream:
+                for line in stream.iter_lines():
+                    if line == "data: [DONE]":
+                        break  # leave at once, as the openai client does
+        wait_until(lambda: scored(url) == 20, 10, "every stream to be scored")
+        text = httpx.get(f"{url}/metrics").text
+        assert 'status="499"' not in text

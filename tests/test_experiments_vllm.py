@@ -95,6 +95,21 @@ def ask(client: openai.OpenAI, user: int) -> tuple[str, int]:
     return stream.headers["x-depthprune-arm"], stream.status_code
 
 
+def _accounted(url: str) -> int:
+    """Completions scored or dropped so far."""
+    arms = report("ab", [url])["arms"]
+    return sum(arm["shadow_scored"] + arm["shadow_dropped"] for arm in arms)
+
+
+def _verdicts(result: dict) -> dict:
+    shown = {}
+    for arm in result["arms"]:
+        versus = arm.get("vs_control") or {}
+        shown[arm["name"]] = (arm["shadow_scored"], versus.get("nll_delta_cs95"), versus.get("quality"))
+        shown[arm["name"]] += (versus.get("tpot_ratio_cs95"), versus.get("speed"))
+    return shown
+
+
 def test_the_experiment_decides_and_its_guardrail_acts(gateway):
     url, registry_url = gateway
     client = openai.OpenAI(base_url=f"{url}/v1", api_key="unused", max_retries=0, timeout=300)
@@ -103,13 +118,12 @@ def test_the_experiment_decides_and_its_guardrail_acts(gateway):
         for look in range(LOOKS):
             users = range(look * REQUESTS // LOOKS, (look + 1) * REQUESTS // LOOKS)
             answered += list(pool.map(lambda user: ask(client, user), users))
-            scored = lambda: sum(a["shadow_scored"] for a in report("ab", [url])["arms"])  # noqa: E731
-            wait_until(lambda: scored() >= len(answered), 120, "the shadow scores to catch up")
+            wait_until(lambda: _accounted(url) >= len(answered), 300, "the shadow scores to catch up")
             looks.append(report("ab", [url], registry_url=registry_url))
+            print(f"look {look + 1}: {_verdicts(looks[-1])}", flush=True)
     assert [status for _, status in answered] == [200] * REQUESTS
     for result in looks:
         arms = {arm["name"]: arm for arm in result["arms"]}
-        print(json.dumps({name: arm.get("vs_control") for name, arm in arms.items()}, indent=1))
         twin = arms["dense-aa"]["vs_control"]
         assert twin["quality"] != "worse" and twin["speed"] == "undecided"
     final = {arm["name"]: arm for arm in looks[-1]["arms"]}
@@ -123,7 +137,9 @@ def test_the_experiment_decides_and_its_guardrail_acts(gateway):
     headers = {**ADMIN, "if-match": read.headers["etag"]}
     assert httpx.put(f"{url}/admin/experiments/ab", json=guarded, headers=headers).status_code == 200
     # the evidence so far already passes the limit: the guardrail acts within seconds
-    weights = lambda: {a["name"]: a["weight"] for a in httpx.get(f"{url}/admin/experiments/ab", headers=ADMIN).json()["arms"]}  # noqa: E501, E731
+    weights = lambda: {
+        a["name"]: a["weight"] for a in httpx.get(f"{url}/admin/experiments/ab", headers=ADMIN).json()["arms"]
+    }  # noqa: E501, E731
     wait_until(lambda: weights()["pruned"] == 0, 30, "the guardrail to stop the pruned arm")
     history = httpx.get(f"{url}/admin/experiments/ab/history", headers=ADMIN).json()["changes"]
     assert [change["actor"] for change in history].count("guardrail") == 1

@@ -186,6 +186,7 @@ async def stream_events(
         }
         yield f"data: {json.dumps(last)}\n\n"
     yield "data: [DONE]\n\n"
+    await asyncio.sleep(body.get("fake_linger", 0))  # an engine slow to end the response after [DONE]
 
 
 def _error_response(message: str, error_type: str, param: str | None, code: int) -> JSONResponse:
