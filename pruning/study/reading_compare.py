@@ -163,7 +163,7 @@ def movement_text(facts: dict, paper: PaperFacts = PAPER) -> list[str]:
         f"{fmt(like['search_mean'], 2)} ({like['pairs'][1]} pairs"
         f"{range_text(like['search_mean_seeds'], 2)}): "
         f"ratio {ratio_text(like)}; the paper: {paper.movement_configuration_mean} and "
-        f"{paper.movement_search_mean} points, ratio {paper_ratio:.2f}. {verdict}."
+        f"{paper.movement_search_mean} points, ratio {paper_ratio:.2f}. {verdict}{regime_text(facts)}."
     )
     extra = movement["with_task_ce"]
     if extra["pairs"] != like["pairs"]:
@@ -175,6 +175,19 @@ def movement_text(facts: dict, paper: PaperFacts = PAPER) -> list[str]:
         everything = movement["all"]
         text += f" With every extension (budgets and objectives): ratio {ratio_text(everything)}."
     return [text]
+
+
+def regime_text(facts: dict) -> str:
+    """The regime a §5.2 verdict holds in: the calibration's size, and how many task-objective variants beat
+    the dense model on their own calibration loss (:mod:`pruning.study.reading_audit`)."""
+    sizes = sorted({c["samples"] for c in facts["summary"].get("calibrations", [])})
+    found = (facts.get("audit") or {}).get("beating_dense", [])
+    beating = [r for r in found if r["objective"] != "perplexity"]
+    text = f" (a verdict for this regime: {'/'.join(map(str, sizes))} calibration instances"
+    if beating:
+        counted = ", ".join(f"{r['objective']} {r['below_dense']} of {r['variants']}" for r in beating)
+        text += f"; variants scoring below dense on their own calibration loss: {counted}"
+    return text + ")" if sizes else ""
 
 
 def movement_verdict(like: dict, paper: PaperFacts = PAPER) -> str:
