@@ -30,6 +30,7 @@ from pathlib import Path
 
 import httpx
 
+from benchmarks.bench_gateway import process_cpu_seconds
 from benchmarks.online_quality_reading import abba_phases, phase_cost
 from depthprune.testing.servers import free_port, running, running_gateway
 from server.sequential import Moments
@@ -95,7 +96,7 @@ async def arms_of(client: httpx.AsyncClient, url: str) -> list[str]:
     return [answer.headers["x-depthprune-arm"] for answer in answers]
 
 
-async def measure(url: str, args) -> dict:
+async def measure(url: str, args, gateway_pid: int) -> dict:
     """The blocks of the run, and the routing before and after."""
     limits = httpx.Limits(max_connections=args.concurrency + 2 * args.viewers + 4)
     async with httpx.AsyncClient(timeout=30, limits=limits) as client:
@@ -110,26 +111,33 @@ async def measure(url: str, args) -> dict:
         for phase in abba_phases(args.blocks):
             looking.set() if phase == "on" else looking.clear()
             latencies: list[tuple[float, float]] = []
-            start = time.monotonic()
+            start, cpu = time.monotonic(), process_cpu_seconds(gateway_pid)
             until = start + args.block_s
             await asyncio.gather(*(load(client, url, until, latencies) for _ in range(args.concurrency)))
             stream = Moments()
             for _, seconds in latencies:
                 stream = stream.add(seconds)
-            blocks.append({"phase": phase, "moments": {"v1": {"e2el": stream}}, "requests": len(latencies)})
+            # the gateway's CPU per /v1 request: what the page costs it, less sensitive to the machine's
+            # other load than latency is
+            cpu_ms = 1000 * (process_cpu_seconds(gateway_pid) - cpu) / max(1, len(latencies))
+            moments = {"v1": {"e2el": stream, "cpu": Moments().add(cpu_ms)}}
+            blocks.append({"phase": phase, "moments": moments, "requests": len(latencies)})
         for task in viewers:
             task.cancel()
         routed_after = await arms_of(client, url)
         version_after = (await client.get(f"{url}/admin/experiments/ab", headers=_admin())).headers["etag"]
-    cost = phase_cost(blocks, "v1", "e2el")
+    cost, cpu = phase_cost(blocks, "v1", "e2el"), phase_cost(blocks, "v1", "cpu")
     return {
         "on_over_off": cost["on_over_off"],
         "same_phase": cost["same_phase"],
+        "cpu_per_request_on_over_off": cpu["on_over_off"],
+        "cpu_per_request_same_phase": cpu["same_phase"],
         "blocks": [
             {
                 "phase": b["phase"],
                 "requests": b["requests"],
                 "mean_ms": 1000 * b["moments"]["v1"]["e2el"].mean,
+                "gateway_cpu_ms_per_request": b["moments"]["v1"]["cpu"].mean,
             }
             for b in blocks
         ],
@@ -164,7 +172,7 @@ def main() -> None:
         env = {"DEPTHPRUNE_HOME": str(folder / "home")}
         gateway = stack.enter_context(running_gateway(variants, folder / "gateway.log", *options, env=env))
         started = time.time()
-        result = asyncio.run(measure(gateway.url, args))
+        result = asyncio.run(measure(gateway.url, args, gateway.process.pid))
     record = {
         "when": time.strftime("%Y-%m-%d %H:%M", time.localtime(started)),
         "settings": vars(args),
