@@ -36,24 +36,27 @@ def _fmt(sequence: Sequence) -> str:
     return f"{sequence.estimate:.4g} [{sequence.low:.4g}, {sequence.high:.4g}]"
 
 
+LIMITS = (
+    # spec field, compared measure, its sequence, what the figures are in, what the counts are of
+    ("max_nll_delta", "dense_nll", "nll_delta", difference_sequence, "nats per token", "completions scored"),
+    ("max_tpot_ratio", "tpot", "tpot_ratio", ratio_sequence, "", "requests"),
+)
+"""Each guardrail: the limit, the per-request measure it compares, and how (a difference or a ratio)."""
+
+
 def breach(arm: dict[str, Moments], control: dict[str, Moments], limits) -> str | None:
     """Why ``arm`` passes a limit (its figures), or None while every sequence still reaches within it."""
     empty = Moments()
-    if limits.max_nll_delta is not None:
-        nll = difference_sequence(arm.get("dense_nll", empty), control.get("dense_nll", empty))
-        if nll.decidable and nll.low > limits.max_nll_delta:
+    for field, measure, name, sequence_of, unit, counted in LIMITS:
+        limit = getattr(limits, field)
+        if limit is None:
+            continue
+        sequence = sequence_of(arm.get(measure, empty), control.get(measure, empty))
+        if sequence.decidable and sequence.low > limit:
+            shown = f"{name} {_fmt(sequence)}" + (f" {unit}" if unit else "")
             return (
-                f"nll_delta {_fmt(nll)} nats per token (95 % confidence sequence) lies above max_nll_delta "
-                f"{limits.max_nll_delta:g}; {arm['dense_nll'].count:.0f} completions scored against the "
-                f"control's {control['dense_nll'].count:.0f}"
-            )
-    if limits.max_tpot_ratio is not None:
-        tpot = ratio_sequence(arm.get("tpot", empty), control.get("tpot", empty))
-        if tpot.decidable and tpot.low > limits.max_tpot_ratio:
-            return (
-                f"tpot_ratio {_fmt(tpot)} (95 % confidence sequence) lies above max_tpot_ratio "
-                f"{limits.max_tpot_ratio:g}; {arm['tpot'].count:.0f} requests against the control's "
-                f"{control['tpot'].count:.0f}"
+                f"{shown} (95 % confidence sequence) lies above {field} {limit:g}; "
+                f"{arm[measure].count:.0f} {counted} against the control's {control[measure].count:.0f}"
             )
     return None
 

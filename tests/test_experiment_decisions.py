@@ -14,6 +14,7 @@ import json
 import math
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -166,14 +167,15 @@ def test_a_guardrail_stops_the_arm_once_across_two_replicas(backends, tmp_path):
         )
         assert put.status_code == 200
 
+        users = iter(range(10_000, 100_000))
+
         def twin_stopped() -> bool:
-            for user in range(8):
-                for url in (first, second):
-                    complete(url, int(time.monotonic() * 1000) % 100_000 + user)
+            with ThreadPoolExecutor(8) as pool:  # 30 scored completions a side are needed first
+                list(pool.map(lambda url: complete(url, next(users)), [first, second] * 12))
             spec = httpx.get(f"{first}/admin/experiments/ab", headers=ADMIN).json()["spec"]
             return {arm["name"]: arm["weight"] for arm in spec["arms"]}["twin"] == 0
 
-        wait_until(twin_stopped, 60, "the guardrail to stop the twin arm")
+        wait_until(twin_stopped, 240, "the guardrail to stop the twin arm")
         time.sleep(1.0)  # both replicas have seen the limit passed by now; still one change
         history = httpx.get(f"{first}/admin/experiments/ab/history", headers=ADMIN).json()["changes"]
         by_guardrail = [change for change in history if change["actor"] == "guardrail"]
