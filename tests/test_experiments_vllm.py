@@ -136,10 +136,12 @@ def test_the_experiment_decides_and_its_guardrail_acts(gateway):
     guarded = {**read.json()["spec"], "guardrails": {"max_nll_delta": 0.1}}
     headers = {**ADMIN, "if-match": read.headers["etag"]}
     assert httpx.put(f"{url}/admin/experiments/ab", json=guarded, headers=headers).status_code == 200
+
     # the evidence so far already passes the limit: the guardrail acts within seconds
-    weights = lambda: {
-        a["name"]: a["weight"] for a in httpx.get(f"{url}/admin/experiments/ab", headers=ADMIN).json()["arms"]
-    }  # noqa: E501, E731
+    def weights() -> dict:
+        arms = httpx.get(f"{url}/admin/experiments/ab", headers=ADMIN).json()["arms"]
+        return {arm["name"]: arm["weight"] for arm in arms}
+
     wait_until(lambda: weights()["pruned"] == 0, 30, "the guardrail to stop the pruned arm")
     history = httpx.get(f"{url}/admin/experiments/ab/history", headers=ADMIN).json()["changes"]
     assert [change["actor"] for change in history].count("guardrail") == 1

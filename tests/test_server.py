@@ -291,7 +291,10 @@ def test_admin_changes_experiments_at_runtime(gateway, http):
     assert httpx.get(url, headers={"authorization": f"Bearer {API_KEY}"}).status_code == 401
     admin = {"authorization": f"Bearer {ADMIN_TOKEN}"}
     assert "llama-ab" in httpx.get(url, headers=admin).json()
-    spec = {"arms": [{"objective": "ppl", "weight": 0}, {"objective": "margin", "weight": 1}], "control": "ppl"}
+    spec = {
+        "arms": [{"objective": "ppl", "weight": 0}, {"objective": "margin", "weight": 1}],
+        "control": "ppl",
+    }
     put = httpx.put(f"{url}/canary", json=spec, headers=admin)
     assert put.status_code == 200 and put.json()["canary"]["arms"][1]["variant"] == "margin-v"
     variants = {
