@@ -44,6 +44,7 @@ import json
 import os
 import random
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -629,7 +630,15 @@ def parse_args(argv: list[str] | None = None) -> tuple[OnlineQualityConfig | Non
     return OnlineQualityConfig(**options), None
 
 
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str] | None = None) -> None:
+    # Ctrl-C and SIGTERM stop the engines on the way out, also when started in the background (where a shell
+    # starts the command with SIGINT ignored)
+    signal.signal(signal.SIGINT, _interrupt)
+    signal.signal(signal.SIGTERM, _interrupt)
     config, render = parse_args(argv)
     if render is not None:
         print(markdown(json.loads(render.read_text())))
