@@ -1,6 +1,7 @@
 """The ``prune`` pipeline: calibration data → subset scorer → searches → the held-out choice → checkpoints.
 
-* :mod:`.prune` — :class:`~.prune.PruneConfig` and :func:`~.prune.prune`, one run end to end;
+* :mod:`.config` — :class:`~.config.PruneConfig`, one run's settings, checked as they are built;
+* :mod:`.prune` — :func:`~.prune.prune`, one run end to end;
 * :mod:`.heldout` — scoring each search's outcome on the validation split the calibration draw left over;
 * :mod:`.heldout_selection` — choosing the variant to keep by that held-out score, never by calibration loss.
 """
@@ -9,7 +10,7 @@ from depthprune.core.lazy import lazy_exports
 
 _EXPORTS = {
     "prune": "pruning.pipeline.prune",
-    "PruneConfig": "pruning.pipeline.prune",
+    "PruneConfig": "pruning.pipeline.config",
 }
 __all__ = sorted(_EXPORTS)
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
