@@ -399,15 +399,19 @@ def snapshot(url: str, names: list[str]) -> dict[str, Any]:
     return {name: arm_traffic(["\n".join(kept) + "\n"], name) for name in names}
 
 
+BLOCK_MEASURES = ("tpot", "e2el", "dense_nll", "top1_agreement")
+"""What a block records per arm: both latencies, and (shadow-on blocks) both shadow scores."""
+
+
 def block_moments(
     before: dict, after: dict, names: list[str], arms: tuple[str, ...]
 ) -> dict[str, dict[str, dict]]:
-    """Per arm and latency measure, the moments the block added (summed over ``names``)."""
+    """Per arm and measure, the moments the block added (summed over ``names``)."""
     from server.sequential import Moments
 
     moments: dict[str, dict[str, dict]] = {}
     for arm in arms:
-        for measure in ("tpot", "e2el"):
+        for measure in BLOCK_MEASURES:
             added = Moments()
             for name in names:
                 now = after[name].get(arm)
@@ -444,6 +448,10 @@ def look(url: str, name: str, registry_url: str, number: int) -> dict[str, Any]:
         "scored": {arm["name"]: arm["shadow_scored"] for arm in result["arms"]},
         "answered": {arm["name"]: arm["tpot"]["count"] for arm in result["arms"]},
         "arms": {arm["name"]: arm["vs_control"] for arm in result["arms"] if "vs_control" in arm},
+        # what the verdicts were computed from: the look can be recomputed from the record alone
+        "moments": {arm["name"]: arm["moments"] for arm in result["arms"]},
+        "control": result["control"],
+        "margin": result["margin"],
         "report": result,
     }
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections import defaultdict
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -179,6 +179,9 @@ def arm_summary(traffic: ArmTraffic) -> dict[str, Any]:
         "variants": sorted(traffic.variants),
         "shadow_scored": traffic.shadow_scored,
         "shadow_dropped": traffic.shadow_dropped,
+        # The sufficient statistics every sequence and verdict is computed from, so that a reader of the JSON
+        # can recompute (or add another report's) without the gateways
+        "moments": {measure: asdict(moments) for measure, moments in sorted(traffic.moments.items())},
     }
     for key in LATENCIES:
         histogram = traffic.latencies.get(key, Histogram())
