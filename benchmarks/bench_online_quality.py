@@ -499,7 +499,11 @@ def run_blocks(
     prompts = {d: iter(held_out_prompts(d, count, config.prompt_words, config.seed)) for d in config.domains}
     ledger, blocks, looks, off_looks = Ledger(), [], {name: [] for name in on_names}, []
     with httpx.Client(timeout=600) as client, contextlib.ExitStack() as stack:
-        pools = {arm: stack.enter_context(ThreadPoolExecutor(config.concurrency)) for arm in config.arms}
+        pools = {arm: ThreadPoolExecutor(config.concurrency) for arm in config.arms}
+        for pool in pools.values():
+            # On an interrupt the block's queued requests are dropped, not sent: waiting for them (a pool's
+            # default exit) kept a stopped run alive for minutes with its engines up
+            stack.callback(pool.shutdown, wait=False, cancel_futures=True)
         warm = [(engine, None, next(prompts[config.domains[0]])) for engine in engines]
         list(pools[CONTROL].map(lambda job: ask(client, url, *job, config, "warm-up"), warm * 2))
         measuring = time.monotonic()
