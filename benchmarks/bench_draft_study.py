@@ -90,7 +90,8 @@ def search_drafts(args: argparse.Namespace) -> list[Draft]:
     from depthprune.core.objectives import OBJECTIVES, TEXT
     from pruning.calibration.config import CalibrationConfig
     from pruning.model.sources import resolve_model
-    from pruning.pipeline.prune import PruneConfig, prune
+    from pruning.pipeline.config import prune_config_from
+    from pruning.pipeline.prune import prune
 
     model = resolve_model(args.model).model
     num_blocks = json.loads((Path(model) / "config.json").read_text())["num_hidden_layers"]
@@ -105,7 +106,7 @@ def search_drafts(args: argparse.Namespace) -> list[Draft]:
                 seq_len=SEQ_LEN,
                 seed=0,
             )
-            config = PruneConfig(
+            config = prune_config_from(
                 model=str(model),
                 calibration=calibration,
                 drop=drop,

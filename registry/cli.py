@@ -15,13 +15,15 @@ Examples::
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from depthprune.core.cli_options import cli, option_group, with_options
 from depthprune.core.errors import UserError
-from depthprune.core.options import JsonOption, RegistryOption
+from depthprune.core.options import JsonOptions, RegistryOptions
 from registry.naming import display_number
 
 if TYPE_CHECKING:
@@ -62,17 +64,24 @@ def _short_model(model: str) -> str:
     return model_slug(model)
 
 
+@option_group
+@dataclass(frozen=True)
+class ListOptions:
+    """``variants list``: which variants."""
+
+    base: str | None = None
+    """Only the variants of this base model."""
+    dense: bool = True
+    """Show each base model's dense model as well."""
+
+
 @app.command("list")
-def list_command(
-    base: Annotated[str | None, typer.Option(help="Only the variants of this base model.")] = None,
-    dense: Annotated[bool, typer.Option(help="Show each base model's dense model as well.")] = True,
-    registry_url: RegistryOption = None,
-    as_json: JsonOption = False,
-) -> None:
+@with_options
+def list_command(options: ListOptions, where: RegistryOptions, output: JsonOptions) -> None:
     """List the registered variants: removed blocks, calibration, search, losses, aliases."""
-    with _open(registry_url) as registry:
-        variants = registry.list_variants(base, include_dense=dense)
-    if as_json:
+    with _open(where.registry) as registry:
+        variants = registry.list_variants(options.base, include_dense=options.dense)
+    if output.as_json:
         _print_json([variant.to_dict() for variant in variants])
         return
     from rich.table import Table
@@ -174,18 +183,19 @@ def _variant_fields(variant: VariantInfo, healed: list[VariantInfo]) -> Table:
 
 
 @app.command("show")
+@with_options
 def show(
     name: Annotated[str, typer.Argument(help="Variant id, name, alias, 'dense' or NAME@BASE.")],
-    registry_url: RegistryOption = None,
-    as_json: JsonOption = False,
+    where: RegistryOptions,
+    output: JsonOptions,
 ) -> None:
     """Show everything recorded about one variant, with its evaluations and serving benchmarks."""
-    with _open(registry_url) as registry:
+    with _open(where.registry) as registry:
         variant = registry.resolve(name)
         evaluations = registry.evaluations(variant)
         benchmarks = registry.serving_benchmarks(variant)
         healed = registry.healed_from(variant)
-    if as_json:
+    if output.as_json:
         _print_json(
             {
                 "variant": variant.to_dict(),
@@ -228,28 +238,39 @@ def show(
         console.print(table)
 
 
+@option_group
+@dataclass(frozen=True)
+class CompareOptions:
+    """``variants compare``: which variants when none are named."""
+
+    base: str | None = None
+    """With no NAMES: the variants of this base model."""
+
+
 @app.command("compare")
+@with_options
 def compare(
     names: Annotated[
         list[str] | None,
         typer.Argument(help="Variants to compare (id, name, alias, 'dense'); default: all, dense first."),
     ] = None,
-    base: Annotated[str | None, typer.Option(help="With no NAMES: the variants of this base model.")] = None,
-    registry_url: RegistryOption = None,
-    as_json: JsonOption = False,
+    *,
+    options: CompareOptions,
+    where: RegistryOptions,
+    output: JsonOptions,
 ) -> None:
     """Put variants side by side: mask, calibration, losses, evaluation scores and serving latency."""
     from registry.compare import compare_variants, comparison_rows
 
-    with _open(registry_url) as registry:
+    with _open(where.registry) as registry:
         if names:
             references = list(names)
         else:
-            references = registry.list_variants(base, include_dense=True)
+            references = registry.list_variants(options.base, include_dense=True)
             if not any(not variant.is_dense for variant in references):
                 raise UserError("no variants to compare yet; `depthprune prune` creates them")
         entries = compare_variants(registry, references)
-    if as_json:
+    if output.as_json:
         _print_json(entries)
         return
     from rich.table import Table
@@ -263,7 +284,23 @@ def compare(
     _console().print(table)
 
 
+@option_group
+@dataclass(frozen=True)
+class AliasOptions:
+    """``variants alias``: delete the alias, or point it at the best variant of an objective."""
+
+    delete: bool = field(default=False, metadata=cli("--delete"))
+    """Remove the alias."""
+    best: str | None = field(default=None, metadata=cli(metavar="OBJECTIVE"))
+    """Point ALIAS (default <short>-best, e.g. ce-best) at the variant with the lowest validation loss among
+    those whose search used this objective (never block_influence, lorp, streamline) and their patched
+    children (heal --method patch; never lora, distill, last-blocks)."""
+    base: str | None = None
+    """--best: the base model (when several have variants)."""
+
+
 @app.command("alias")
+@with_options
 def alias(
     alias_name: Annotated[
         str | None,
@@ -272,36 +309,26 @@ def alias(
     variant: Annotated[
         str | None, typer.Argument(help="Variant to point it at (id, name, 'dense'); omit to show it.")
     ] = None,
-    delete: Annotated[bool, typer.Option("--delete", help="Remove the alias.")] = False,
-    best: Annotated[
-        str | None,
-        typer.Option(
-            help="Point ALIAS (default <short>-best, e.g. ce-best) at the variant with the lowest validation "
-            "loss among those whose search used this objective (never block_influence, lorp, streamline) "
-            "and their patched children (heal --method patch; never lora, distill, last-blocks).",
-            metavar="OBJECTIVE",
-        ),
-    ] = None,
-    base: Annotated[
-        str | None, typer.Option(help="--best: the base model (when several have variants).")
-    ] = None,
-    registry_url: RegistryOption = None,
-    as_json: JsonOption = False,
+    *,
+    options: AliasOptions,
+    where: RegistryOptions,
+    output: JsonOptions,
 ) -> None:
     """Set, show or delete an alias (per base model); with no ALIAS, list every alias."""
+    delete, best, as_json = options.delete, options.best, output.as_json
     if delete and (alias_name is None or variant is not None):
         raise UserError("--delete takes the alias only: depthprune variants alias ALIAS --delete")
     if best is not None and (delete or variant is not None):
         raise UserError(
             "--best chooses the variant itself: depthprune variants alias [ALIAS] --best OBJECTIVE"
         )
-    with _open(registry_url) as registry:
+    with _open(where.registry) as registry:
         if best is not None:
             from depthprune.core.objectives import best_alias
             from registry.selection import best_for_objective
 
             alias_name = alias_name or best_alias(best)
-            variant = best_for_objective(registry, best, base).name
+            variant = best_for_objective(registry, best, options.base).name
         if alias_name is None:
             aliases = registry.aliases()
             if as_json:
@@ -329,60 +356,72 @@ def alias(
         )
 
 
+@option_group
+@dataclass(frozen=True)
+class ExportOptions:
+    """``variants export``: where, in which format, which base model."""
+
+    out: Path | None = None
+    """File to write (default: standard output)."""
+    export_format: str = field(default="json", metadata=cli("--format"))
+    """json (everything) or csv (one row per variant)."""
+    base: str | None = None
+    """Only this base model and its variants."""
+
+
 @app.command("export")
-def export(
-    out: Annotated[Path | None, typer.Option(help="File to write (default: standard output).")] = None,
-    export_format: Annotated[
-        str, typer.Option("--format", help="json (everything) or csv (one row per variant).")
-    ] = "json",
-    base: Annotated[str | None, typer.Option(help="Only this base model and its variants.")] = None,
-    registry_url: RegistryOption = None,
-    as_json: JsonOption = False,
-) -> None:
+@with_options
+def export(options: ExportOptions, where: RegistryOptions, output: JsonOptions) -> None:
     """Export every variant with its evaluations and serving benchmarks as JSON or CSV."""
     from depthprune.core.files import write_text_atomically
     from registry.export import FORMATS, export_document, render_export
 
+    out, export_format = options.out, options.export_format
     if export_format not in FORMATS:
         raise UserError(f"--format must be one of {', '.join(FORMATS)}, got {export_format!r}")
     if out is not None and out.is_dir():
         raise UserError(f"--out {out} is a directory; give a file name")
-    with _open(registry_url) as registry:
-        document = export_document(registry, base, progress=True)
+    with _open(where.registry) as registry:
+        document = export_document(registry, options.base, progress=True)
     text = render_export(document, export_format)
     if out is None:
         print(text, end="")
         return
     write_text_atomically(out, text)
     summary = {"path": str(out), "format": export_format, "variants": len(document["variants"])}
-    if as_json:
+    if output.as_json:
         _print_json(summary)
     else:
         print(f"wrote {summary['variants']} variants (dense models included) to {out} as {export_format}")
 
 
+@option_group
+@dataclass(frozen=True)
+class RemoveOptions:
+    """``variants rm``: the checkpoints too, and whether a served one may go."""
+
+    delete_checkpoint: bool = False
+    """Also delete each variant's checkpoint directory (one holding pruning.json)."""
+    force: bool = False
+    """With --delete-checkpoint: delete it even while a running gateway serves the variant (the gateway keeps
+    that variant down from its next restart)."""
+
+
 @app.command("rm")
+@with_options
 def remove(
     names: Annotated[list[str], typer.Argument(help="Variants to remove, by id or name (not by alias).")],
-    delete_checkpoint: Annotated[
-        bool, typer.Option(help="Also delete each variant's checkpoint directory (one holding pruning.json).")
-    ] = False,
-    force: Annotated[
-        bool,
-        typer.Option(
-            help="With --delete-checkpoint: delete it even while a running gateway serves the variant "
-            "(the gateway keeps that variant down from its next restart)."
-        ),
-    ] = False,
-    registry_url: RegistryOption = None,
-    as_json: JsonOption = False,
+    options: RemoveOptions,
+    where: RegistryOptions,
+    output: JsonOptions,
 ) -> None:
     """Remove variants with their aliases, evaluations and serving benchmarks.
 
     A checkpoint that a running gateway (``depthprune serve`` with this DEPTHPRUNE_HOME) serves is not
     deleted without --force.
     """
-    with _open(registry_url) as registry:
+    delete_checkpoint, force = options.delete_checkpoint, options.force
+    with _open(where.registry) as registry:
         # Resolve every name first, so that a typo in the third name (or a served one) removes nothing.
         for name in names:
             registry.resolve(name)
@@ -391,7 +430,7 @@ def remove(
         removed = [
             registry.remove_variant(name, delete_checkpoint=delete_checkpoint, force=force) for name in names
         ]
-    if as_json:
+    if output.as_json:
         _print_json([variant.to_dict() for variant in removed])
         return
     for variant in removed:

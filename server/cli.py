@@ -14,17 +14,17 @@ of a managed backend, its directory is compared with the manifest the registry t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-import typer
-
+from depthprune.core.cli_options import Override, cli, option_group, with_options
 from depthprune.core.errors import UserError
-from depthprune.core.options import DryRunOption, GpusOption, RegistryOption
-from depthprune.core.options import GpuMemoryOption as PlanGpuMemoryOption
+from depthprune.core.options import JsonOptions, PlanOptions, RegistryOptions
 from server.backends import is_cpu_build
 from server.launch import gateway_summary, serve_gateway
 from server.settings import (
@@ -234,125 +234,79 @@ def experiments_registry(registry_url: str | None, variants: list[tuple[str, str
     return None
 
 
-# The options of ``serve`` too long to fit on one line of its signature, named here so that the signature
-# reads as one line per option (the options every command shares are in ``depthprune.core.options``).
-VariantsOption = Annotated[
-    str | None,
-    typer.Option(
-        help="Comma-separated variants to serve: registry names or aliases "
-        "(dense, ppl-best, margin-best) started here, or name=http://host:port for a vLLM server "
-        "running elsewhere."
-    ),
-]
-ConfigOption = Annotated[
-    Path | None,
-    typer.Option(
-        help="YAML/JSON file with `variants`, `experiments` (A/B arms by objective or variant), "
-        "`vllm` options and gateway settings; command-line options win."
-    ),
-]
-ApiKeyOption = Annotated[
-    str | None,
-    typer.Option(envvar="DEPTHPRUNE_API_KEY", help="Require 'Authorization: Bearer KEY' on /v1/*."),
-]
-AdminTokenOption = Annotated[
-    str | None,
-    typer.Option(envvar="DEPTHPRUNE_ADMIN_TOKEN", help="Enable /admin/experiments behind this bearer token."),
-]
-MetricsAuthOption = Annotated[
-    bool | None,
-    typer.Option(
-        "--metrics-auth/--no-metrics-auth",
-        help="Require the API key on /metrics and /metrics/backends/* too [default: open, as Prometheus "
-        "scrapes usually are].",
-    ),
-]
-VllmDtypeOption = Annotated[
-    str | None,
-    typer.Option(
-        help="vLLM --dtype of every process (auto, float32, bfloat16; auto is float32 on the CPU build, "
-        "where vLLM's own auto casts to bfloat16, emulated without AVX512-BF16/AMX)."
-    ),
-]
-KvCacheOption = Annotated[
-    int | None,
-    typer.Option(help="CPU build: KV cache per process in GiB (VLLM_CPU_KVCACHE_SPACE) [default: 1]."),
-]
-GpuMemoryOption = Annotated[
-    float | None,
-    typer.Option(help="GPU build: memory fraction per process [default: 0.9 / number of processes]."),
-]
-StartTimeoutOption = Annotated[
-    float | None,
-    typer.Option(help="Seconds to wait for each vLLM process to become healthy [default: 300]."),
-]
-FirstPortOption = Annotated[
-    int | None, typer.Option(help="First port of the vLLM processes [default: free].")
-]
-VllmArgOption = Annotated[
-    list[str] | None,
-    typer.Option(help="Extra argument for every vLLM process, repeatable: --vllm-arg=--enforce-eager."),
-]
-TensorParallelOption = Annotated[
-    str | None,
-    typer.Option(help="GPUs per engine (vLLM --tensor-parallel-size): N for every variant or NAME=N,...."),
-]
-ReplicasOption = Annotated[
-    str | None,
-    typer.Option(
-        help="Engines per variant, each its own vLLM process (and on a GPU machine its own cards); the "
-        "gateway sends each request to the replica with the fewest outstanding: N for every variant or "
-        "NAME=N,... [default: 1]."
-    ),
-]
-SpeculativeOption = Annotated[
-    str | None,
-    typer.Option(
-        help="Speculative arms: NAME=DRAFT[:K],... serves the dense model as NAME with DRAFT (a registry "
-        "variant, alias or checkpoint directory of the same base and vocabulary) as vLLM's draft model, K "
-        "drafted tokens per step (default 5). Greedy output equals dense's; NAME routes like any variant."
-    ),
-]
-ServeJsonOption = Annotated[
-    bool,
-    typer.Option(
-        "--json", help="Print one JSON line {url, variants, experiments} once serving, instead of text."
-    ),
-]
+@option_group
+@dataclass(frozen=True)
+class ServeOptions:
+    """``serve``'s own options, as typed; None = not given, so that ``--config``'s value (or the default in
+    brackets) holds (:func:`build_settings`)."""
+
+    variants: str | None = None
+    """Comma-separated variants to serve: registry names or aliases (dense, ppl-best, margin-best) started
+    here, or name=http://host:port for a vLLM server running elsewhere."""
+    host: str | None = None
+    """Interface to listen on [default: 127.0.0.1]."""
+    port: int | None = None
+    """Port of the gateway [default: 8000]."""
+    config: Path | None = None
+    """YAML/JSON file with `variants`, `experiments` (A/B arms by objective or variant), `vllm` options and
+    gateway settings; command-line options win."""
+    api_key: str | None = field(default=None, metadata=cli(envvar="DEPTHPRUNE_API_KEY"))
+    """Require 'Authorization: Bearer KEY' on /v1/*."""
+    admin_token: str | None = field(default=None, metadata=cli(envvar="DEPTHPRUNE_ADMIN_TOKEN"))
+    """Enable /admin/experiments behind this bearer token."""
+    metrics_auth: bool | None = field(default=None, metadata=cli("--metrics-auth/--no-metrics-auth"))
+    """Require the API key on /metrics and /metrics/backends/* too [default: open, as Prometheus scrapes
+    usually are]."""
+    dtype: str | None = None
+    """vLLM --dtype of every process (auto, float32, bfloat16; auto is float32 on the CPU build, where vLLM's
+    own auto casts to bfloat16, emulated without AVX512-BF16/AMX)."""
+    max_model_len: int | None = None
+    """vLLM --max-model-len of every process."""
+    kv_cache_gib: int | None = None
+    """CPU build: KV cache per process in GiB (VLLM_CPU_KVCACHE_SPACE) [default: 1]."""
+    gpu_memory_utilization: float | None = None
+    """GPU build: memory fraction per process [default: 0.9 / number of processes]."""
+    start_timeout: float | None = None
+    """Seconds to wait for each vLLM process to become healthy [default: 300]."""
+    first_port: int | None = None
+    """First port of the vLLM processes [default: free]."""
+    vllm_arg: list[str] | None = None
+    """Extra argument for every vLLM process, repeatable: --vllm-arg=--enforce-eager."""
+    log_level: str = "info"
+    """Gateway log level (debug, info, warning)."""
+    tensor_parallel: str | None = None
+    """GPUs per engine (vLLM --tensor-parallel-size): N for every variant or NAME=N,...."""
+    replicas: str | None = None
+    """Engines per variant, each its own vLLM process (and on a GPU machine its own cards); the gateway sends
+    each request to the replica with the fewest outstanding: N for every variant or NAME=N,... [default:
+    1]."""
+    allow_unfit: bool = field(default=False, metadata=cli("--allow-unfit"))
+    """Serve variants (and A/B arms) the quality gate marked fit: false; refused by default."""
+    speculative: str | None = None
+    """Speculative arms: NAME=DRAFT[:K],... serves the dense model as NAME with DRAFT (a registry variant,
+    alias or checkpoint directory of the same base and vocabulary) as vLLM's draft model, K drafted tokens per
+    step (default 5). Greedy output equals dense's; NAME routes like any variant."""
+
+    def settings_options(self, registry: str | None) -> dict[str, Any]:
+        """The options :func:`build_settings` lays over the config file (None = not given), by its names."""
+        return {
+            **dataclasses.asdict(self),
+            "registry": registry,
+            "start_timeout_s": self.start_timeout,
+            "vllm_args": self.vllm_arg or [],
+            "allow_unfit": self.allow_unfit or None,
+        }
 
 
-def serve(
-    variants: VariantsOption = None,
-    registry: RegistryOption = None,
-    host: Annotated[str | None, typer.Option(help="Interface to listen on [default: 127.0.0.1].")] = None,
-    port: Annotated[int | None, typer.Option(help="Port of the gateway [default: 8000].")] = None,
-    config: ConfigOption = None,
-    api_key: ApiKeyOption = None,
-    admin_token: AdminTokenOption = None,
-    metrics_auth: MetricsAuthOption = None,
-    dtype: VllmDtypeOption = None,
-    max_model_len: Annotated[int | None, typer.Option(help="vLLM --max-model-len of every process.")] = None,
-    kv_cache_gib: KvCacheOption = None,
-    gpu_memory_utilization: GpuMemoryOption = None,
-    start_timeout: StartTimeoutOption = None,
-    first_port: FirstPortOption = None,
-    vllm_arg: VllmArgOption = None,
-    log_level: Annotated[str, typer.Option(help="Gateway log level (debug, info, warning).")] = "info",
-    as_json: ServeJsonOption = False,
-    tensor_parallel: TensorParallelOption = None,
-    replicas: ReplicasOption = None,
-    dry_run: DryRunOption = False,
-    gpus: GpusOption = None,
-    gpu_memory_gib: PlanGpuMemoryOption = None,
-    allow_unfit: Annotated[
-        bool,
-        typer.Option(
-            "--allow-unfit",
-            help="Serve variants (and A/B arms) the quality gate marked fit: false; refused by default.",
-        ),
-    ] = False,
-    speculative: SpeculativeOption = None,
-) -> None:
+ServeJson = Annotated[
+    JsonOptions,
+    Override(as_json="Print one JSON line {url, variants, experiments} once serving, instead of text."),
+]
+"""``serve --json``: what it prints."""
+
+
+@with_options
+def serve(options: ServeOptions, where: RegistryOptions, plan: PlanOptions, output: ServeJson) -> None:
     """Serve variants through vLLM behind one OpenAI-compatible gateway with A/B routing and metrics.
 
     Each name is resolved in the registry (checkpoint checksum verified) and gets its own vLLM OpenAI
@@ -360,41 +314,23 @@ def serve(
     waited for; then the gateway listens on HOST:PORT with
     /v1/completions, /v1/chat/completions, /v1/models, /metrics, /health and /ready. Ctrl-C stops all.
     """
-    file_config = load_config_file(config) if config is not None else {}
-    options = dict(
-        variants=variants,
-        registry=registry,
-        host=host,
-        port=port,
-        api_key=api_key,
-        admin_token=admin_token,
-        metrics_auth=metrics_auth,
-        dtype=dtype,
-        max_model_len=max_model_len,
-        kv_cache_gib=kv_cache_gib,
-        gpu_memory_utilization=gpu_memory_utilization,
-        start_timeout_s=start_timeout,
-        first_port=first_port,
-        vllm_args=vllm_arg or [],
-        allow_unfit=allow_unfit or None,
-        speculative=speculative,
-    )
-    settings = build_settings(options, file_config)
+    file_config = load_config_file(options.config) if options.config is not None else {}
+    settings = build_settings(options.settings_options(where.registry), file_config)
     sizing = SizingRequest(
-        dry_run=dry_run,
-        gpus=gpus,
-        gpu_memory_gib=gpu_memory_gib,
-        tensor_parallel=tensor_parallel,
-        replicas=replicas,
-        as_json=as_json,
+        dry_run=plan.dry_run,
+        gpus=plan.gpus,
+        gpu_memory_gib=plan.gpu_memory_gib,
+        tensor_parallel=options.tensor_parallel,
+        replicas=options.replicas,
+        as_json=output.as_json,
     )
     settings = size_engines(settings, sizing, gpu_build=not is_cpu_build())
     serve_gateway(
         settings,
-        log_level=log_level,
-        show_progress=not as_json,
-        on_ready=lambda pool: print_ready(gateway_summary(settings, pool), pool, as_json),
-        check_before_start=registered_files_check(settings, registry or file_config.get("registry")),
+        log_level=options.log_level,
+        show_progress=not output.as_json,
+        on_ready=lambda pool: print_ready(gateway_summary(settings, pool), pool, output.as_json),
+        check_before_start=registered_files_check(settings, where.registry or file_config.get("registry")),
     )
 
 

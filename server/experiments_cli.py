@@ -17,13 +17,15 @@ import getpass
 import json
 import socket
 import sys
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import typer
 
+from depthprune.core.cli_options import cli, option_group, with_options
 from depthprune.core.errors import UserError
-from depthprune.core.options import JsonOption, RegistryOption
+from depthprune.core.options import JsonOptions, RegistryOptions
 
 app = typer.Typer(
     help="List, show, change (with versions and history) and report the A/B experiments every gateway on "
@@ -32,10 +34,6 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-
-ActorOption = Annotated[
-    str | None, typer.Option(help="Who makes the change, for the history [default: cli:USER@HOST].")
-]
 
 
 def _store(url: str | None):
@@ -64,14 +62,15 @@ def _arms_text(spec: dict) -> str:
 
 
 @app.command("list")
-def list_command(registry_url: RegistryOption = None, as_json: JsonOption = False) -> None:
+@with_options
+def list_command(where: RegistryOptions, output: JsonOptions) -> None:
     """The experiments in the registry with their arms, shares and versions."""
-    store = _store(registry_url)
+    store = _store(where.registry)
     try:
         records = store.records()
     finally:
         store.engine.dispose()
-    if as_json:
+    if output.as_json:
         _print_json([{"name": r.name, "version": r.version, "spec": r.spec} for r in records])
         return
     from rich.table import Table
@@ -84,9 +83,10 @@ def list_command(registry_url: RegistryOption = None, as_json: JsonOption = Fals
 
 
 @app.command("show")
-def show_command(name: str, registry_url: RegistryOption = None) -> None:
+@with_options
+def show_command(name: str, where: RegistryOptions) -> None:
     """One experiment: version, who changed it last, and its spec as JSON (what ``set --spec`` takes)."""
-    store = _store(registry_url)
+    store = _store(where.registry)
     try:
         record = store.get(name)
     finally:
@@ -133,35 +133,37 @@ def _with_weights(name: str, spec: dict, weights: list[str]) -> dict:
     return changed
 
 
+@option_group
+@dataclass(frozen=True)
+class SetOptions:
+    """``experiments set``: the new spec (one of three ways) and the change's conditions."""
+
+    spec: str | None = None
+    """The whole spec: JSON text, or @FILE (JSON or YAML) with arms, ..."""
+    weight: list[str] | None = None
+    """Change one arm's weight, repeatable: --weight ppl=3."""
+    from_version: int | None = None
+    """Roll back: set again the spec that this version set."""
+    if_version: int | None = None
+    """Change only if the experiment is at this version (0: only create it)."""
+    actor: str | None = None
+    """Who makes the change, for the history [default: cli:USER@HOST]."""
+
+
 @app.command("set")
-def set_command(
-    name: str,
-    spec: Annotated[
-        str | None, typer.Option(help="The whole spec: JSON text, or @FILE (JSON or YAML) with arms, ...")
-    ] = None,
-    weight: Annotated[
-        list[str] | None, typer.Option(help="Change one arm's weight, repeatable: --weight ppl=3.")
-    ] = None,
-    from_version: Annotated[
-        int | None, typer.Option(help="Roll back: set again the spec that this version set.")
-    ] = None,
-    if_version: Annotated[
-        int | None,
-        typer.Option(help="Change only if the experiment is at this version (0: only create it)."),
-    ] = None,
-    actor: ActorOption = None,
-    registry_url: RegistryOption = None,
-) -> None:
+@with_options
+def set_command(name: str, options: SetOptions, where: RegistryOptions) -> None:
     """Create or change an experiment in the registry (a new version, recorded in its history).
 
     The spec is checked for its shape here; each gateway checks its arms against the variants it serves.
     """
     from server.experiment_sync import parse_spec, spec_json
 
+    spec, weight, from_version = options.spec, options.weight, options.from_version
     if sum(option is not None and option != [] for option in (spec, weight, from_version)) != 1:
         raise UserError("give exactly one of --spec, --weight or --from-version")
-    actor = actor or f"cli:{getpass.getuser()}@{socket.gethostname()}"
-    store = _store(registry_url)
+    actor = options.actor or f"cli:{getpass.getuser()}@{socket.gethostname()}"
+    store = _store(where.registry)
     try:
         if spec is not None:
             data = _read_spec(spec)
@@ -174,7 +176,7 @@ def set_command(
         except ValueError as error:
             raise UserError(str(error)) from None
         before = store.versions().get(name, 0)
-        record = store.set(name, checked, actor=actor, expected_version=if_version)
+        record = store.set(name, checked, actor=actor, expected_version=options.if_version)
     finally:
         store.engine.dispose()
     changed = "unchanged (same spec)" if record.version == before else f"now version {record.version}"
@@ -182,16 +184,17 @@ def set_command(
 
 
 @app.command("history")
-def history_command(name: str, registry_url: RegistryOption = None, as_json: JsonOption = False) -> None:
+@with_options
+def history_command(name: str, where: RegistryOptions, output: JsonOptions) -> None:
     """Every change of an experiment, oldest first: version, time, who, what it set."""
-    store = _store(registry_url)
+    store = _store(where.registry)
     try:
         changes = store.history(name)
     finally:
         store.engine.dispose()
     if not changes:
         raise UserError(f"experiment {name!r} has no history in the registry")
-    if as_json:
+    if output.as_json:
         from dataclasses import asdict
 
         _print_json([asdict(change) for change in changes])
@@ -206,24 +209,26 @@ def history_command(name: str, registry_url: RegistryOption = None, as_json: Jso
     _console().print(table)
 
 
+@option_group
+@dataclass(frozen=True)
+class ReportOptions:
+    """``experiments report``: the gateways whose metrics are summed."""
+
+    gateway: list[str]
+    """Base URL of a gateway routing the experiment, repeatable (replicas)."""
+    api_key: str | None = field(default=None, metadata=cli(envvar="DEPTHPRUNE_API_KEY"))
+    """The gateways' API key, if they need one."""
+
+
 @app.command("report")
-def report_command(
-    name: str,
-    gateway: Annotated[
-        list[str], typer.Option(help="Base URL of a gateway routing the experiment, repeatable (replicas).")
-    ],
-    api_key: Annotated[
-        str | None, typer.Option(envvar="DEPTHPRUNE_API_KEY", help="The gateways' API key, if they need one.")
-    ] = None,
-    registry_url: RegistryOption = None,
-    as_json: JsonOption = False,
-) -> None:
+@with_options
+def report_command(name: str, options: ReportOptions, where: RegistryOptions, output: JsonOptions) -> None:
     """Per-arm requests, errors, TTFT/TPOT/E2EL (means and medians with 95 % intervals) summed over the
     gateways' metrics, and each arm's variant: objective, removed blocks, held-out quality."""
     from server.experiment_report import report
 
-    result = report(name, gateway, api_key=api_key, registry_url=registry_url)
-    if as_json:
+    result = report(name, options.gateway, api_key=options.api_key, registry_url=where.registry)
+    if output.as_json:
         _print_json(result)
         return
     from server.experiment_report import print_report

@@ -34,14 +34,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
 from depthprune.cli import demo_repair
 from depthprune.cli.demo_load import AA_TOLERANCE, load_test
 from depthprune.cli.demo_table import aa_row, print_table, speed_columns
 from depthprune.cli.demo_twins import served_speed_twins, speed_twin
+from depthprune.core.cli_options import Override, cli, unset_if_none, with_options
 from depthprune.core.errors import UserError
 from depthprune.core.objectives import OBJECTIVES, TEXT
+from depthprune.core.options import JsonOptions
 from depthprune.core.processes import stop_process_group
 from depthprune.core.settings import default_registry_url, home_dir
 
@@ -245,28 +245,68 @@ class DemoPlan:
         return "\n".join(lines)
 
 
+def search_list(text: str | None) -> tuple[str, ...] | None:
+    """``demo --search``: the comma-separated searches, or None (the plan's)."""
+    return None if text is None else tuple(part.strip() for part in text.split(",") if part.strip())
+
+
 @dataclass
 class DemoConfig:
     """What the demo runs; the defaults finish in under 10 minutes on 2 cores (the model cached)."""
 
-    model: str | None = None
+    model: str | None = field(
+        default=None,
+        metadata=cli(
+            help="smollm2-135m (the embedded real model), demo (the model trained here), or a checkpoint "
+            "directory, .gguf file or hub id (default: demo with --recipe, else smollm2-135m)."
+        ),
+    )
     """``smollm2-135m``, ``demo``, or a checkpoint directory, ``.gguf`` file or hub id; None = ``demo`` when a
     ``recipe`` is given, else ``smollm2-135m``."""
-    recipe: str | None = None
+    recipe: str | None = field(
+        default=None,
+        metadata=cli(help="Demo model recipe: default (16 blocks) or tiny (seconds); implies --model demo."),
+    )
     """Demo model recipe (``--model demo`` only): ``default`` (16 blocks, trained once) or ``tiny``."""
-    quick: bool = False
+    quick: bool = field(
+        default=False,
+        metadata=cli(help="Smaller calibration, evaluation and load (a smoke run, e.g. in CI)."),
+    )
     """Smaller calibration, evaluation and load (a smoke run)."""
-    precise: bool = False
+    precise: bool = field(
+        default=False,
+        metadata=cli(
+            help="Load test until every interval is ±2 % (up to 660 s) instead of until each variant's "
+            "interval excludes 1 and the A/A one is within ±5 % (about 18 minutes in all instead of 10)."
+        ),
+    )
     """Load test until every interval is ±2 % (up to 36 rounds, 660 s) instead of until decided."""
-    drop_fraction: float = 0.25
+    drop_fraction: float = field(
+        default=0.25, metadata=cli(help="Fraction of the blocks to remove (M = round(N x it)).")
+    )
     """Fraction of blocks to remove (rounded to the nearest whole block, at least one)."""
-    searches: tuple[str, ...] | None = None
+    searches: tuple[str, ...] | None = field(
+        default=None,
+        metadata=cli(
+            name="search",
+            type=str | None,
+            parse=search_list,
+            help="Comma-separated searches per objective (default: one_shot; --model demo: one_shot,greedy).",
+        ),
+    )
     """Searches per objective; None = the plan's (:data:`REAL_SEARCHES` or :data:`DEMO_SEARCHES`)."""
-    samples: int | None = None
+    samples: int | None = field(
+        default=None, metadata=cli(help="Calibration samples per objective (default: the plan's).")
+    )
     """Calibration samples per objective; None = the plan's."""
-    seq_len: int | None = None
+    seq_len: int | None = field(
+        default=None, metadata=cli(help="Calibration tokens per sample (default: the plan's).")
+    )
     """Calibration sequence length in tokens; None = the plan's."""
-    eval_limit: int | None = None
+    eval_limit: int | None = field(
+        default=None,
+        metadata=cli(help="Held-out windows and items per model and task (default: the plan's)."),
+    )
     """Held-out windows and items per model and task; None = the plan's."""
     num_prompts: int | None = None
     """Load test: measured requests per model and round; None = the plan's."""
@@ -274,11 +314,22 @@ class DemoConfig:
     """Load test: generated tokens per request; None = the plan's."""
     rounds: int | None = None
     """Load test: interleaved rounds; None = the plan's."""
-    port: int = 8765
+    port: int = field(default=8765, metadata=cli(help="Gateway port on 127.0.0.1."))
     """Gateway port (loopback only)."""
-    out: Path = field(default_factory=lambda: home_dir() / "demo")
+    out: Path = field(
+        default_factory=lambda: home_dir() / "demo",
+        metadata=cli(
+            type=Path | None,
+            default=None,
+            parse=unset_if_none,
+            help="Report directory (default: DEPTHPRUNE_HOME/demo).",
+        ),
+    )
     """Where the load-test report, its plots and the summary go."""
-    registry_url: str | None = None
+    registry_url: str | None = field(
+        default=None,
+        metadata=cli(name="registry", help="Registry URL (default: SQLite in DEPTHPRUNE_HOME)."),
+    )
     """Registry URL; None = the default."""
     started: float = field(default_factory=time.monotonic, compare=False)
     """``time.monotonic()`` when the demo began (each step heading shows the minutes since)."""
@@ -410,7 +461,8 @@ def read_num_blocks(model_dir: Path | str) -> int:
 def prune_variants(config: DemoConfig, plan: DemoPlan, model_dir: Path | str, registry) -> dict[str, list]:
     """``objective -> [VariantOutcome per search]``; aliases the best of each objective."""
     from pruning.calibration.config import CalibrationConfig
-    from pruning.pipeline.prune import PruneConfig, canonical_model, prune
+    from pruning.pipeline.config import prune_config_from
+    from pruning.pipeline.prune import canonical_model, prune
     from registry.selection import best_for_objective
 
     outcomes = {}
@@ -428,7 +480,7 @@ def prune_variants(config: DemoConfig, plan: DemoPlan, model_dir: Path | str, re
             seed=0,
         )
         outcomes[objective] = prune(
-            PruneConfig(
+            prune_config_from(
                 model=str(model_dir),
                 calibration=calibration,
                 drop=plan.drop,
@@ -678,85 +730,17 @@ def run_demo(config: DemoConfig) -> list[dict]:
     return rows
 
 
-ModelOption = Annotated[
-    str | None,
-    typer.Option(
-        help="smollm2-135m (the embedded real model), demo (the model trained here), or a checkpoint "
-        "directory, .gguf file or hub id (default: demo with --recipe, else smollm2-135m)."
-    ),
-]
-RecipeOption = Annotated[
-    str | None,
-    typer.Option(help="Demo model recipe: default (16 blocks) or tiny (seconds); implies --model demo."),
-]
-QuickOption = Annotated[
-    bool, typer.Option(help="Smaller calibration, evaluation and load (a smoke run, e.g. in CI).")
-]
-PreciseOption = Annotated[
-    bool,
-    typer.Option(
-        help="Load test until every interval is ±2 % (up to 660 s) instead of until each variant's interval "
-        "excludes 1 and the A/A one is within ±5 % (about 18 minutes in all instead of 10)."
-    ),
-]
-SearchOption = Annotated[
-    str | None,
-    typer.Option(
-        help="Comma-separated searches per objective (default: one_shot; --model demo: one_shot,greedy)."
-    ),
-]
-
-
+@with_options
 def demo(
-    model: ModelOption = None,
-    recipe: RecipeOption = None,
-    quick: QuickOption = False,
-    precise: PreciseOption = False,
-    drop_fraction: Annotated[
-        float, typer.Option(help="Fraction of the blocks to remove (M = round(N x it)).")
-    ] = 0.25,
-    search: SearchOption = None,
-    samples: Annotated[
-        int | None, typer.Option(help="Calibration samples per objective (default: the plan's).")
-    ] = None,
-    seq_len: Annotated[
-        int | None, typer.Option(help="Calibration tokens per sample (default: the plan's).")
-    ] = None,
-    eval_limit: Annotated[
-        int | None, typer.Option(help="Held-out windows and items per model and task (default: the plan's).")
-    ] = None,
-    port: Annotated[int, typer.Option(help="Gateway port on 127.0.0.1.")] = 8765,
-    out: Annotated[
-        Path | None, typer.Option(help="Report directory (default: DEPTHPRUNE_HOME/demo).")
-    ] = None,
-    registry: Annotated[
-        str | None, typer.Option(help="Registry URL (default: SQLite in DEPTHPRUNE_HOME).")
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the final table as one JSON line.")] = False,
+    config: DemoConfig,
+    output: Annotated[JsonOptions, Override(as_json="Print the final table as one JSON line.")],
 ) -> None:
     """Prune a real pretrained LLM (SmolLM2-135M) under both objectives, evaluate, serve with vLLM, load-test.
 
     Prints the plan first (M, searches, calibration and evaluation sizes, load), then one heading per step
     with the minutes so far, then one table. ``--model demo`` runs on the small model trained here instead.
     """
-    searches = None if search is None else tuple(part.strip() for part in search.split(",") if part.strip())
-    settings = dict(
-        model=model,
-        recipe=recipe,
-        quick=quick,
-        precise=precise,
-        drop_fraction=drop_fraction,
-        searches=searches,
-        samples=samples,
-        seq_len=seq_len,
-        eval_limit=eval_limit,
-        port=port,
-        registry_url=registry,
-    )
-    if out is not None:
-        settings["out"] = out
-    config = DemoConfig(**settings)
     rows = run_demo(config)
     print(f"demo finished in {time.monotonic() - config.started:.0f} s", file=sys.stderr)
-    if as_json:
+    if output.as_json:
         print(json.dumps(rows))

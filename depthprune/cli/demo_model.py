@@ -6,36 +6,34 @@ Training imports torch inside :func:`depthprune.demo.model.ensure_demo_model`, s
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-import typer
-
+from depthprune.core.cli_options import Override, option_group, with_options
 from depthprune.core.errors import UserError
+from depthprune.core.options import JsonOptions
 from depthprune.demo.recipe import RECIPES
 
 
+@option_group
+@dataclass(frozen=True)
+class DemoModelOptions:
+    """``demo-model``: which recipe, where, and whether to rebuild."""
+
+    out: Path | None = None
+    """Directory for the model (default: $DEPTHPRUNE_HOME/models/demo-<recipe hash>)."""
+    recipe: str = "default"
+    """default (16 blocks, hidden 256; a few minutes on 2 cores) or tiny (8 blocks, hidden 64; seconds, for
+    tests)."""
+    force: bool = False
+    """Rebuild even if the cached model exists; replace a demo model of another recipe at --out."""
+
+
+@with_options
 def demo_model(
-    out: Annotated[
-        Path | None,
-        typer.Option(help="Directory for the model (default: $DEPTHPRUNE_HOME/models/demo-<recipe hash>)."),
-    ] = None,
-    recipe: Annotated[
-        str,
-        typer.Option(
-            help="default (16 blocks, hidden 256; a few minutes on 2 cores) or tiny (8 blocks, hidden 64; "
-            "seconds, for tests)."
-        ),
-    ] = "default",
-    force: Annotated[
-        bool,
-        typer.Option(
-            help="Rebuild even if the cached model exists; replace a demo model of another recipe at --out."
-        ),
-    ] = False,
-    as_json: Annotated[
-        bool, typer.Option("--json", help="Print path, recipe hash and quality as JSON.")
-    ] = False,
+    options: DemoModelOptions,
+    output: Annotated[JsonOptions, Override(as_json="Print path, recipe hash and quality as JSON.")],
 ) -> None:
     """Build (or reuse) the demo model: a small Llama trained here on a generated corpus, with held-out data.
 
@@ -44,10 +42,11 @@ def demo_model(
     """
     from depthprune.demo.model import ensure_demo_model, read_quality
 
+    recipe, as_json = options.recipe, output.as_json
     if recipe not in RECIPES:
         raise UserError(f"unknown recipe {recipe!r}; choose one of: {', '.join(RECIPES)}")
     chosen = RECIPES[recipe]()
-    path = ensure_demo_model(chosen, out=out, progress=not as_json, force=force)
+    path = ensure_demo_model(chosen, out=options.out, progress=not as_json, force=options.force)
     quality = read_quality(path)
     if as_json:
         print(

@@ -1,64 +1,68 @@
-"""Command-line options every command shares, written once (``Annotated`` types for typer signatures).
+"""Command-line options every command shares, declared once as option groups (:mod:`.cli_options`).
 
-A command takes ``registry: RegistryOption = None`` or ``as_json: JsonOption = False`` instead of spelling the
-option and its help again; a command that needs a different help text for the same flag keeps its own.
+A command takes ``registry: RegistryOptions`` or ``output: JsonOptions`` instead of spelling the option and
+its help again; one whose ``--json`` says something else changes the help for itself with
+``Annotated[JsonOptions, Override(as_json="...")]``.
 """
 
 from __future__ import annotations
 
-from typing import Annotated
+from dataclasses import dataclass, field
 
-import typer
+from depthprune.core.cli_options import cli, option_group
 
-RegistryOption = Annotated[
-    str | None,
-    typer.Option(
-        "--registry",
-        metavar="URL",
-        help="Registry database URL (sqlite:///FILE or postgresql+psycopg://USER@HOST/DB); "
-        "default: $DEPTHPRUNE_REGISTRY_URL, else the SQLite file under $DEPTHPRUNE_HOME.",
-    ),
-]
-"""Which registry to read and write."""
+SEED_HELP = "Seed of every random choice the command makes."
+"""``--seed``'s help (:class:`SeedOptions`, and the configs with a seed option of their own)."""
 
-JsonOption = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of tables.")]
-"""Machine-readable output."""
 
-DtypeOption = Annotated[
-    str,
-    typer.Option(
-        help="torch dtype of the weights: auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16 "
-        "or float16."
-    ),
-]
-"""Weights dtype of a torch computation."""
+@option_group
+@dataclass(frozen=True)
+class RegistryOptions:
+    """Which registry to read and write."""
 
-DeviceOption = Annotated[
-    str, typer.Option(help="torch device: auto (CUDA when present, else CPU), cpu, cuda or cuda:N.")
-]
-"""torch device of a computation."""
+    registry: str | None = field(default=None, metadata=cli("--registry", metavar="URL"))
+    """Registry database URL (sqlite:///FILE or postgresql+psycopg://USER@HOST/DB); default:
+    $DEPTHPRUNE_REGISTRY_URL, else the SQLite file under $DEPTHPRUNE_HOME."""
 
-DryRunOption = Annotated[
-    bool,
-    typer.Option(
-        "--dry-run",
-        help="Print the memory plan (from config.json only) and exit: 0 when it fits, 3 when it does not.",
-    ),
-]
-"""Plan memory and exit before loading any weight."""
 
-GpusOption = Annotated[
-    int | None, typer.Option(help="GPUs to plan for (with --dry-run: a machine you are not on).", min=1)
-]
-"""Number of GPUs the memory plan is made for."""
+@option_group
+@dataclass(frozen=True)
+class JsonOptions:
+    """Machine-readable output."""
 
-GpuMemoryOption = Annotated[
-    float | None,
-    typer.Option(
-        "--gpu-memory-gib", help="Memory per GPU to plan for, GiB (default: the real one, else 80)."
-    ),
-]
-"""Memory per GPU the memory plan is made for."""
+    as_json: bool = field(default=False, metadata=cli("--json"))
+    """Print machine-readable JSON instead of tables."""
 
-SeedOption = Annotated[int, typer.Option(help="Seed of every random choice the command makes.")]
-"""Seed."""
+
+@option_group
+@dataclass(frozen=True)
+class DeviceOptions:
+    """Where a torch computation runs, as typed (``depthprune.planning.devices.auto_device_dtype`` resolves
+    ``auto``)."""
+
+    dtype: str = "auto"
+    """torch dtype of the weights: auto (bfloat16 on CUDA, float32 on CPU), float32, bfloat16 or float16."""
+    device: str = "auto"
+    """torch device: auto (CUDA when present, else CPU), cpu, cuda or cuda:N."""
+
+
+@option_group
+@dataclass(frozen=True)
+class PlanOptions:
+    """The memory plan of a command that loads a model: print it and stop, or plan for another machine."""
+
+    dry_run: bool = field(default=False, metadata=cli("--dry-run"))
+    """Print the memory plan (from config.json only) and exit: 0 when it fits, 3 when it does not."""
+    gpus: int | None = field(default=None, metadata=cli(min=1))
+    """GPUs to plan for (with --dry-run: a machine you are not on)."""
+    gpu_memory_gib: float | None = field(default=None, metadata=cli("--gpu-memory-gib"))
+    """Memory per GPU to plan for, GiB (default: the real one, else 80)."""
+
+
+@option_group
+@dataclass(frozen=True)
+class SeedOptions:
+    """The seed of a command's random choices."""
+
+    seed: int = field(default=0, metadata=cli(help=SEED_HELP))
+    """The seed (help: :data:`SEED_HELP`)."""

@@ -9,11 +9,10 @@ from __future__ import annotations
 import json
 from typing import Annotated
 
-import typer
-
+from depthprune.core.cli_options import Override, with_options
 from depthprune.core.objectives import get_objective
-from depthprune.core.options import DeviceOption, DtypeOption, SeedOption
-from pruning.cli.commands import CalibrationSamplesOption, MemoryBudgetOption, ObjectiveOption
+from depthprune.core.options import DeviceOptions, JsonOptions, SeedOptions
+from pruning.cli.options import BenchOptions, MemoryBudgetOptions, ObjectiveOptions
 
 
 def _demo_data_spec(model: str, data_kind: str) -> str:
@@ -55,40 +54,16 @@ def _print_benchmark(
     )
 
 
+@with_options
 def bench_evaluator(
-    model: Annotated[
-        str | None,
-        typer.Option(
-            help="smollm2-135m, a .gguf file, a model directory or hub id (default: the demo model, built "
-            "on first use)."
-        ),
-    ] = None,
-    objective: ObjectiveOption = "task_margin",
-    data: Annotated[
-        str | None,
-        typer.Option(
-            help="Data spec (default: the demo model's demo:qa or demo:text, as the objective needs)."
-        ),
-    ] = None,
-    samples: CalibrationSamplesOption = 32,
-    seq_len: Annotated[int, typer.Option(help="Tokens per text window / longest question.")] = 128,
-    budget: Annotated[int, typer.Option(help="Blocks removed in each random set (M).")] = 4,
-    random_sets: Annotated[int, typer.Option(help="Random M-block sets scored after the single ones.")] = 100,
-    seed: SeedOption = 0,
-    batch_size: Annotated[int, typer.Option(help="Sequences per forward.")] = 16,
-    dtype: DtypeOption = "auto",
-    device: DeviceOption = "auto",
-    memory_budget_gb: MemoryBudgetOption = None,
-    repeats: Annotated[
-        int,
-        typer.Option(
-            help="Interleaved rounds of each side (fast, naive, then naive, fast, ...); times are medians."
-        ),
-    ] = 1,
-    pack: Annotated[
-        bool, typer.Option(help="Fast side: run each question's choices as one sequence sharing the prompt.")
-    ] = True,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object.")] = False,
+    options: BenchOptions,
+    objective: Annotated[
+        ObjectiveOptions, Override(objective={"default": "task_margin"}, samples={"default": 32})
+    ],
+    seeding: SeedOptions,
+    placement: DeviceOptions,
+    memory: MemoryBudgetOptions,
+    output: Annotated[JsonOptions, Override(as_json="Print one JSON object.")],
 ) -> None:
     """Benchmark the fast subset evaluator against naive full forwards on the same removal sets.
 
@@ -100,36 +75,45 @@ def bench_evaluator(
     from pruning.calibration.config import CalibrationConfig
     from pruning.calibration.scoring.bench import compare_with_naive
 
-    device, dtype = auto_device_dtype(device, dtype)
-    kind = get_objective(objective).data_kind
-    if model is None:
+    as_json, seed = output.as_json, seeding.seed
+    device, dtype = auto_device_dtype(placement.device, placement.dtype)
+    kind = get_objective(objective.objective).data_kind
+    if options.model is None:
         from depthprune.demo.model import ensure_demo_model
 
         model = str(ensure_demo_model(progress=not as_json))
     else:
         from pruning.model.sources import resolve_model
 
-        model = resolve_model(model, progress=not as_json).model  # an embedded name or a GGUF: converted
-    if data is None:
-        data = _demo_data_spec(model, kind)
-    config = CalibrationConfig(objective, data, samples=samples, seq_len=seq_len, seed=seed)
+        model = resolve_model(
+            options.model, progress=not as_json
+        ).model  # an embedded name or a GGUF: converted
+    data = options.data if options.data is not None else _demo_data_spec(model, kind)
+    config = CalibrationConfig(
+        objective.objective, data, samples=objective.samples, seq_len=options.seq_len, seed=seed
+    )
     result = compare_with_naive(
         model,
         config,
-        budget=budget,
-        random_sets=random_sets,
+        budget=options.budget,
+        random_sets=options.random_sets,
         seed=seed,
-        batch_size=batch_size,
+        batch_size=options.batch_size,
         dtype=dtype,
         device=device,
-        memory_budget_gb=memory_budget_gb,
+        memory_budget_gb=memory.memory_budget_gb,
         progress=not as_json,
-        repeats=repeats,
-        pack_choices=pack,
+        repeats=options.repeats,
+        pack_choices=options.pack,
     )
     if as_json:
         print(json.dumps(result))
     else:
         _print_benchmark(
-            result, objective=objective, data=data, budget=budget, random_sets=random_sets, repeats=repeats
+            result,
+            objective=objective.objective,
+            data=data,
+            budget=options.budget,
+            random_sets=options.random_sets,
+            repeats=options.repeats,
         )

@@ -15,8 +15,9 @@ from typing import Annotated
 
 import typer
 
-from depthprune.core.options import JsonOption
-from pruning.cli.commands import SamplingOption
+from depthprune.core.cli_options import with_options
+from depthprune.core.options import JsonOptions
+from pruning.cli.options import DataShowOptions, SamplingOptions
 
 app = typer.Typer(
     name="data",
@@ -40,6 +41,7 @@ def _print_readable(instances: list[dict]) -> None:
 
 
 @app.command("show")
+@with_options
 def show(
     spec: Annotated[
         str,
@@ -48,20 +50,9 @@ def show(
             "demo:qa, text:PATH or mc:PATH."
         ),
     ],
-    model: Annotated[
-        str,
-        typer.Option(
-            help="Model whose tokenizer encodes the data (hub id, directory, .gguf, embedded name)."
-        ),
-    ],
-    samples: Annotated[int, typer.Option(help="Instances to draw (text instances or questions).")] = 64,
-    seq_len: Annotated[
-        int, typer.Option(help="Tokens per text instance; longest prompt plus answer.")
-    ] = 2048,
-    data_seed: Annotated[int, typer.Option(help="Seed of the draw (as prune --data-seed).")] = 0,
-    sampling: SamplingOption = "documents",
-    split: Annotated[str, typer.Option(help="Split: calibration, heal or test.")] = "calibration",
-    as_json: JsonOption = False,
+    options: DataShowOptions,
+    sampling_options: SamplingOptions,
+    output: JsonOptions,
 ) -> None:
     """Print the calibration instances of SPEC exactly as the objective will see them.
 
@@ -74,6 +65,8 @@ def show(
     from pruning.calibration.objectives.show import show_instances
     from pruning.pipeline.prune import canonical_model
 
+    samples, seq_len, data_seed = options.samples, options.seq_len, options.data_seed
+    sampling, model = sampling_options.sampling, options.model
     if sampling not in SAMPLINGS:
         raise UserError(f"unknown --sampling {sampling!r}; use one of {', '.join(SAMPLINGS)}")
     for name, value, lowest in (
@@ -88,9 +81,9 @@ def show(
     except OSError as error:  # not a model directory, an unknown hub id, or offline
         first = (str(error).strip().splitlines() or [type(error).__name__])[0][:200]
         raise UserError(f"cannot load the tokenizer of {model!r}: {first}") from None
-    shown = show_instances(spec, tokenizer, samples, seq_len, data_seed, sampling, split)
+    shown = show_instances(spec, tokenizer, samples, seq_len, data_seed, sampling, options.split)
     print(shown.summary, file=sys.stderr)
-    if as_json:
+    if output.as_json:
         for instance in shown.instances:
             print(json.dumps(instance, ensure_ascii=False))
     else:

@@ -1,21 +1,22 @@
-"""The option groups of the ``prune`` and ``study`` commands, and the configs built from them.
+"""The configs the ``prune`` and ``study`` command lines build from their option groups.
 
-typer needs every option in a command's signature; grouping the options here, as
-:class:`pruning.runtime.plans.PlanRequest` groups the planning ones, keeps each command short: it builds each
-group in one call and hands them to :func:`prune_config` or :func:`study_config`. Those parse and check the
-options in the order the commands always have, so the first bad option is the one reported. Heavy modules
-are imported inside the functions: :mod:`pruning.cli.commands` imports this module for ``depthprune --help``.
+The groups themselves are declared in :mod:`pruning.cli.options` (each option once); :func:`prune_config` and
+:func:`study_config` parse and check them in the order the commands always have, so the first bad option is
+the one reported. Heavy modules are imported inside the functions: :mod:`pruning.cli.commands` imports this
+module for ``depthprune --help``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pruning.calibration.config import CalibrationConfig
-    from pruning.pipeline.prune import PruneConfig
+    from pruning.cli import options
+    from pruning.pipeline.config import PruneConfig
     from pruning.study.plan import StudyConfig
 
 
@@ -79,148 +80,49 @@ class Placement:
     """The torch device, resolved from ``--device``."""
 
 
-@dataclass(frozen=True)
-class PruneRunOptions:
-    """The ``prune`` options of one run beyond its calibration, searches and placement."""
-
-    seed: int
-    """``--seed``: seed of the search(es)."""
-    random_prior: bool
-    """``--random-prior``: a seeded random prior instead of the single-block one (control)."""
-    memory_budget_gb: float | None
-    """``--memory-budget-gb``: memory of the evaluator's boundary cache."""
-    overwrite: bool
-    """``--overwrite``: replace a checkpoint directory that holds a different removal set."""
-    shortcuts: bool
-    """``--shortcuts/--no-shortcuts``: the evaluator's exact shortcuts."""
-    validation: str | None
-    """``--validation``: held-out data every outcome is scored on."""
-    max_ppl_ratio: float
-    """``--max-ppl-ratio``: the quality gate's K."""
-
-
 def prune_config(
     model: str,
-    drop: int,
     calibration: CalibrationConfig,
     search: SearchRequest,
     placement: Placement,
-    run: PruneRunOptions,
+    run: Mapping[str, Any],
+    memory_budget_gb: float | None,
 ) -> PruneConfig:
-    """The :class:`~pruning.pipeline.prune.PruneConfig` of one ``prune`` command line."""
-    from pruning.pipeline.prune import PruneConfig
+    """The :class:`~pruning.pipeline.config.PruneConfig` of one ``prune`` command line (``run``: the typed
+    options of its own fields, ``--drop``, ``--seed``, ...)."""
+    from pruning.pipeline.config import prune_config_from
 
-    return PruneConfig(
+    return prune_config_from(
+        run,
         model=model,
         calibration=calibration,
-        drop=drop,
         searches=search.searches,
-        seed=run.seed,
-        random_prior=run.random_prior,
         options=search.options(),
         out=placement.checkpoints,
         registry_url=placement.registry,
         dtype=placement.dtype,
         device=placement.device,
-        memory_budget_gb=run.memory_budget_gb,
-        overwrite=run.overwrite,
+        memory_budget_gb=memory_budget_gb,
         progress=True,
-        shortcuts=run.shortcuts,
         protect=search.protected(),
         timing=search.timing,
-        validation=run.validation,
-        max_ppl_ratio=run.max_ppl_ratio,
     )
-
-
-@dataclass(frozen=True)
-class StudyGrid:
-    """The ``study`` options that span its grid, as typed on the command line."""
-
-    drop: str
-    """``--drop``: budgets M, comma-separated."""
-    objectives: str
-    """``--objectives``: calibration objectives, comma-separated."""
-    data: str | None
-    """``--data``: calibration data specs, comma-separated."""
-    seeds: str
-    """``--seeds``: seeds, comma-separated."""
-    data_seed: int | None
-    """``--data-seed``: pin the calibration draw to this seed."""
-    random_prior_control: bool
-    """``--random-prior-control``: also run the prior-guided searches with a random prior."""
-    cross_controls: bool
-    """``--cross-controls``: every objective on every data source of its kind."""
-
-
-@dataclass(frozen=True)
-class StudyCalibration:
-    """The ``study`` options that shape each calibration sample."""
-
-    samples: int
-    """``--samples``: calibration samples per configuration."""
-    seq_len: int | None
-    """``--seq-len``: calibration tokens per window."""
-    choice_seq_len: int | None
-    """``--choice-seq-len``: the longest question plus answer of multiple-choice objectives."""
-    sampling: str
-    """``--sampling``: documents or stream."""
-    truncate: bool
-    """``--truncate``: cut over-long multiple-choice items instead of refusing them."""
-    margin_clip: float | None = None
-    """``--margin-clip``: clip task_margin's per-item margin to [-TAU, TAU]."""
-
-
-@dataclass(frozen=True)
-class StudyEvaluation:
-    """How ``study`` evaluates (and optionally heals) its variants."""
-
-    suite: str
-    """``--suite``: evaluation suites, comma-separated."""
-    engine: str
-    """``--engine``: auto, vllm or torch."""
-    eval_limit: int | None
-    """``--eval-limit``: at most N windows / documents per task."""
-    eval_seq_len: int
-    """``--eval-seq-len``: perplexity window of the evaluation."""
-    heal: str | None
-    """``--heal``: METHOD:STEPS, or None for no healing."""
-    heal_data: str | None
-    """``--heal-data``: text to heal on."""
-    eval_windows: int | None = None
-    """``--eval-windows``: at most N perplexity windows per task (None: ``eval_limit``)."""
-
-
-@dataclass(frozen=True)
-class StudyRunOptions:
-    """How one ``study`` process runs and reports."""
-
-    out: Path
-    """``--out``: the report directory."""
-    progress: bool
-    """Show progress bars (not with ``--json``)."""
-    worker: bool
-    """``--worker``: share the grid through the registry's queue."""
-    lease_seconds: float
-    """``--lease-seconds``: when a killed worker's cell is taken over."""
-    workers_per_gpu: int = 1
-    """``--workers-per-gpu``: worker processes sharing one card (each plans for its share)."""
-    keep_weights: str = "all"
-    """``--keep-weights``: ``none`` deletes a variant's weights once it is evaluated."""
 
 
 def study_config(
     model: str,
-    grid: StudyGrid,
-    calibration: StudyCalibration,
+    grid: options.StudyGridOptions,
+    calibration: tuple[options.StudyCalibrationOptions, options.SamplingOptions, options.ItemOptions],
     search: SearchRequest,
-    evaluation: StudyEvaluation,
+    evaluation: options.EvaluationOptions,
     placement: Placement,
-    run: StudyRunOptions,
+    run: options.StudyRunOptions,
+    progress: bool,
 ) -> StudyConfig:
     """The :class:`~pruning.study.plan.StudyConfig` of one ``study`` command line."""
     from pruning.study.plan import StudyConfig
 
+    sizes, sampling, items = calibration
     return StudyConfig(
         model=model,
         drops=integer_list(grid.drop, "--drop"),
@@ -231,20 +133,20 @@ def study_config(
         data_seed=grid.data_seed,
         random_prior_control=grid.random_prior_control,
         cross_controls=grid.cross_controls,
-        samples=calibration.samples,
-        seq_len=calibration.seq_len,
-        choice_seq_len=calibration.choice_seq_len,
-        sampling=calibration.sampling,
-        truncate=calibration.truncate,
-        margin_clip=calibration.margin_clip,
+        samples=sizes.samples,
+        seq_len=sizes.seq_len,
+        choice_seq_len=sizes.choice_seq_len,
+        sampling=sampling.sampling,
+        truncate=items.truncate,
+        margin_clip=items.margin_clip,
         options={name: value for name, value in search.options().items() if value},
         suites=suite_list(evaluation.suite),
-        engine=evaluation.engine,
-        eval_limit=evaluation.eval_limit,
-        eval_windows=evaluation.eval_windows,
-        eval_seq_len=evaluation.eval_seq_len,
-        heal=evaluation.heal,
-        heal_data=evaluation.heal_data,
+        engine=run.engine,
+        eval_limit=evaluation.limit,
+        eval_windows=evaluation.windows,
+        eval_seq_len=evaluation.seq_len,
+        heal=run.heal_spec,
+        heal_data=run.heal_data,
         out=run.out,
         checkpoints=placement.checkpoints,
         registry_url=placement.registry,
@@ -252,7 +154,7 @@ def study_config(
         device=placement.device,
         protect=search.protected(),
         timing=search.timing,
-        progress=run.progress,
+        progress=progress,
         worker=run.worker,
         lease_seconds=run.lease_seconds,
         workers_per_gpu=run.workers_per_gpu,

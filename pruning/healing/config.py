@@ -3,15 +3,20 @@
 ``HealConfig.settings()`` is the part of the run that decides the healed weights (method, data and splits,
 steps, seed, hyper-parameters): it keys the run directory that makes Ctrl-C resumable, and it is what
 the registry's ``healing`` record holds besides the run's measurements.
+
+Its fields with ``cli`` metadata are ``depthprune heal``'s options (:mod:`depthprune.core.cli_options`); the
+metadata holds what the command line says differently from the docstring.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
+from depthprune.core.cli_options import UNSET, cli
 from depthprune.core.errors import UserError
+from depthprune.core.options import SEED_HELP
 from pruning.calibration.data.items import TEXT
 from pruning.calibration.data.sources import HEAL_SOURCES
 from pruning.calibration.data.specs import parse_spec
@@ -49,6 +54,13 @@ def training_split(spec: str) -> str:
     return "heal" if parse_spec(spec).source in HEAL_SOURCES else "calibration"
 
 
+def lora_targets_option(text: str | None) -> tuple[str, ...] | object:
+    """``heal --lora-targets``: the comma-separated module names; absent: ``UNSET`` (the field's default)."""
+    if text is None:
+        return UNSET
+    return tuple(item.strip() for item in text.split(",") if item.strip())
+
+
 def _positive_int(value: object, option: str, minimum: int = 1) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise UserError(f"{option} must be an integer >= {minimum}, got {value!r}")
@@ -79,47 +91,111 @@ class HealConfig:
 
     variant: str
     """The pruned variant to heal: registry name, alias or id (not ``dense``)."""
-    data: str
+    data: str = field(
+        metadata=cli(
+            help="Text to train on: pydoc, demo:text, text:PATH, c4, wikitext2, ... (its heal split when it "
+            "has one, else calibration; held-out loss on the test split)."
+        )
+    )
     """Text data spec to train on (its ``heal`` split when it has one, else ``calibration``)."""
-    method: str = "lora"
+    method: str = field(
+        default="lora",
+        metadata=cli(
+            help="lora (causal-LM loss through LoRA adapters), distill (KL from the dense model's next-token "
+            "distribution), last-blocks (causal-LM loss on the LM head and the last --last-blocks blocks) or "
+            "patch (no training: ReplaceMe's linear map per removed span, fused into the weights)."
+        ),
+    )
     """One of :data:`METHODS`."""
-    steps: int = 200
+    steps: int = field(default=200, metadata=cli())
     """Optimizer steps."""
-    lr: float = 1e-4
+    lr: float = field(
+        default=1e-4, metadata=cli("--lr", help="Peak learning rate (warm-up 5%, cosine decay to a tenth).")
+    )
     """Peak learning rate (linear warm-up over the first 5 % of the steps, then cosine decay to a tenth)."""
-    lora_rank: int = 8
+    lora_rank: int = field(default=8, metadata=cli(help="LoRA rank r (at most the hidden size)."))
     """Rank r of the LoRA adapters; at most the model's hidden size."""
-    lora_alpha: float = 16.0
+    lora_alpha: float = field(
+        default=16.0, metadata=cli(help="LoRA alpha (the update is scaled by alpha / r).")
+    )
     """LoRA scaling numerator (the update is scaled by alpha / r)."""
-    lora_targets: tuple[str, ...] = DEFAULT_LORA_TARGETS
+    lora_targets: tuple[str, ...] = field(
+        default=DEFAULT_LORA_TARGETS,
+        metadata=cli(
+            type=str | None,
+            default=None,
+            parse=lora_targets_option,
+            help="Block modules that get adapters, comma-separated (default: every linear projection).",
+        ),
+    )
     """Names of the linear modules in the blocks that get adapters."""
-    batch_size: int = 8
+    batch_size: int = field(default=8, metadata=cli(help="Token windows per step."))
     """Token windows per optimizer step."""
-    seq_len: int = 512
+    seq_len: int = field(default=512, metadata=cli(help="Tokens per window (capped at the model's context)."))
     """Tokens per window (capped at the model's context)."""
-    eval_data: str | None = None
+    eval_data: str | None = field(
+        default=None,
+        metadata=cli(
+            help="Text whose test split gives the held-out loss (default: --data's own test split)."
+        ),
+    )
     """Text spec of the held-out loss (its ``test`` split); None: the training spec's own."""
-    eval_windows: int = 64
+    eval_windows: int = field(default=64, metadata=cli(help="Held-out windows, at most (evenly spread)."))
     """At most this many held-out windows, evenly spread over the held-out text."""
-    distill_top_k: int | None = None
+    distill_top_k: int | None = field(
+        default=None, metadata=cli(help="distill: teacher logits kept per position (default 64).")
+    )
     """``distill``: teacher logits kept per position (default :data:`DEFAULT_DISTILL_TOP_K`)."""
-    lm_loss_weight: float | None = None
+    lm_loss_weight: float | None = field(
+        default=None, metadata=cli(help="distill: weight of the causal-LM loss added to the KL (default 0).")
+    )
     """``distill``: weight of the causal-LM loss added to the KL (default 0)."""
-    full_finetune: bool = False
+    full_finetune: bool = field(
+        default=False,
+        metadata=cli("--full-finetune", help="distill: train the kept blocks themselves, not LoRA adapters."),
+    )
     """``distill``: train every weight of the kept blocks instead of LoRA adapters."""
-    last_blocks: int | None = None
+    last_blocks: int | None = field(
+        default=None,
+        metadata=cli(
+            metavar="K",
+            help="last-blocks: train the LM head and the last K blocks (default 3, as Reassessing Layer "
+            "Pruning).",
+        ),
+    )
     """``last-blocks``: how many of the last blocks are trained with the LM head (default
     :data:`DEFAULT_LAST_BLOCKS`)."""
-    estimator: str | None = None
+    estimator: str | None = field(
+        default=None,
+        metadata=cli(
+            help="patch: lstsq (ReplaceMe's closed-form least squares, the default) or cosine (ReplaceMe's "
+            "cosine objective, Adam from the identity for 10 epochs at --lr)."
+        ),
+    )
     """``patch``: one of :data:`ESTIMATORS` (default ``lstsq``)."""
-    ridge: float | None = None
+    ridge: float | None = field(
+        default=None,
+        metadata=cli(
+            metavar="ALPHA",
+            help="patch, lstsq: ridge term added to the normal equations (ReplaceMe's alpha; default 0).",
+        ),
+    )
     """``patch`` with ``lstsq``: ridge term added to the normal equations' diagonal (ReplaceMe's ``alpha``,
     default 0)."""
-    patch_samples: int | None = None
+    patch_samples: int | None = field(
+        default=None,
+        metadata=cli(
+            metavar="N",
+            help="patch: calibration windows of --seq-len tokens, at most (a seeded draw; default 128, as "
+            "ReplaceMe's example configs).",
+        ),
+    )
     """``patch``: calibration windows at most (default :data:`DEFAULT_PATCH_SAMPLES`), a seeded draw."""
-    save_every: int = 50
+    save_every: int = field(
+        default=50, metadata=cli(help="Save the training state every N steps (Ctrl-C saves too).")
+    )
     """Save the training state every this many steps (and on Ctrl-C, and at the end)."""
-    seed: int = 0
+    seed: int = field(default=0, metadata=cli(help=SEED_HELP))
     """Seed of the adapters' initialisation and of the data order."""
     device: str = "cpu"
     """torch device of the training (with ``gpus`` above 1: the first card)."""

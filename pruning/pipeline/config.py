@@ -1,14 +1,18 @@
 """The configuration of one ``prune`` run (:class:`PruneConfig`), checked as it is built.
 
-Re-exported by :mod:`pruning.pipeline.prune` and :mod:`pruning.pipeline`.
+Re-exported by :mod:`pruning.pipeline.prune` and :mod:`pruning.pipeline`. :func:`prune_config_from` is the
+one place a PruneConfig is built (the command line, study cells, the demo, the benchmarks); the fields with
+``cli`` metadata are also ``depthprune prune``'s options (:mod:`depthprune.core.cli_options`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from depthprune.core.cli_options import cli, option_arguments
 from depthprune.core.errors import UserError
 from depthprune.core.fitness import DEFAULT_MAX_PPL_RATIO
 from pruning.calibration.config import CalibrationConfig
@@ -28,13 +32,20 @@ class PruneConfig:
     """Hub id, local directory, ``PATH.gguf`` or embedded model name (``smollm2-135m``) of the dense model."""
     calibration: CalibrationConfig
     """What the searches minimise, on which data."""
-    drop: int
+    drop: int = field(metadata=cli())
     """M, the number of blocks to remove."""
     searches: tuple[str, ...]
     """Search names (keys of ``pruning.search.SEARCHES``), run in this order on one shared evaluator."""
-    seed: int = 0
+    seed: int = field(default=0, metadata=cli(help="Seed of the search(es)."))
     """Seed of every search."""
-    random_prior: bool = False
+    random_prior: bool = field(
+        default=False,
+        metadata=cli(
+            "--random-prior",
+            help="Replace the single-block prior of the prior-guided searches (one_shot, genetic, bayesian, "
+            "fast_block_select) by a seeded random ranking (control).",
+        ),
+    )
     """Replace the single-block prior by a seeded random ranking in the prior-guided searches (control)."""
     options: dict[str, dict[str, Any]] = field(default_factory=dict)
     """Per search name, options for it (see each search's ``Options``)."""
@@ -52,11 +63,21 @@ class PruneConfig:
     """Memory the evaluator's boundary cache may use; None = its default."""
     calibration_batch: int = 8
     """Calibration sequences per forward (the memory plan lowers it on a small GPU; values do not change)."""
-    overwrite: bool = False
+    overwrite: bool = field(
+        default=False,
+        metadata=cli(help="Replace a checkpoint directory of this run that holds a different removal set."),
+    )
     """Replace an existing checkpoint directory that holds a different removal set."""
     progress: bool = True
     """Show progress bars (on stderr)."""
-    shortcuts: bool = True
+    shortcuts: bool = field(
+        default=True,
+        metadata=cli(
+            "--shortcuts/--no-shortcuts",
+            help="The evaluator's exact shortcuts (cached base boundaries, shared prefixes, early-stopped "
+            "rankings); --no-shortcuts scores every candidate in full, to check that nothing changes.",
+        ),
+    )
     """The evaluator's exact shortcuts (cached base boundaries, shared prefixes, lower bounds that stop
     hopeless candidates); False scores every candidate in full from the dense boundaries, to check that
     the selections and losses are the same."""
@@ -64,10 +85,25 @@ class PruneConfig:
     """How search costs are accounted: ``shared`` or ``standalone`` (:data:`TIMINGS`)."""
     protect: tuple[str, ...] = ()
     """Blocks no search may remove: ``first``, ``last`` or block indices; empty = none."""
-    validation: str | None = None
+    validation: str | None = field(
+        default=None,
+        metadata=cli(
+            metavar="SPEC",
+            help="Held-out data of the objective's kind on which every search's outcome is scored to select "
+            "one (mc:PATH, text:PATH, any data spec). Default: the calibration source's calibration split "
+            "minus the calibration draw (docs/objectives.md).",
+        ),
+    )
     """Held-out data every outcome is scored on (``validation_loss``, ``selected``); None = the calibration
     source's held-out part (:mod:`pruning.calibration.data.validation`)."""
-    max_ppl_ratio: float = DEFAULT_MAX_PPL_RATIO
+    max_ppl_ratio: float = field(
+        default=DEFAULT_MAX_PPL_RATIO,
+        metadata=cli(
+            metavar="K",
+            help="Quality gate: a variant whose held-out perplexity exceeds K x the dense model's is fit: "
+            "false (as is one whose task accuracy falls to chance).",
+        ),
+    )
     """Quality gate's K: held-out perplexity above K x dense makes a variant unfit
     (:mod:`pruning.pipeline.heldout`).
     """
@@ -94,3 +130,10 @@ class PruneConfig:
             raise UserError(
                 f"--random-prior applies to the prior-guided searches ({guided}), none of which was selected"
             )
+
+
+def prune_config_from(values: Mapping[str, Any] | None = None, /, **fields: Any) -> PruneConfig:
+    """The one place a :class:`PruneConfig` is built: from ``prune``'s typed option values of its fields
+    (``values``, by field name: ``OptionValues[PruneConfig]``) and ``fields``, every other field by name (they
+    win). Study cells, the demo and the benchmarks give ``fields`` only."""
+    return PruneConfig(**{**option_arguments(PruneConfig, values or {}), **fields})

@@ -452,9 +452,9 @@ def cell_options(config: StudyConfig, num_blocks: int, cell: Cell) -> dict[str, 
 
 def cell_prune_config(config: StudyConfig, model: str, cell: Cell, searches: tuple[str, ...], progress: bool):
     """The PruneConfig of one group of cells (same calibration, drop, seed and prior; these ``searches``)."""
-    from pruning.pipeline.prune import PruneConfig
+    from pruning.pipeline.config import prune_config_from
 
-    return PruneConfig(
+    return prune_config_from(
         model=model,
         calibration=cell.calibration,
         drop=cell.drop,
