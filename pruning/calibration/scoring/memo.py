@@ -15,7 +15,8 @@ memoised, to ``memo.journal`` next to ``memo.json``:
   runs at most once a second (and every 64 lines), so a power cut loses at most that much; a line torn by
   a power cut is skipped when read back, and the journal is rewritten without it before it grows again;
 * only values are journalled: the lower bounds of sets a ranking query stopped early stay apart from the
-  memo (``_bounds``) and are never written here, so a resumed run never takes a bound for a value;
+  memo (the score book's ``bounds``) and are never written here, so a resumed run never takes a bound for
+  a value;
 * compaction: once ``memo.json`` holds every score (written atomically), :meth:`MemoJournal.compact` replaces
   the journal by its header alone (a temporary file renamed over it); a kill between the two replays scores
   that ``memo.json`` already has, which is harmless. On a clean end ``prune`` deletes it.
@@ -304,7 +305,7 @@ def save_memo(evaluator, path: str | Path) -> Path:
         DATA_FIELD: data_sha256(evaluator),
         "scores": [
             {"removed": sorted(removed), "loss": loss}
-            for removed, loss in sorted(evaluator._memo.items(), key=lambda kv: sorted(kv[0]))
+            for removed, loss in sorted(evaluator.book.values.items(), key=lambda kv: sorted(kv[0]))
         ],
         # Lower bounds of sets a ranking query stopped early: never values; a resumed ranking reuses them.
         "bounds": [
@@ -312,12 +313,12 @@ def save_memo(evaluator, path: str | Path) -> Path:
                 "removed": sorted(removed),
                 "lower_bound": partial.lower_bound(evaluator.num_samples, evaluator.loss_floor),
             }
-            for removed, partial in sorted(evaluator._bounds.items(), key=lambda kv: sorted(kv[0]))
+            for removed, partial in sorted(evaluator.book.bounds.items(), key=lambda kv: sorted(kv[0]))
         ],
         # Per-sample losses of minibatch scores (score_samples), [[sample, loss], ...]: not values either.
         "sample_losses": [
             {"removed": sorted(removed), "losses": sorted(known.items())}
-            for removed, known in sorted(evaluator._sample_losses.items(), key=lambda kv: sorted(kv[0]))
+            for removed, known in sorted(evaluator.book.sample_losses.items(), key=lambda kv: sorted(kv[0]))
         ],
     }
     write_text_atomically(path, json.dumps(payload, indent=1))
@@ -347,13 +348,13 @@ def load_memo(evaluator, path: str | Path) -> int:
     if not same_data(path, payload.get(DATA_FIELD), data_sha256(evaluator)):
         return 0
     for entry in payload["scores"]:
-        evaluator._memo[validate_removed(entry["removed"], evaluator.num_blocks)] = float(entry["loss"])
+        evaluator.book.values[validate_removed(entry["removed"], evaluator.num_blocks)] = float(entry["loss"])
     for entry in payload.get("bounds", []):
         removed = validate_removed(entry["removed"], evaluator.num_blocks)
-        if removed not in evaluator._memo and removed not in evaluator._bounds:
-            evaluator._bounds[removed] = PartialScore(recorded_bound=float(entry["lower_bound"]))
+        if removed not in evaluator.book.values and removed not in evaluator.book.bounds:
+            evaluator.book.bounds[removed] = PartialScore(recorded_bound=float(entry["lower_bound"]))
     for entry in payload.get("sample_losses", []):
-        known = evaluator._sample_losses.setdefault(
+        known = evaluator.book.sample_losses.setdefault(
             validate_removed(entry["removed"], evaluator.num_blocks), {}
         )
         known.update((int(sample), float(loss)) for sample, loss in entry["losses"])
@@ -367,9 +368,9 @@ def journal_memo(evaluator, path: str | Path) -> MemoJournal:
     Returns:
         The :class:`MemoJournal`: compact it after :func:`save_memo`.
     """
-    evaluator._memo, journal = journalled_memo(
-        path, memo_key(evaluator), evaluator._memo, evaluator.num_blocks, data_sha256(evaluator)
+    evaluator.book.values, journal = journalled_memo(
+        path, memo_key(evaluator), evaluator.book.values, evaluator.num_blocks, data_sha256(evaluator)
     )
     for removed, _ in journal.replayed:
-        evaluator._bounds.pop(frozenset(removed), None)  # a value read back supersedes a bound
+        evaluator.book.bounds.pop(frozenset(removed), None)  # a value read back supersedes a bound
     return journal

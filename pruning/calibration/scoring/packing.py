@@ -21,6 +21,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from depthprune.core.objectives import MULTIPLE_CHOICE, Objective
+from pruning.calibration.config import CalibrationConfig
 from pruning.calibration.objectives.batches import CalibrationBatch
 from pruning.model.blocks import BlockStack
 
@@ -194,3 +196,31 @@ def pack_choice_batches(batches: list[CalibrationBatch], stack: BlockStack, rows
         else:
             groups.append([batch])
     return [pack_choices(merge_choice_batches(group), stack) for group in groups]
+
+
+def packs_choices(
+    stack: BlockStack, config: CalibrationConfig, objective: Objective, *, pack_choices: bool, naive: bool
+) -> bool:
+    """Whether the evaluator packs each question's choices into one sequence: asked for (``pack_choices``),
+    not ``naive``, a multiple-choice objective, and a model whose attention takes a 4-D mask."""
+    return (
+        pack_choices
+        and not naive
+        and objective.data_kind == MULTIPLE_CHOICE
+        and stack.supports_segment_masks
+        # KL over prompt and answer positions reads every position of every choice sequence
+        and not config.kl_weight
+    )
+
+
+def run_batches_for(
+    batches: list[CalibrationBatch], stack: BlockStack, packed: bool, packed_rows: int | None
+) -> list[RunBatch]:
+    """What the blocks run, on ``stack``'s device: the calibration ``batches`` as they are, or packed with
+    up to ``packed_rows`` questions per forward (default, as many as the largest batch has sequences)."""
+    if packed:
+        rows = packed_rows or max(batch.input_ids.shape[0] for batch in batches)
+        runs = pack_choice_batches([batch.to("cpu") for batch in batches], stack, rows)
+    else:
+        runs = [as_run_batch(batch) for batch in batches]
+    return [run.to(stack.device) for run in runs]

@@ -6,6 +6,9 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -41,6 +44,13 @@ class EvaluatorStats:
     """Wall time of the dense reference pass alone (part of ``setup_seconds``)."""
     similarity_seconds: float = 0.0
     """Wall time of the block-input similarity matrix (part of ``reference_seconds``)."""
+
+    @contextmanager
+    def scoring(self) -> Iterator[None]:
+        """Count the wall time of the ``with`` body as scoring time (:attr:`wall_seconds`)."""
+        start = time.perf_counter()
+        yield
+        self.wall_seconds += time.perf_counter() - start
 
 
 def input_similarity_sums(
