@@ -73,3 +73,21 @@ def compare_arms(
             row["vs_control"] = versus_control(moments.get(arm, {}), control_moments, margin)
         rows[arm] = row
     return rows
+
+
+def ideal_tpot_ratio(arm_facts: dict, control_facts: dict) -> float | None:
+    """The lowest TPOT ratio depth pruning can give: the arm's blocks over the control's (N − M over N
+    against dense), when both say how many blocks they have of the same total; None when either does not."""
+    blocks = arm_facts.get("num_blocks")
+    if not blocks or blocks != control_facts.get("num_blocks"):
+        return None
+    kept = blocks - len(arm_facts.get("removed_blocks") or [])
+    control_kept = blocks - len(control_facts.get("removed_blocks") or [])
+    return kept / control_kept if control_kept else None
+
+
+def beyond_ideal(versus: dict[str, Any], ideal: float | None) -> bool:
+    """Whether the arm's TPOT ratio lies wholly below what removing its blocks can give: a measurement
+    artefact until explained (the control's engine slowed by shadow scoring, a shared machine), not a gain."""
+    bounds = versus.get("tpot_ratio_cs95")
+    return ideal is not None and bounds is not None and bounds[1] < ideal

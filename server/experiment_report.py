@@ -24,7 +24,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from depthprune.core.errors import UserError
-from server.experiment_comparison import compare_arms
+from server.experiment_comparison import beyond_ideal, compare_arms, ideal_tpot_ratio
 from server.metrics import MOMENTS_FAMILY
 from server.sequential import QUALITY_MARGIN, Moments
 
@@ -235,7 +235,18 @@ def report(
         if "vs_control" in row:
             row["vs_control"]["guardrail"] = stops.get(arm_name, {"fired": False})
         rows.append(row)
+    _check_ideal(rows, comparison["control"])
     return {"experiment": name, **comparison, "gateways": list(gateways), "arms": rows}
+
+
+def _check_ideal(rows: list[dict[str, Any]], control: str | None) -> None:
+    """Each compared arm's ``ideal_tpot_ratio`` and whether its TPOT ratio is ``beyond_ideal``."""
+    control_facts = next((row["facts"] for row in rows if row["name"] == control), {})
+    for row in rows:
+        if "vs_control" in row:
+            ideal = ideal_tpot_ratio(row["facts"], control_facts)
+            row["vs_control"]["ideal_tpot_ratio"] = ideal
+            row["vs_control"]["beyond_ideal"] = beyond_ideal(row["vs_control"], ideal)
 
 
 def _comparison(spec: dict | None, card: dict | None) -> dict[str, Any]:
@@ -397,9 +408,20 @@ def print_comparison(result: dict[str, Any], console) -> None:
     console.print(speed)
     console.print("[ ] 95 % confidence sequences: valid however often the report is read")
     for arm in result["arms"]:
-        stop = (arm.get("vs_control") or {}).get("guardrail") or {}
+        versus = arm.get("vs_control") or {}
+        stop = versus.get("guardrail") or {}
         if stop.get("fired"):
             console.print(f"guardrail, version {stop['version']}: {stop['reason']}")
+        if versus.get("beyond_ideal"):
+            console.print(
+                f"{arm['name']}: TPOT ratio wholly below {versus['ideal_tpot_ratio']:.3f}, the most its "
+                "removed blocks can give: a measurement artefact until explained, not a gain"
+            )
+    if (result.get("shadow_rate") or 0) > 0:
+        console.print(
+            f"shadow_rate {result['shadow_rate']:g}: the control's engine also scores the arms' answers, "
+            "which slows the control and so flatters every other arm's speed ratios (docs/experiments.md)"
+        )
 
 
 def _with_cs(value: float | None, bounds: list[float] | None, signed: bool = False) -> str:
