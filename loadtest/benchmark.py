@@ -264,7 +264,7 @@ def summarize_measurement(
 
 def result_header(*, target: str, targets: dict[str, str], config: LoadConfig, baseline: str, tokenizer: str):
     """What every result starts with: the tool, when, where, on what hardware, with which load settings."""
-    from depthprune import __version__
+    from depthprune.core.version import __version__
 
     return {
         "tool": "depthprune loadtest",

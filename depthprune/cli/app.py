@@ -9,37 +9,47 @@ Run ``depthprune --help`` or ``depthprune COMMAND --help``.
 
 from __future__ import annotations
 
-import importlib
 import signal
 import sys
 import threading
+from typing import Any, Protocol, runtime_checkable
 
 import typer
 
 from depthprune.core.errors import UserError
-
-# name -> "module:attribute"; an attribute that is a typer.Typer becomes a command group.
-COMMANDS = {
-    "demo-model": "depthprune.cli.demo_model:demo_model",
-    "checkpoint": "pruning.cli.commands:checkpoint",
-    "prune": "pruning.cli.commands:prune",
-    "heal": "pruning.cli.commands:heal",
-    "bench-evaluator": "pruning.cli.bench:bench_evaluator",
-    "eval": "pruning.cli.commands:evaluate",
-    "study": "pruning.cli.commands:study",
-    "data": "pruning.cli.data:app",
-    "variants": "registry.cli:app",
-    "serve": "server.cli:serve",
-    "experiments": "server.experiments_cli:app",
-    "loadtest": "loadtest.cli:loadtest",
-    "demo": "depthprune.cli.demo:demo",
-}
+from depthprune.core.registry_table import NamedTable
 
 
-def resolve_command(target: str):
-    """The function or typer group named by ``"module:attribute"``."""
-    module_name, attribute = target.split(":")
-    return getattr(importlib.import_module(module_name), attribute)
+@runtime_checkable
+class Command(Protocol):
+    """A subcommand: a plain function whose typed signature is its command line, or a ``typer.Typer`` (a
+    command group)."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the command (typer calls it with the parsed options)."""
+
+
+COMMANDS: NamedTable[Command] = NamedTable(
+    "command",
+    {
+        "demo-model": "depthprune.cli.demo_model:demo_model",
+        "checkpoint": "pruning.cli.commands:checkpoint",
+        "prune": "pruning.cli.commands:prune",
+        "heal": "pruning.cli.commands:heal",
+        "bench-evaluator": "pruning.cli.bench:bench_evaluator",
+        "eval": "pruning.cli.commands:evaluate",
+        "study": "pruning.cli.commands:study",
+        "data": "pruning.cli.data:app",
+        "variants": "registry.cli:app",
+        "serve": "server.cli:serve",
+        "experiments": "server.experiments_cli:app",
+        "loadtest": "loadtest.cli:loadtest",
+        "demo": "depthprune.cli.demo:demo",
+    },
+    interface=Command,
+)
+"""name -> the command, imported when the application is built; one that is a ``typer.Typer`` becomes a
+command group. ``depthprune --help`` lists them in this order."""
 
 
 def build_app() -> typer.Typer:
@@ -51,9 +61,9 @@ def build_app() -> typer.Typer:
         add_completion=False,
         pretty_exceptions_enable=False,
     )
-    for name, target in COMMANDS.items():
+    for name in COMMANDS:
         try:
-            command = resolve_command(target)
+            command = COMMANDS[name]
         except (ModuleNotFoundError, AttributeError):
             # Installed without that part (tests/test_cli.py checks a full install has every command).
             continue

@@ -4,14 +4,13 @@ An objective is what "the pruned model got worse" means, as one loss per calibra
 better). This module holds only its *facts* — the data it scores, how low a per-sample loss can go, whether
 its gradient vanishes at the dense model, its display name and the short names users type — so that the
 server (which must not import ``pruning``) and the pruning pipeline read them from the same table. The loss
-itself is computed by the module of the same name under ``pruning/calibration/objectives/``, listed in
-``pruning.calibration.objectives.LOSSES``.
+itself is computed by the module of the same name under ``pruning/calibration/objectives/``: its table
+``pruning.calibration.objectives.LOSSES`` follows from this one.
 
-Adding an objective is one new module plus two lines (docs/architecture.md, "Where to change what"):
+Adding an objective is one new module plus one entry (docs/architecture.md, "Where to change what"):
 
 1. ``pruning/calibration/objectives/<name>.py`` defining ``loss(batch, hidden, head, reference=None)``;
-2. an entry ``"<name>": Objective("<name>", ...)`` in :data:`OBJECTIVES` below;
-3. an entry ``"<name>": <name>.loss`` in ``pruning.calibration.objectives.LOSSES``.
+2. an entry ``"<name>": Objective("<name>", ...)`` in :data:`OBJECTIVES` below.
 
 Every pipeline step, search, CLI help text and the server's synonyms follow from these two.
 """
@@ -20,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from depthprune.core.errors import UserError
+from depthprune.core.registry_table import NamedTable
 
 TEXT = "text"
 """Data kind: text documents, cut into windows or instances of ``seq_len`` tokens."""
@@ -75,53 +74,60 @@ class Objective:
         return self.synonyms[0] if self.synonyms else self.name
 
 
-OBJECTIVES: dict[str, Objective] = {
-    "perplexity": Objective(
-        "perplexity",
-        TEXT,
-        "perplexity",
-        "mean next-token NLL on text",
-        synonyms=("ppl",),
-        # The per-token NLL is -log_softmax: never negative, in floating point too.
-        loss_floor=0.0,
-    ),
-    "task_margin": Objective(
-        "task_margin",
-        MULTIPLE_CHOICE,
-        "task margin",
-        "negated PuDDing likelihood margin of the correct answer",
-        synonyms=("margin", "task-margin"),
-        # No floor unclipped (PuDDing's margin is unbounded); ``margin_clip`` TAU bounds it below by -TAU.
-        parameters=("margin_clip",),
-    ),
-    "task_ce": Objective(
-        "task_ce",
-        MULTIPLE_CHOICE,
-        "task cross-entropy",
-        "length-normalised cross-entropy of the correct answer text",
-        synonyms=("ce", "task-ce"),
-        # A mean of -log_softmax over the answer tokens: never negative.
-        loss_floor=0.0,
-    ),
-    "kl": Objective(
-        "kl",
-        TEXT,
-        "KL divergence",
-        "KL(dense || pruned) of the next-token distribution on text",
-        # >= 0 in exact arithmetic; float32 rounding is orders of magnitude below -1e-3 per sample.
-        loss_floor=-1e-3,
-        zero_gradient_at_dense=True,
-        needs_reference=True,
-        zero_loss_at_dense=True,
-    ),
-}
-"""Every calibration objective, by name: the one registry (module docstring: how to add one)."""
+OBJECTIVES: NamedTable[Objective] = NamedTable(
+    "objective",
+    {
+        "perplexity": Objective(
+            "perplexity",
+            TEXT,
+            "perplexity",
+            "mean next-token NLL on text",
+            synonyms=("ppl",),
+            # The per-token NLL is -log_softmax: never negative, in floating point too.
+            loss_floor=0.0,
+        ),
+        "task_margin": Objective(
+            "task_margin",
+            MULTIPLE_CHOICE,
+            "task margin",
+            "negated PuDDing likelihood margin of the correct answer",
+            synonyms=("margin", "task-margin"),
+            # No floor unclipped (PuDDing's margin is unbounded); ``margin_clip`` TAU bounds it below by -TAU.
+            parameters=("margin_clip",),
+        ),
+        "task_ce": Objective(
+            "task_ce",
+            MULTIPLE_CHOICE,
+            "task cross-entropy",
+            "length-normalised cross-entropy of the correct answer text",
+            synonyms=("ce", "task-ce"),
+            # A mean of -log_softmax over the answer tokens: never negative.
+            loss_floor=0.0,
+        ),
+        "kl": Objective(
+            "kl",
+            TEXT,
+            "KL divergence",
+            "KL(dense || pruned) of the next-token distribution on text",
+            # >= 0 in exact arithmetic; float32 rounding is orders of magnitude below -1e-3 per sample.
+            loss_floor=-1e-3,
+            zero_gradient_at_dense=True,
+            needs_reference=True,
+            zero_loss_at_dense=True,
+        ),
+    },
+    interface=Objective,
+)
+"""Every calibration objective, by name: the one registry (module docstring: how to add one). A
+:class:`~depthprune.core.registry_table.NamedTable` of :class:`Objective` entries, given as themselves."""
 
 
 def get_objective(name: str) -> Objective:
-    """The objective called ``name``, or a :class:`UserError` listing them."""
-    if name not in OBJECTIVES:
-        raise UserError(f"unknown objective {name!r}; use one of: {', '.join(OBJECTIVES)}")
+    """The objective called ``name``.
+
+    Raises:
+        UserError: an unknown name (the message lists the objectives).
+    """
     return OBJECTIVES[name]
 
 

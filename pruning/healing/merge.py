@@ -17,8 +17,8 @@ from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
 
-import depthprune
 from depthprune.core.checksums import weights_sha256
+from depthprune.core.version import __version__
 from pruning.model.blocks import load_config
 from pruning.model.checkpoint import PRUNING_FILE, PrunedCheckpoint, model_card, staged_directory
 from pruning.model.disk_space import checkpoint_bytes, full_disk_as_user_error
@@ -97,7 +97,7 @@ def write_healed_checkpoint(
             path=path,
             weights_sha256=sha256,
             created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            depthprune_version=depthprune.__version__,
+            depthprune_version=__version__,
             variant=replace(record, checkpoint_path=path, checkpoint_sha256=sha256),
         )
         (staging / PRUNING_FILE).write_text(json.dumps(asdict(checkpoint), indent=2) + "\n")

@@ -271,7 +271,7 @@ def write_pruned_checkpoint(
     """
     from transformers import AutoTokenizer
 
-    import depthprune
+    from depthprune.core.version import __version__
 
     out = Path(out).expanduser()
     released = None if overwrite else released_weights(out)
@@ -310,7 +310,7 @@ def write_pruned_checkpoint(
             calibration=variant.calibration if variant is not None else calibration,
             scores=scores,
             created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            depthprune_version=depthprune.__version__,
+            depthprune_version=__version__,
             variant=variant,
             base_source=base_source,
         )

@@ -4,14 +4,16 @@ A search sees only a :class:`SubsetObjective`: it never touches a model (model p
 :mod:`pruning.model.blocks`). The real implementation is
 :class:`pruning.calibration.scoring.evaluator.SubsetEvaluator`; tests use small synthetic objectives.
 
-Every algorithm in this package is one function with one signature::
+Every algorithm in this package is one function with one signature, the :class:`Search` interface::
 
     search(objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True,
            **options) -> SearchResult
 
-``budget`` is M, the number of blocks to remove. ``options`` are parsed into the algorithm's own
-``Options`` dataclass (:func:`parse_options`), so an unknown or invalid option is a one-line
-:class:`~depthprune.core.errors.UserError`, and the settings as used are returned in ``SearchResult.options``.
+A module writes only what is its own: its ``Options`` (a :class:`SearchOptions`, whose fields declare their
+checks: :func:`integer`, :func:`integers`, :func:`one_of`, :func:`flag`) and the body of its search, made
+the shared signature by :func:`define_search`, which parses the options (an unknown or invalid one is a
+one-line :class:`~depthprune.core.errors.UserError`) and checks the budget first. The settings as used are
+returned in ``SearchResult.options``.
 
 Searches that score many sets at once, or need only a ranking, go through :func:`score_many`,
 :func:`rank_lowest` and :func:`rank_prior`: the evaluator answers them with exact shortcuts (shared prefix
@@ -24,8 +26,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
@@ -144,6 +147,39 @@ class SearchResult:
     """The algorithm's settings as used (stored in the registry)."""
 
 
+@runtime_checkable
+class Search(Protocol):
+    """What every search is: one signature and three facts (:func:`define_search` makes a module's body one).
+    ``pruning.search.SEARCHES`` checks each against it on loading."""
+
+    options_class: type
+    """The dataclass its keyword options are parsed into (a :class:`SearchOptions`; its fields are the
+    options' documentation)."""
+    deterministic: bool
+    """Whether its result is the same under every seed under the single-block prior: a study with a pinned
+    calibration draw runs it once and reuses that cell for its other seeds."""
+    check_objective: Callable[[Objective], None] | None
+    """For a search that cannot run under some calibration objectives, ``check_objective(objective)`` raises
+    a one-line UserError for those (asked before any model is loaded); else None."""
+
+    def __call__(
+        self, objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True, **options: Any
+    ) -> SearchResult:
+        """Choose ``budget`` blocks to remove.
+
+        Args:
+            objective: scores removal sets (lower is better); all a search may ask about the model.
+            budget: M, the number of blocks to remove (1 <= M < N, and no more than the unprotected blocks).
+            seed: seeds what the search draws; a search whose ``deterministic`` is True ignores it (but for
+                a random prior).
+            progress: show a progress bar over the search's long loops.
+            **options: fields of the search's ``Options``; an unknown or invalid one is a UserError.
+
+        Returns:
+            The removal set (sorted), its calibration loss, the search's history and its options as used.
+        """
+
+
 PRIOR_KINDS = ("single_block", "random")
 """Values of the ``prior`` option of the prior-guided searches."""
 
@@ -195,16 +231,123 @@ def parse_options(options_class: type, options: dict[str, Any], algorithm: str):
         raise UserError(f"bad option for search {algorithm!r}: {error}") from None
 
 
+INTEGER_KINDS = {1: "a positive integer", 0: "a non-negative integer"}
+
+
+def _is_integer(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def integer(default: int | None, *, minimum: int = 1, optional: bool = False) -> Any:
+    """An ``Options`` field holding an integer >= ``minimum`` (None too when ``optional``)."""
+    return field(default=default, metadata={"minimum": minimum, "optional": optional})
+
+
+def integers(default: tuple[int, ...]) -> Any:
+    """An ``Options`` field holding a non-empty list of positive integers (kept as a tuple; one integer is a
+    list of one)."""
+    return field(default=default, metadata={"integers": True})
+
+
+def one_of(default: str, choices: tuple[str, ...]) -> Any:
+    """An ``Options`` field holding one of ``choices``."""
+    return field(default=default, metadata={"choices": tuple(choices)})
+
+
+def flag(default: bool) -> Any:
+    """An ``Options`` field holding true or false."""
+    return field(default=default, metadata={"flag": True})
+
+
+def check_field(item: dataclasses.Field, value: Any) -> Any:
+    """``value`` of the ``Options`` field ``item`` as its helper declared it (:func:`integer`, ...), or a
+    ValueError naming the field; a field without a helper is returned unchecked."""
+    name, declared = item.name, item.metadata
+    if "minimum" in declared:
+        minimum, optional = declared["minimum"], declared["optional"]
+        if not (value is None and optional) and not (_is_integer(value) and value >= minimum):
+            kind = INTEGER_KINDS.get(minimum, f"an integer >= {minimum}") + (" or null" if optional else "")
+            raise ValueError(f"{name} must be {kind}, got {value!r}")
+    elif "integers" in declared:
+        values = (value,) if _is_integer(value) else value
+        valid = isinstance(values, (list, tuple)) and all(_is_integer(v) and v >= 1 for v in values)
+        if not (valid and values):
+            raise ValueError(f"{name} must be a non-empty list of positive integers, got {value!r}")
+        return tuple(values)
+    elif "choices" in declared and value not in declared["choices"]:
+        raise ValueError(f"{name} must be one of {', '.join(declared['choices'])}, got {value!r}")
+    elif "flag" in declared and not isinstance(value, bool):
+        raise ValueError(f"{name} must be true or false, got {value!r}")
+    return value
+
+
+@dataclass
+class SearchOptions:
+    """The base of every search's ``Options``: on construction each field is checked as its helper
+    declares (:func:`integer`, :func:`integers`, :func:`one_of`, :func:`flag`), then :meth:`check` runs.
+    Each field has a docstring: they are the options' documentation."""
+
+    def __post_init__(self) -> None:
+        for item in dataclasses.fields(self):
+            setattr(self, item.name, check_field(item, getattr(self, item.name)))
+        self.check()
+
+    def check(self) -> None:
+        """The search's own checks (ranges of floats, relations between fields): ValueError; none here."""
+
+
+OptionsT = TypeVar("OptionsT", bound=SearchOptions)
+SearchBody = Callable[[SubsetObjective, int, OptionsT, int, bool], SearchResult]
+"""What a module writes: ``body(objective, budget, settings, seed, progress) -> SearchResult``."""
+
+
+def define_search(
+    options_class: type[OptionsT] = SearchOptions,
+    *,
+    deterministic: bool,
+    check_objective: Callable[[Objective], None] | None = None,
+) -> Callable[[SearchBody], Search]:
+    """Decorator: a search's body, ``body(objective, budget, settings, seed, progress)``, as a
+    :class:`Search`.
+
+    The search parses its keyword options into ``options_class`` (:func:`parse_options`), checks the budget
+    (:func:`check_budget`), then runs the body with the settings. It keeps the body's name, module and
+    docstring; messages name it by its module (``greedy``).
+
+    Args:
+        options_class: the module's ``Options``; the default, for a search without settings, takes none.
+        deterministic: the result is the same under every seed (under the single-block prior).
+        check_objective: refuses the calibration objectives the search cannot run under (a UserError).
+
+    Returns:
+        The decorator.
+    """
+
+    def decorate(body: SearchBody) -> Search:
+        algorithm = body.__module__.rpartition(".")[2]
+
+        def search(
+            objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True, **options: Any
+        ) -> SearchResult:
+            settings = parse_options(options_class, options, algorithm)
+            check_budget(objective, budget)
+            return body(objective, budget, settings, seed, progress)
+
+        # Not functools.wraps: its __wrapped__ would make inspect.signature report the body's signature.
+        for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
+            setattr(search, attribute, getattr(body, attribute))
+        search.options_class, search.deterministic = options_class, deterministic
+        search.check_objective = check_objective
+        return search
+
+    return decorate
+
+
 def check_prior_kind(prior: str) -> None:
-    """``__post_init__`` helper of the prior-guided searches' options."""
+    """A ValueError unless ``prior`` is one of :data:`PRIOR_KINDS` (the options' :func:`one_of` checks it
+    in ``Options``; :func:`prior_scores` again, for direct callers)."""
     if prior not in PRIOR_KINDS:
         raise ValueError(f"prior must be one of {', '.join(PRIOR_KINDS)}, got {prior!r}")
-
-
-def check_prior_use(prior_use: str) -> None:
-    """``__post_init__`` helper of the ``prior_use`` option (genetic, bayesian)."""
-    if prior_use not in PRIOR_USES:
-        raise ValueError(f"prior_use must be one of {', '.join(PRIOR_USES)}, got {prior_use!r}")
 
 
 def protected_blocks(objective: SubsetObjective) -> frozenset[int]:

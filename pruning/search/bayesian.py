@@ -42,52 +42,27 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
-from pruning.search.base import (
-    SearchResult,
-    SubsetObjective,
-    as_key,
-    check_budget,
-    check_prior_kind,
-    check_prior_use,
-    eligible_blocks,
-    finish,
-    normalised_prior,
-    parse_options,
-    prior_scores,
-)
-
-DETERMINISTIC = False
-"""Whether the result is the same under every seed (the single-block prior): the seed drives TPE's sampler."""
+from pruning.search import base
 
 
 @dataclass
-class Options:
+class Options(base.SearchOptions):
     """Settings of prior-guided Bayesian optimisation (defaults: the study's)."""
 
-    trials: int = 200
+    trials: int = base.integer(200)
     """Total trials of the study (enqueued prior trials included)."""
-    random_trials: int = 10
+    random_trials: int = base.integer(10, minimum=0)
     """Random trials after the prior trials, before TPE takes over."""
-    prior_trials: int = 4
+    prior_trials: int = base.integer(4, minimum=0)
     """Enqueued trials built from the prior: the one-shot set and its boundary swaps (0 = none)."""
-    prior: str = "single_block"
+    prior: str = base.one_of("single_block", base.PRIOR_KINDS)
     """``single_block`` (the study's prior) or ``random`` (a seeded random ranking: the control)."""
-    prior_use: str = "paper"
+    prior_use: str = base.one_of("paper", base.PRIOR_USES)
     """``paper``: the prior seeds the surrogate (enqueued trials) only; ``strong``: it also repairs trials."""
     storage: str | None = None
     """Optuna storage URL for resuming and parallel workers; None = in memory."""
     study_name: str | None = None
     """Study name in ``storage``; None = derived from N, M, seed, prior and prior_use."""
-
-    def __post_init__(self):
-        check_prior_kind(self.prior)
-        check_prior_use(self.prior_use)
-        for name in ("trials", "random_trials", "prior_trials"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 0:
-                raise ValueError(f"{name} must be a non-negative integer, got {value!r}")
-        if self.trials < 1:
-            raise ValueError("trials must be at least 1")
 
 
 def param_name(block: int) -> str:
@@ -103,7 +78,7 @@ def decode(answers: np.ndarray, ranks: np.ndarray, budget: int, blocks=None) -> 
     """
     blocks = np.arange(len(ranks)) if blocks is None else np.asarray(blocks)
     order = np.lexsort((np.arange(len(ranks)), ranks, 1 - np.asarray(answers)))
-    return as_key(blocks[order[:budget]])
+    return base.as_key(blocks[order[:budget]])
 
 
 def prior_answers(ranks: np.ndarray, budget: int, count: int, blocks=None) -> list[dict[str, int]]:
@@ -130,7 +105,7 @@ def repair_ranks(prior_ranks: np.ndarray, prior_use: str, seed: int) -> np.ndarr
     if prior_use == "strong":
         return prior_ranks
     # Its own stream: neither the search's sampler nor the random prior replays it.
-    return normalised_prior(np.random.default_rng([seed, 0xB0]).permutation(len(prior_ranks)))
+    return base.normalised_prior(np.random.default_rng([seed, 0xB0]).permutation(len(prior_ranks)))
 
 
 def open_study(settings: Options, study_name: str, enqueued: list[dict[str, int]], seed: int):
@@ -197,27 +172,21 @@ def trial_history(study) -> tuple[list[dict], list[int]]:
     return history, best[1]
 
 
+@base.define_search(Options, deterministic=False)
 def search(
-    objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True, **options
-) -> SearchResult:
+    objective: base.SubsetObjective, budget: int, settings: Options, seed: int, progress: bool
+) -> base.SearchResult:
     """Minimise the calibration loss with Optuna's TPE over per-block yes/no answers, seeded by the prior.
 
-    Args:
-        objective: scores removal sets (lower is better).
-        budget: M, the number of blocks to remove.
-        seed: seeds the TPE sampler (and a random prior).
-        progress: show a progress bar over trials.
-        **options: see :class:`Options`.
+    The seed seeds the TPE sampler (and a random prior); the progress bar counts trials.
 
     Returns:
         The best removal set of the study, its loss, and one history entry per finished trial.
     """
     import optuna
 
-    settings = parse_options(Options, options, "bayesian")
-    check_budget(objective, budget)
-    blocks = eligible_blocks(objective)
-    ranks = normalised_prior(prior_scores(objective, settings.prior, seed)[blocks])
+    blocks = base.eligible_blocks(objective)
+    ranks = base.normalised_prior(base.prior_scores(objective, settings.prior, seed)[blocks])
     repair = repair_ranks(ranks, settings.prior_use, seed)
     protected = sorted(set(range(objective.num_blocks)) - set(blocks))
     study_name = settings.study_name or (
@@ -237,7 +206,7 @@ def search(
 
     run_trials(study, objective_function, settings.trials, progress)
     history, best_removed = trial_history(study)
-    result = finish(objective, best_removed, history, settings)
+    result = base.finish(objective, best_removed, history, settings)
     distinct = len({tuple(entry["removed"]) for entry in history})
     result.options.update(
         study_name=study_name, distinct_sets=distinct, duplicate_trials=len(history) - distinct

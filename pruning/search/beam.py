@@ -16,58 +16,41 @@ from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
-from pruning.search.base import (
-    SearchResult,
-    SubsetObjective,
-    as_key,
-    check_budget,
-    finish,
-    parse_options,
-    rank_lowest,
-)
-
-DETERMINISTIC = True
-"""Whether the result is the same under every seed (the single-block prior): the seed is ignored."""
+from pruning.search import base
 
 
 @dataclass
-class Options:
+class Options(base.SearchOptions):
     """Settings of beam search."""
 
-    width: int = 5
-    """Partial removal sets kept per step (the study's B = 5)."""
-
-    def __post_init__(self):
-        if not isinstance(self.width, int) or self.width < 1:
-            raise ValueError(f"width must be a positive integer, got {self.width!r}")
+    width: int = base.integer(5)
+    """Partial removal sets kept per step (the study's B = 5); width 1 is greedy elimination. A budget
+    in subset evaluations (``evaluations=E``, :mod:`pruning.search.budgets`) sets it to E / greedy's cost."""
 
 
+@base.define_search(Options, deterministic=True)
 def search(
-    objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True, **options
-) -> SearchResult:
+    objective: base.SubsetObjective, budget: int, settings: Options, seed: int, progress: bool
+) -> base.SearchResult:
     """Grow removal sets one block at a time, keeping the ``width`` best at each step.
 
-    Args:
-        objective: scores removal sets (lower is better).
-        budget: M, the number of blocks to remove.
-        seed: unused (deterministic).
-        progress: show a progress bar per step.
-        **options: see :class:`Options`.
+    The seed is unused (deterministic); the progress bar counts steps.
 
     Returns:
         The best removal set of size M, its loss, and the beam after every step.
     """
-    settings = parse_options(Options, options, "beam")
-    check_budget(objective, budget)
     num_blocks = objective.num_blocks
     beam: list[frozenset[int]] = [frozenset()]
     history: list[dict] = []
     for step in tqdm(range(budget), desc="beam", disable=not progress, leave=False):
-        candidates = sorted(
-            {as_key([*state, block]) for state in beam for block in range(num_blocks) if block not in state},
-            key=sorted,
-        )
-        answers = rank_lowest(objective, candidates, keep=settings.width, bases=beam)
+        extended = {
+            base.as_key([*state, block])
+            for state in beam
+            for block in range(num_blocks)
+            if block not in state
+        }
+        candidates = sorted(extended, key=sorted)
+        answers = base.rank_lowest(objective, candidates, keep=settings.width, bases=beam)
         losses = {candidate: answer.loss for candidate, answer in zip(candidates, answers) if answer.exact}
         # Sort by loss, ties by the sorted block list, so the beam is independent of set ordering.
         ranked = sorted(losses, key=lambda candidate: (losses[candidate], sorted(candidate)))
@@ -80,4 +63,4 @@ def search(
         if len(losses) < len(candidates):
             entry["stopped"] = len(candidates) - len(losses)
         history.append(entry)
-    return finish(objective, beam[0], history, settings)
+    return base.finish(objective, beam[0], history, settings)

@@ -8,53 +8,29 @@ Protected blocks (``--protect``) are never chosen.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import numpy as np
 
-from pruning.search.base import (
-    SearchResult,
-    SubsetObjective,
-    check_budget,
-    finish,
-    lowest,
-    parse_options,
-    protected_blocks,
-)
-
-DETERMINISTIC = True
-"""Whether the result is the same under every seed (the single-block prior): the seed is ignored."""
+from pruning.search import base
 
 
-@dataclass
-class Options:
-    """Block Influence has no settings (it is deterministic and ignores the seed)."""
-
-
+@base.define_search(deterministic=True)
 def search(
-    objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True, **options
-) -> SearchResult:
-    """Remove the ``budget`` blocks with the lowest Block Influence.
+    objective: base.SubsetObjective, budget: int, settings: base.SearchOptions, seed: int, progress: bool
+) -> base.SearchResult:
+    """Remove the ``budget`` blocks with the lowest Block Influence (``objective.block_influence()``).
 
-    Args:
-        objective: provides ``block_influence()`` and scores the result.
-        budget: M, the number of blocks to remove.
-        seed: unused (deterministic).
-        progress: unused.
-        **options: none are accepted.
+    Seed and progress are unused (deterministic, one step).
 
     Returns:
         The removal set, its calibration loss, the BI values as history.
     """
-    settings = parse_options(Options, options, "block_influence")
-    check_budget(objective, budget)
     influence = np.asarray(objective.block_influence(), dtype=np.float64)
     if influence.shape != (objective.num_blocks,):
         raise ValueError(
             f"block_influence() returned shape {influence.shape}, expected ({objective.num_blocks},)"
         )
     candidates = influence.copy()
-    candidates[sorted(protected_blocks(objective))] = np.inf
-    removed = lowest(candidates, budget)
+    candidates[sorted(base.protected_blocks(objective))] = np.inf
+    removed = base.lowest(candidates, budget)
     history = [{"step": 0, "block_influence": [float(value) for value in influence], "removed": removed}]
-    return finish(objective, removed, history, settings)
+    return base.finish(objective, removed, history, settings)

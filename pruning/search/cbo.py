@@ -47,15 +47,7 @@ from tqdm.auto import tqdm
 
 from depthprune.core.errors import UserError
 from depthprune.core.objectives import OBJECTIVES, Objective
-from pruning.search.base import (
-    SearchResult,
-    SubsetObjective,
-    check_budget,
-    eligible_blocks,
-    finish,
-    parse_options,
-    rank_lowest,
-)
+from pruning.search import base
 
 TAIL_SIZE = 3
 CHUNK_ELEMENTS = 4_000_000
@@ -66,28 +58,16 @@ ZERO_REFUSAL = (
 )
 
 
-DETERMINISTIC = False
-"""Whether the result is the same under every seed (the single-block prior): the seed drives the local-search
-fallback's random starts when exact enumeration is refused (above ``max_states``), which a study cannot
-know before the run."""
-
-
 @dataclass
-class Options:
+class Options(base.SearchOptions):
     """Settings of CBO."""
 
-    keep: int = 10
+    keep: int = base.integer(10)
     """Lowest-energy states re-ranked by the true calibration loss."""
-    max_states: int = 1_000_000_000
+    max_states: int = base.integer(1_000_000_000)
     """Largest C(N, M) enumerated exactly; above it the local-search fallback runs (flagged)."""
-    restarts: int = 64
+    restarts: int = base.integer(64)
     """Local-search starts of the fallback."""
-
-    def __post_init__(self):
-        for name in ("keep", "max_states", "restarts"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 def energy_matrix(gradients: np.ndarray) -> np.ndarray:
@@ -237,17 +217,13 @@ def check_objective(calibration: Objective) -> None:
         )
 
 
+@base.define_search(Options, deterministic=False, check_objective=check_objective)
 def search(
-    objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True, **options
-) -> SearchResult:
-    """Minimise the gradient surrogate xᵀHx exactly, then re-rank the lowest states by the true loss.
-
-    Args:
-        objective: provides ``residual_gradients()`` and scores the re-ranked states.
-        budget: M, the number of blocks to remove.
-        seed: seeds the fallback's random starts (exact enumeration is deterministic).
-        progress: show progress bars.
-        **options: see :class:`Options`.
+    objective: base.SubsetObjective, budget: int, settings: Options, seed: int, progress: bool
+) -> base.SearchResult:
+    """Minimise the gradient surrogate xᵀHx (from ``residual_gradients()``) exactly, then re-rank the lowest
+    states by the true loss. The seed draws the fallback's random starts (exact enumeration is deterministic,
+    but whether it is refused, above ``max_states``, a study cannot know before the run: not deterministic).
 
     Returns:
         The re-ranked best state, its loss, and the kept states with energy and true loss as history;
@@ -256,8 +232,6 @@ def search(
     Raises:
         UserError: a bad budget or option, or the ``kl`` objective (its gradients vanish: module doc).
     """
-    settings = parse_options(Options, options, "cbo")
-    check_budget(objective, budget)
     calibration = getattr(objective, "calibration_objective", None)  # synthetic objectives have none
     if calibration is not None:
         check_objective(calibration)
@@ -269,7 +243,7 @@ def search(
         raise ValueError(
             f"residual_gradients() has {hessian.shape[0]} columns, expected {objective.num_blocks}"
         )
-    blocks = np.array(eligible_blocks(objective))
+    blocks = np.array(base.eligible_blocks(objective))
     eligible_hessian = hessian[np.ix_(blocks, blocks)]
     exact = math.comb(len(blocks), budget) <= settings.max_states
     if exact:
@@ -283,7 +257,7 @@ def search(
     # Only the lowest true loss decides, so the states are ranked as greedy ranks its candidates: the lowest
     # (and any tied with it) exact, the others possibly a lower bound above it (``exact`` False). A budget
     # matched to greedy's re-ranks hundreds of states: scored one by one, each runs the LM head in full.
-    ranked = rank_lowest(objective, [state for _, state in states], keep=1)
+    ranked = base.rank_lowest(objective, [state for _, state in states], keep=1)
     history = [
         {
             "energy_rank": rank,
@@ -298,6 +272,6 @@ def search(
         (entry for entry in history if entry["exact"]),
         key=lambda entry: (entry["loss"], entry["energy_rank"]),
     )
-    result = finish(objective, chosen["removed"], history, settings)
+    result = base.finish(objective, chosen["removed"], history, settings)
     result.options.update(exact=exact, solver="enumeration" if exact else "local_search")
     return result

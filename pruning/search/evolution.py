@@ -54,75 +54,37 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from depthprune.core.errors import UserError
-from pruning.search.base import (
-    SampleScoringObjective,
-    ScreeningObjective,
-    SearchResult,
-    SubsetObjective,
-    as_key,
-    check_budget,
-    eligible_blocks,
-    finish,
-    parse_options,
-)
+from pruning.search import base
 
 SCREENS = ("auto", "samples", "objective", "mixed", "prior", "random", "none")
 DRAW_ATTEMPTS = 50
 """Draws per wanted set before giving up on finding that many distinct ones (tiny search spaces)."""
 
 
-def _positive_integers(name: str, values) -> tuple[int, ...]:
-    if isinstance(values, int) and not isinstance(values, bool):
-        values = (values,)
-    if not isinstance(values, (list, tuple)) or not values:
-        raise ValueError(f"{name} must be a non-empty list of positive integers, got {values!r}")
-    if any(isinstance(value, bool) or not isinstance(value, int) or value < 1 for value in values):
-        raise ValueError(f"{name} must be positive integers, got {values!r}")
-    return tuple(values)
-
-
-DETERMINISTIC = False
-"""Whether the result is the same under every seed (the single-block prior): the seed draws the initial sets,
-mutations and minibatches."""
-
-
 @dataclass
-class Options:
+class Options(base.SearchOptions):
     """Settings of EvoPress (defaults: ``scripts/run_drop_search.sh``)."""
 
-    population: int = 1
+    population: int = base.integer(1)
     """Parents kept from one generation to the next (``--population_size``)."""
-    offspring: int = 32
+    offspring: int = base.integer(32)
     """λ, children per generation (``--offspring``)."""
-    generations: int | None = None
+    generations: int | None = base.integer(None, minimum=0, optional=True)
     """Generations; None = ⌊M·(E − M)/1.5⌋ (the script's rule, E the eligible blocks)."""
-    initial: int = 64
+    initial: int = base.integer(64)
     """Random sets drawn for the initial selection (``--initially_generated``)."""
-    initial_samples: int = 1
+    initial_samples: int = base.integer(1)
     """Calibration samples of the initial selection's minibatch (``--initial_tokens`` 2048)."""
-    survivors_per_selection: tuple[int, ...] = (2, 1)
+    survivors_per_selection: tuple[int, ...] = base.integers((2, 1))
     """Candidates kept by each selection step; the last equals ``population``."""
-    samples_per_selection: tuple[int, ...] = (1, 16)
+    samples_per_selection: tuple[int, ...] = base.integers((1, 16))
     """Calibration samples of each step's minibatch (``--tokens_per_selection`` 2048 32768)."""
-    max_mutations: int = 3
+    max_mutations: int = base.integer(3)
     """A child flips min(randint(1, k), randint(1, k)) blocks, k = this."""
-    screen: str = "auto"
+    screen: str = base.one_of("auto", SCREENS)
     """How a step scores: auto, samples, objective, mixed, prior, random or none (module doc)."""
 
-    def __post_init__(self):
-        for name in ("population", "offspring", "initial", "initial_samples", "max_mutations"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        generations = self.generations
-        if generations is not None and (
-            isinstance(generations, bool) or not isinstance(generations, int) or generations < 0
-        ):
-            raise ValueError(f"generations must be a non-negative integer or null, got {generations!r}")
-        self.survivors_per_selection = _positive_integers(
-            "survivors_per_selection", self.survivors_per_selection
-        )
-        self.samples_per_selection = _positive_integers("samples_per_selection", self.samples_per_selection)
+    def check(self):
         if len(self.survivors_per_selection) != len(self.samples_per_selection):
             raise ValueError("survivors_per_selection and samples_per_selection must have the same length")
         if self.survivors_per_selection[-1] != self.population:
@@ -132,8 +94,6 @@ class Options:
             )
         if self.initial < self.population:
             raise ValueError(f"initial must be at least population={self.population}, got {self.initial}")
-        if self.screen not in SCREENS:
-            raise ValueError(f"screen must be one of {', '.join(SCREENS)}, got {self.screen!r}")
 
 
 def default_generations(budget: int, eligible: int) -> int:
@@ -156,7 +116,7 @@ def mutate(
         restored = sorted(removed)[int(rng.integers(len(removed)))]
         removed.add(newly_removed)
         removed.discard(restored)
-    return as_key(removed)
+    return base.as_key(removed)
 
 
 def draw_distinct(draw: Callable[[], frozenset[int]], count: int, exclude=()) -> list[frozenset[int]]:
@@ -172,15 +132,15 @@ def draw_distinct(draw: Callable[[], frozenset[int]], count: int, exclude=()) ->
     return list(found)
 
 
-def choose_screen(objective: SubsetObjective, screen: str) -> str:
+def choose_screen(objective: base.SubsetObjective, screen: str) -> str:
     """The screen ``auto`` stands for on this objective; a screen it cannot serve is a ValueError."""
     if screen == "auto":
-        if isinstance(objective, SampleScoringObjective):
+        if isinstance(objective, base.SampleScoringObjective):
             return "samples"
-        return "objective" if isinstance(objective, ScreeningObjective) else "none"
-    if screen == "samples" and not isinstance(objective, SampleScoringObjective):
+        return "objective" if isinstance(objective, base.ScreeningObjective) else "none"
+    if screen == "samples" and not isinstance(objective, base.SampleScoringObjective):
         raise ValueError("screen='samples' needs an objective with score_samples() and num_samples")
-    if screen == "objective" and not isinstance(objective, ScreeningObjective):
+    if screen == "objective" and not isinstance(objective, base.ScreeningObjective):
         raise ValueError("screen='objective' needs an objective with screen_score()")
     return screen
 
@@ -188,7 +148,7 @@ def choose_screen(objective: SubsetObjective, screen: str) -> str:
 class Selection:
     """EvoPress's selection steps on one objective, with the fitness ``screen`` asks for."""
 
-    def __init__(self, objective: SubsetObjective, screen: str, rng: np.random.Generator):
+    def __init__(self, objective: base.SubsetObjective, screen: str, rng: np.random.Generator):
         self.objective = objective
         self.screen = screen
         self.rng = rng
@@ -232,35 +192,30 @@ class Selection:
         return [(fitness[candidate], candidate) for candidate in ranked[:survivors]]
 
 
+@base.define_search(Options, deterministic=False)
 def search(
-    objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True, **options
-) -> SearchResult:
+    objective: base.SubsetObjective, budget: int, settings: Options, seed: int, progress: bool
+) -> base.SearchResult:
     """Run EvoPress: random initial population, swap mutations, multi-step selection.
 
-    Args:
-        objective: scores removal sets (lower is better); may implement ``score_samples`` or ``screen_score``.
-        budget: M, the number of blocks to remove.
-        seed: seeds the initial sets, mutations and minibatches.
-        progress: show a progress bar over generations.
-        **options: see :class:`Options`.
+    The objective may implement ``score_samples`` or ``screen_score``. The seed draws the initial sets,
+    mutations and minibatches; the progress bar counts generations.
 
     Returns:
         The final population's first set, its full calibration loss, and per generation the leading parent
         and its fitness in the last selection step; ``options`` records the screen and generations used.
     """
-    settings = parse_options(Options, options, "evolution")
-    check_budget(objective, budget)
     try:
         screen = choose_screen(objective, settings.screen)
     except ValueError as error:
         raise UserError(f"bad option for search 'evolution': {error}") from None
     rng = np.random.default_rng(seed)
-    eligible = eligible_blocks(objective)
+    eligible = base.eligible_blocks(objective)
     selection = Selection(objective, screen, rng)
     space = math.comb(len(eligible), budget)
 
     def random_set() -> frozenset[int]:
-        return as_key(rng.choice(eligible, size=budget, replace=False))
+        return base.as_key(rng.choice(eligible, size=budget, replace=False))
 
     starts = draw_distinct(random_set, min(settings.initial, space))
     if screen == "samples":
@@ -285,7 +240,7 @@ def search(
         history.append(
             {"generation": generation, "removed": sorted(population[0][1]), "fitness": population[0][0]}
         )
-    result = finish(objective, population[0][1], history, settings)
+    result = base.finish(objective, population[0][1], history, settings)
     result.options.update(screen=screen, generations=generations, minibatch_scores=selection.minibatch_scores)
     return result
 

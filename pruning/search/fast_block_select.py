@@ -37,45 +37,21 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
-from pruning.search.base import (
-    SearchResult,
-    SubsetObjective,
-    as_key,
-    check_budget,
-    check_prior_kind,
-    eligible_blocks,
-    finish,
-    parse_options,
-    prior_scores,
-)
-
-DETERMINISTIC = True
-"""Whether the result is the same under every seed (the single-block prior): the seed is used only by the
-random-prior control."""
+from pruning.search import base
 
 
 @dataclass
-class Options:
+class Options(base.SearchOptions):
     """Settings of Fast-Block-Select."""
 
-    alternatives: int | None = None
+    alternatives: int | None = base.integer(None, minimum=0, optional=True)
     """Size of the alternative set; None = M."""
-    segments: int = 8
+    segments: int = base.integer(8)
     """K, segments given a true segment score."""
-    max_rounds: int = 20
+    max_rounds: int = base.integer(20)
     """Upper bound on swap rounds."""
-    prior: str = "single_block"
+    prior: str = base.one_of("single_block", base.PRIOR_KINDS)
     """``single_block`` (the study's) or ``random`` (a seeded random ranking: the control)."""
-
-    def __post_init__(self):
-        check_prior_kind(self.prior)
-        alternatives = self.alternatives
-        if alternatives is not None and (not isinstance(alternatives, int) or alternatives < 0):
-            raise ValueError(f"alternatives must be a non-negative integer, got {self.alternatives!r}")
-        for name in ("segments", "max_rounds"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
 
 def candidate_segments(pool: set[int], budget: int) -> list[tuple[int, ...]]:
@@ -108,9 +84,9 @@ def estimated_cost(removed: frozenset[int], increments: np.ndarray, segment_cost
     return cost
 
 
-def loss_scale_prior(objective: SubsetObjective, prior: str, seed: int) -> np.ndarray:
+def loss_scale_prior(objective: base.SubsetObjective, prior: str, seed: int) -> np.ndarray:
     """Single-block scores on the loss scale: the real ones, or (``prior="random"``) them dealt at random."""
-    scores = prior_scores(objective, prior, seed)
+    scores = base.prior_scores(objective, prior, seed)
     if prior == "random":
         # FBS compares prior increments with true segment costs, so the control needs loss-scale values:
         # the real single-block losses dealt to blocks in a seeded random order (no information, same scale).
@@ -120,12 +96,17 @@ def loss_scale_prior(objective: SubsetObjective, prior: str, seed: int) -> np.nd
 
 
 def score_segments(
-    objective: SubsetObjective, pool: set[int], budget: int, increments: np.ndarray, dense: float, count: int
+    objective: base.SubsetObjective,
+    pool: set[int],
+    budget: int,
+    increments: np.ndarray,
+    dense: float,
+    count: int,
 ) -> dict[tuple[int, ...], float]:
     """True segment scores σ(G) = L(G removed) − L_dense of the ``count`` segments with lowest prior sum."""
     segments = candidate_segments(pool, budget)
     segments.sort(key=lambda segment: (float(sum(increments[b] for b in segment)), segment))
-    return {segment: objective.score(as_key(segment)) - dense for segment in segments[:count]}
+    return {segment: objective.score(base.as_key(segment)) - dense for segment in segments[:count]}
 
 
 def positive_swaps(current: frozenset[int], increments: np.ndarray, segment_costs: dict) -> list[tuple]:
@@ -142,7 +123,7 @@ def positive_swaps(current: frozenset[int], increments: np.ndarray, segment_cost
             continue
         others = sorted(current - set(segment), key=lambda block: (-increments[block], block))
         outgoing = set(others[: len(incoming)])
-        proposal = as_key((current - outgoing) | incoming)
+        proposal = base.as_key((current - outgoing) | incoming)
         gain = base_cost - estimated_cost(proposal, increments, segment_costs)
         if gain > 1e-12:
             swaps.append((gain, segment, incoming, outgoing))
@@ -160,15 +141,15 @@ def candidate_moves(current: frozenset[int], swaps: list[tuple]) -> list[tuple[s
             batch_in |= incoming
             batch_out |= outgoing
             touched |= incoming | outgoing
-    moves = [("batch", as_key((current - batch_out) | batch_in))]
-    best_single = as_key((current - swaps[0][3]) | swaps[0][2])
+    moves = [("batch", base.as_key((current - batch_out) | batch_in))]
+    best_single = base.as_key((current - swaps[0][3]) | swaps[0][2])
     if best_single != moves[0][1]:
         moves.append(("single", best_single))
     return moves
 
 
 def try_moves(
-    objective: SubsetObjective,
+    objective: base.SubsetObjective,
     current: frozenset[int],
     moves: list,
     round_number: int,
@@ -188,30 +169,25 @@ def try_moves(
     return None
 
 
+@base.define_search(Options, deterministic=True)
 def search(
-    objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True, **options
-) -> SearchResult:
+    objective: base.SubsetObjective, budget: int, settings: Options, seed: int, progress: bool
+) -> base.SearchResult:
     """Fast-Block-Select: segment-aware swaps from the one-shot set, returning the best set seen.
 
-    Args:
-        objective: scores removal sets (lower is better); ``score(frozenset())`` is the dense loss.
-        budget: M, the number of blocks to remove.
-        seed: only used by ``prior="random"``.
-        progress: show a progress bar over rounds.
-        **options: see :class:`Options`.
+    ``objective.score(frozenset())`` is the dense loss. The seed is used only by ``prior="random"``; the
+    progress bar counts rounds.
 
     Returns:
         The best configuration in the history, its loss, and every configuration scored as history.
     """
-    settings = parse_options(Options, options, "fast_block_select")
-    check_budget(objective, budget)
     scores = loss_scale_prior(objective, settings.prior, seed)
     dense = objective.score(frozenset())
     increments = scores - dense
-    eligible = set(eligible_blocks(objective))
+    eligible = set(base.eligible_blocks(objective))
     order = [int(block) for block in np.argsort(scores, kind="stable") if int(block) in eligible]
     alternatives = budget if settings.alternatives is None else settings.alternatives
-    current = as_key(order[:budget])
+    current = base.as_key(order[:budget])
     pool = set(order[: budget + alternatives])
     segment_costs = score_segments(objective, pool, budget, increments, dense, settings.segments)
 
@@ -228,7 +204,7 @@ def search(
             break
         current = accepted
     best = min(history, key=lambda entry: (entry["loss"], entry["round"]))
-    result = finish(objective, best["removed"], history, settings)
+    result = base.finish(objective, best["removed"], history, settings)
     result.options["segment_scores"] = {
         "-".join(map(str, segment)): cost for segment, cost in segment_costs.items()
     }

@@ -33,73 +33,48 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
-from pruning.search.base import (
-    SearchResult,
-    SubsetObjective,
-    as_key,
-    check_budget,
-    check_prior_kind,
-    check_prior_use,
-    eligible_blocks,
-    finish,
-    lowest,
-    parse_options,
-    prior_scores,
-    removal_weights,
-)
-
-DETERMINISTIC = False
-"""Whether the result is the same under every seed (the single-block prior): the seed draws the initial
-population, crossover and mutation."""
+from pruning.search import base
 
 
 @dataclass
-class Options:
+class Options(base.SearchOptions):
     """Settings of the prior-guided genetic algorithm (defaults: the study's)."""
 
-    population: int = 16
+    population: int = base.integer(16, minimum=2)
     """Individuals per generation."""
     elitism: float = 0.2
     """Fraction of the population copied unchanged into the next generation (at least one)."""
     mutation: float = 0.15
     """Probability that each removed block of a child is swapped for a kept block."""
-    generations: int = 10
+    generations: int = base.integer(10, minimum=0)
     """Rounds of breeding after the seeded initial population."""
-    tournament: int = 2
+    tournament: int = base.integer(2)
     """Tournament size of parent selection."""
     temperature: float = 0.25
     """Softness of the prior bias: weights ∝ exp(−rank/temperature), rank in [0, 1]."""
-    prior: str = "single_block"
+    prior: str = base.one_of("single_block", base.PRIOR_KINDS)
     """``single_block`` (the study's prior) or ``random`` (a seeded random ranking: the control)."""
-    prior_use: str = "paper"
+    prior_use: str = base.one_of("paper", base.PRIOR_USES)
     """``paper``: the prior biases the initial population only; ``strong``: also every mutation."""
 
-    def __post_init__(self):
-        check_prior_kind(self.prior)
-        check_prior_use(self.prior_use)
-        if not isinstance(self.population, int) or self.population < 2:
-            raise ValueError(f"population must be an integer >= 2, got {self.population!r}")
+    def check(self):
         if not 0 <= self.elitism < 1:
             raise ValueError(f"elitism must be in [0, 1), got {self.elitism!r}")
         if not 0 <= self.mutation <= 1:
             raise ValueError(f"mutation must be in [0, 1], got {self.mutation!r}")
-        if not isinstance(self.generations, int) or self.generations < 0:
-            raise ValueError(f"generations must be a non-negative integer, got {self.generations!r}")
-        if not isinstance(self.tournament, int) or self.tournament < 1:
-            raise ValueError(f"tournament must be a positive integer, got {self.tournament!r}")
         if self.temperature <= 0:
             raise ValueError(f"temperature must be positive, got {self.temperature!r}")
 
 
 def _sample_set(rng: np.random.Generator, weights: np.ndarray, budget: int) -> frozenset[int]:
-    return as_key(rng.choice(len(weights), size=budget, replace=False, p=weights))
+    return base.as_key(rng.choice(len(weights), size=budget, replace=False, p=weights))
 
 
 def _crossover(rng: np.random.Generator, first: frozenset[int], second: frozenset[int], budget: int):
     common = sorted(first & second)
     either = sorted(first ^ second)
     fill = rng.choice(either, size=budget - len(common), replace=False) if either else []
-    return as_key([*common, *fill])
+    return base.as_key([*common, *fill])
 
 
 def _mutate(rng: np.random.Generator, child: frozenset[int], weights: np.ndarray, rate: float):
@@ -117,12 +92,12 @@ def _mutate(rng: np.random.Generator, child: frozenset[int], weights: np.ndarray
         replacement = int(rng.choice(kept, p=probabilities))
         removed.discard(block)
         removed.add(replacement)
-    return as_key(removed)
+    return base.as_key(removed)
 
 
-def eligible_weights(objective: SubsetObjective, weights: np.ndarray) -> np.ndarray:
+def eligible_weights(objective: base.SubsetObjective, weights: np.ndarray) -> np.ndarray:
     """``weights`` with the protected blocks at zero, renormalised (unchanged when none is protected)."""
-    eligible = eligible_blocks(objective)
+    eligible = base.eligible_blocks(objective)
     if len(eligible) == len(weights):
         return weights
     masked = np.zeros_like(weights)
@@ -130,31 +105,25 @@ def eligible_weights(objective: SubsetObjective, weights: np.ndarray) -> np.ndar
     return masked / masked.sum()
 
 
+@base.define_search(Options, deterministic=False)
 def search(
-    objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True, **options
-) -> SearchResult:
+    objective: base.SubsetObjective, budget: int, settings: Options, seed: int, progress: bool
+) -> base.SearchResult:
     """Evolve a population of size-M removal sets, seeded under the prior (and, ``strong``, mutated under it).
 
-    Args:
-        objective: scores removal sets (lower is better).
-        budget: M, the number of blocks to remove.
-        seed: seeds every random choice.
-        progress: show a progress bar over generations.
-        **options: see :class:`Options`.
+    The seed draws every random choice; the progress bar counts generations.
 
     Returns:
         The best removal set ever scored, its loss, and per generation the best and mean loss.
     """
-    settings = parse_options(Options, options, "genetic")
-    check_budget(objective, budget)
     rng = np.random.default_rng(seed)
-    scores = prior_scores(objective, settings.prior, seed)
-    weights = eligible_weights(objective, removal_weights(scores, settings.temperature))
+    scores = base.prior_scores(objective, settings.prior, seed)
+    weights = eligible_weights(objective, base.removal_weights(scores, settings.temperature))
     uniform = eligible_weights(objective, np.full(objective.num_blocks, 1 / objective.num_blocks))
     mutation_weights = weights if settings.prior_use == "strong" else uniform
     ranked = np.where(weights > 0, scores, np.inf)  # the one-shot set among the eligible blocks
     # No more distinct individuals exist than C(N, M); stop re-drawing duplicates after a few tries.
-    population = [as_key(lowest(ranked, budget))]
+    population = [base.as_key(base.lowest(ranked, budget))]
     for _ in range(settings.population * 20):
         if len(population) == settings.population:
             break
@@ -197,4 +166,4 @@ def search(
                     break
             next_population.append(child)
         population = next_population
-    return finish(objective, best[1], history, settings)
+    return base.finish(objective, best[1], history, settings)

@@ -14,46 +14,22 @@ in the step's history with their lower bound instead of under ``candidates``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from tqdm.auto import tqdm
 
-from pruning.search.base import (
-    SearchResult,
-    SubsetObjective,
-    as_key,
-    check_budget,
-    finish,
-    parse_options,
-    rank_lowest,
-)
-
-DETERMINISTIC = True
-"""Whether the result is the same under every seed (the single-block prior): the seed is ignored."""
+from pruning.search import base
 
 
-@dataclass
-class Options:
-    """Greedy elimination has no settings (deterministic; the seed is ignored)."""
-
-
+@base.define_search(deterministic=True)
 def search(
-    objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True, **options
-) -> SearchResult:
+    objective: base.SubsetObjective, budget: int, settings: base.SearchOptions, seed: int, progress: bool
+) -> base.SearchResult:
     """Remove blocks one at a time, each time the one that hurts the calibration loss least.
 
-    Args:
-        objective: scores removal sets (lower is better).
-        budget: M, the number of blocks to remove.
-        seed: unused (deterministic).
-        progress: show a progress bar over candidate evaluations.
-        **options: none are accepted.
+    The seed is unused (deterministic); the progress bar counts candidate evaluations.
 
     Returns:
         The removal set, its loss, and per step the chosen block and the candidates' losses.
     """
-    settings = parse_options(Options, options, "greedy")
-    check_budget(objective, budget)
     num_blocks = objective.num_blocks
     total = sum(num_blocks - step for step in range(budget))
     removed: list[int] = []
@@ -61,9 +37,8 @@ def search(
     with tqdm(total=total, desc="greedy", disable=not progress, leave=False) as bar:
         for step in range(budget):
             blocks = [block for block in range(num_blocks) if block not in removed]
-            ranked = rank_lowest(
-                objective, [as_key([*removed, block]) for block in blocks], keep=1, bases=[as_key(removed)]
-            )
+            extended = [base.as_key([*removed, block]) for block in blocks]
+            ranked = base.rank_lowest(objective, extended, keep=1, bases=[base.as_key(removed)])
             bar.update(len(blocks))
             candidates = {block: answer.loss for block, answer in zip(blocks, ranked) if answer.exact}
             chosen = min(candidates, key=lambda block: (candidates[block], block))
@@ -78,4 +53,4 @@ def search(
             if stopped:
                 entry["stopped"] = stopped
             history.append(entry)
-    return finish(objective, removed, history, settings)
+    return base.finish(objective, removed, history, settings)

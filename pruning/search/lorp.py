@@ -50,46 +50,22 @@ from dataclasses import dataclass
 import numpy as np
 
 from depthprune.core.errors import UserError
-from pruning.search.base import (
-    SearchResult,
-    SubsetObjective,
-    check_budget,
-    finish,
-    parse_options,
-    protected_blocks,
-)
-
-DETERMINISTIC = False
-"""Whether the result is the same under every seed (the single-block prior): the seed is the spectral
-clustering's ``random_state``."""
+from pruning.search import base
 
 
 @dataclass
-class Options:
+class Options(base.SearchOptions):
     """Settings of LoRP (its defaults are the published ones)."""
 
-    num_clusters: int | None = None
+    num_clusters: int | None = base.integer(None, minimum=0, optional=True)
     """K, the number of spectral clusters; None (or 0) = the RLS rule (2, 3 or 4)."""
-    protect_first: bool = True
+    protect_first: bool = base.flag(True)
     """Never remove block 0."""
-    protect_last: bool = True
+    protect_last: bool = base.flag(True)
     """Never remove block N−1."""
 
-    def __post_init__(self):
-        if self.num_clusters is not None and (
-            isinstance(self.num_clusters, bool)
-            or not isinstance(self.num_clusters, int)
-            or self.num_clusters < 0
-        ):
-            raise ValueError(
-                f"num_clusters must be a non-negative integer or null, got {self.num_clusters!r}"
-            )
-        for name in ("protect_first", "protect_last"):
-            if not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
 
-
-def similarity_matrix(objective: SubsetObjective) -> np.ndarray:
+def similarity_matrix(objective: base.SubsetObjective) -> np.ndarray:
     """The objective's ``[N, N]`` block-input similarity, checked, as float64 with LoRP's unit diagonal."""
     similarity = np.array(objective.block_input_similarity(), dtype=np.float64)
     num_blocks = objective.num_blocks
@@ -245,17 +221,12 @@ def finite_or_none(value: float) -> float | None:
     return float(value) if math.isfinite(value) else None
 
 
+@base.define_search(Options, deterministic=False)
 def search(
-    objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True, **options
-) -> SearchResult:
-    """Remove ``budget`` blocks by LoRP's locality-aware clustering and two-stage allocation.
-
-    Args:
-        objective: provides ``block_input_similarity()`` and scores the result.
-        budget: M, the number of blocks to remove.
-        seed: the spectral clustering's ``random_state``.
-        progress: unused.
-        **options: see :class:`Options`.
+    objective: base.SubsetObjective, budget: int, settings: Options, seed: int, progress: bool
+) -> base.SearchResult:
+    """Remove ``budget`` blocks by LoRP's locality-aware clustering (of ``block_input_similarity()``) and
+    two-stage allocation. The seed is the spectral clustering's ``random_state``; no progress bar.
 
     Returns:
         The removal set, its calibration loss, one history entry per block chosen (stage, cluster, the
@@ -264,13 +235,11 @@ def search(
     Raises:
         UserError: a bad budget or option, fewer eligible blocks than M, or more clusters than blocks.
     """
-    settings = parse_options(Options, options, "lorp")
-    check_budget(objective, budget)
     num_blocks = objective.num_blocks
     protected = (
         ({0} if settings.protect_first else set())
         | ({num_blocks - 1} if settings.protect_last else set())
-        | set(protected_blocks(objective))
+        | set(base.protected_blocks(objective))
     )
     if num_blocks - len(protected) < budget:
         raise UserError(
@@ -286,7 +255,7 @@ def search(
     chosen, history = allocate(similarity, labels, clusters, budget, protected)
     members = cluster_members(labels, clusters)
     score = np.mean([member_redundancy(similarity, block, members[labels[block]]) for block in chosen])
-    result = finish(objective, chosen, history, settings)
+    result = base.finish(objective, chosen, history, settings)
     result.options.update(
         rls=finite_or_none(rls),
         off_diagonal_similarity=off_diagonal,

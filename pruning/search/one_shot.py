@@ -16,62 +16,39 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from pruning.search.base import (
-    SearchResult,
-    SubsetObjective,
-    check_budget,
-    check_prior_kind,
-    finish,
-    lowest,
-    parse_options,
-    prior_scores,
-    rank_prior,
-)
-
-DETERMINISTIC = True
-"""Whether the result is the same under every seed (the single-block prior): it removes the M lowest
-single-block scores; the seed is used only by the random-prior control."""
+from pruning.search import base
 
 
 @dataclass
-class Options:
+class Options(base.SearchOptions):
     """Settings of the one-shot search."""
 
-    prior: str = "single_block"
+    prior: str = base.one_of("single_block", base.PRIOR_KINDS)
     """``single_block`` (the study's) or ``random`` (a seeded random ranking: the control)."""
 
-    def __post_init__(self):
-        check_prior_kind(self.prior)
 
-
+@base.define_search(Options, deterministic=True)
 def search(
-    objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True, **options
-) -> SearchResult:
+    objective: base.SubsetObjective, budget: int, settings: Options, seed: int, progress: bool
+) -> base.SearchResult:
     """Remove the ``budget`` blocks with the lowest prior score.
 
-    Args:
-        objective: scores removal sets (lower is better).
-        budget: M, the number of blocks to remove.
-        seed: only used by ``prior="random"``.
-        progress: unused (the prior is computed by the evaluator with its own progress bar).
-        **options: see :class:`Options`.
+    The seed is used only by ``prior="random"``; no progress bar (the evaluator shows the prior's).
 
     Returns:
         The removal set, its calibration loss, the prior as history.
     """
-    settings = parse_options(Options, options, "one_shot")
-    check_budget(objective, budget)
     if settings.prior == "single_block":
-        ranked = rank_prior(objective, budget)
+        ranked = base.rank_prior(objective, budget)
         if len(ranked) != objective.num_blocks:
             raise ValueError(f"the prior has {len(ranked)} entries, expected {objective.num_blocks}")
         # A lower bound is above the M-th lowest loss: it never makes the M lowest.
         scores = np.array([answer.loss for answer in ranked], dtype=np.float64)
         stopped = [block for block, answer in enumerate(ranked) if not answer.exact]
     else:
-        scores, stopped = prior_scores(objective, settings.prior, seed), []
-    removed = lowest(scores, budget)
+        scores, stopped = base.prior_scores(objective, settings.prior, seed), []
+    removed = base.lowest(scores, budget)
     history = [{"step": 0, "prior": [float(value) for value in scores], "removed": removed}]
     if stopped:
         history[0]["stopped"] = stopped
-    return finish(objective, removed, history, settings)
+    return base.finish(objective, removed, history, settings)

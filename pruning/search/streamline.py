@@ -25,47 +25,24 @@ from dataclasses import dataclass
 import numpy as np
 
 from depthprune.core.errors import UserError
-from pruning.search.base import (
-    SearchResult,
-    SubsetObjective,
-    check_budget,
-    finish,
-    parse_options,
-    protected_blocks,
-)
+from pruning.search import base
 from pruning.search.lorp import similarity_matrix
-
-DETERMINISTIC = True
-"""Whether the result is the same under every seed (the single-block prior): the seed is ignored."""
 
 
 @dataclass
-class Options:
+class Options(base.SearchOptions):
     """Settings of LLM-Streamline's selection (the default is the published one)."""
 
-    latter_barrier: int = 1
+    latter_barrier: int = base.integer(1)
     """How many last blocks can never be removed (at least 1: the output of block N−1 is not compared)."""
 
-    def __post_init__(self):
-        if (
-            isinstance(self.latter_barrier, bool)
-            or not isinstance(self.latter_barrier, int)
-            or self.latter_barrier < 1
-        ):
-            raise ValueError(f"latter_barrier must be an integer >= 1, got {self.latter_barrier!r}")
 
-
+@base.define_search(Options, deterministic=True)
 def search(
-    objective: SubsetObjective, budget: int, *, seed: int = 0, progress: bool = True, **options
-) -> SearchResult:
-    """Remove the contiguous ``budget`` blocks whose boundary states are most similar.
-
-    Args:
-        objective: provides ``block_input_similarity()`` and scores the result.
-        budget: M, the number of blocks to remove.
-        seed: unused (deterministic).
-        progress: unused.
-        **options: see :class:`Options`.
+    objective: base.SubsetObjective, budget: int, settings: Options, seed: int, progress: bool
+) -> base.SearchResult:
+    """Remove the contiguous ``budget`` blocks whose boundary states (``block_input_similarity()``) are
+    most similar. Seed and progress are unused (deterministic, one step).
 
     Returns:
         The removal set [s, s + M), its calibration loss, and every allowed start's score as history.
@@ -73,10 +50,8 @@ def search(
     Raises:
         UserError: a bad budget or option, or no allowed start (M > N − 1 − ``latter_barrier``).
     """
-    settings = parse_options(Options, options, "streamline")
-    check_budget(objective, budget)
     num_blocks = objective.num_blocks
-    protected = protected_blocks(objective)
+    protected = base.protected_blocks(objective)
     starts = [
         start
         for start in range(1, num_blocks - budget - settings.latter_barrier + 1)
@@ -96,6 +71,6 @@ def search(
     history = [
         {"step": 0, "starts": list(starts), "boundary_similarity": scores, "start": best, "removed": removed}
     ]
-    result = finish(objective, removed, history, settings)
+    result = base.finish(objective, removed, history, settings)
     result.options.update(start=best, boundary_similarity=scores[starts.index(best)])
     return result

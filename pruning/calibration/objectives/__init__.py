@@ -1,7 +1,8 @@
 """Calibration objectives: one module per objective, each ``loss(batch, hidden, head, reference)``.
 
 The registry of objectives and their facts is :data:`depthprune.core.objectives.OBJECTIVES` (ground layer,
-shared with the server); the module here named like an entry computes its loss. Every loss has the same
+shared with the server); the module here named like an entry computes its loss, and :data:`LOSSES` follows
+from that table (imported on first use, checked against :class:`Loss`). Every loss has the same
 signature::
 
     loss(batch, hidden, head, reference) -> per-sample losses  # a tensor [batch.num_samples]
@@ -20,23 +21,38 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from depthprune.core.objectives import OBJECTIVES, Objective, get_objective
-from pruning.calibration.objectives import kl, perplexity, task_ce, task_margin
+from depthprune.core.registry_table import NamedTable
 
 if TYPE_CHECKING:
+    import torch
+
     from pruning.calibration.config import CalibrationConfig
+    from pruning.calibration.objectives.batches import CalibrationBatch, Head, Reference
 
-__all__ = ["LOSSES", "OBJECTIVES", "Objective", "configured_loss", "get_objective", "loss_of"]
+__all__ = ["LOSSES", "Loss", "OBJECTIVES", "Objective", "configured_loss", "get_objective", "loss_of"]
 
-LOSSES: dict[str, Callable] = {
-    "perplexity": perplexity.loss,
-    "task_margin": task_margin.loss,
-    "task_ce": task_ce.loss,
-    "kl": kl.loss,
-}
-"""Each objective's loss, by its name in :data:`OBJECTIVES` (one entry per objective, checked by a test)."""
+
+@runtime_checkable
+class Loss(Protocol):
+    """The one signature of every objective's loss (further keyword parameters, each with a default, are
+    the objective's ``parameters``)."""
+
+    def __call__(
+        self, batch: CalibrationBatch, hidden: torch.Tensor, head: Head, reference: Reference | None = None
+    ) -> torch.Tensor:
+        """Per-sample losses ``[batch.num_samples]``; lower is better."""
+
+
+LOSSES: NamedTable[Loss] = NamedTable(
+    "loss",
+    {name: f"{__name__}.{name}:loss" for name in OBJECTIVES},
+    interface=Loss,
+)
+"""Each objective's loss, by its name in :data:`OBJECTIVES`: the function ``loss`` of the module of that
+name here (``perplexity.loss``), so adding an objective adds its loss."""
 
 
 def loss_of(objective: Objective) -> Callable:
