@@ -67,6 +67,8 @@ CONTROL, AA_ARM = "dense", "dense-aa"
 VARIANT_ARMS = ("ppl-best", "ce-best", "ppl-best+patch")
 """The demo's variants as arms: its two aliases and its repaired child (``depthprune.cli.demo_repair``)."""
 OFF_EXPERIMENT = "online-off"
+HOME_PLACEHOLDER = "$DEPTHPRUNE_HOME"
+"""What the record says instead of the demo home's path (tests/test_study_paths.py)."""
 OFFLINE_TASKS = ("pydoc", "gcide")
 """The offline suite's perplexity tasks the online order is compared with."""
 SERVE_OPTIONS = ("--dtype", "float32", "--max-model-len", "512", "--vllm-arg=--enforce-eager")
@@ -609,6 +611,9 @@ def run(config: OnlineQualityConfig, command: str) -> dict[str, Any]:
         "blocks": measured["blocks"],
         "failures": measured["ledger"]["failures"],
     }
+    if config.home is not None:
+        # a committed record names no machine's directories: the demo home is written as the variable
+        record = json.loads(json.dumps(record).replace(str(config.home), HOME_PLACEHOLDER))
     if config.out is not None:
         config.out.parent.mkdir(parents=True, exist_ok=True)
         config.out.write_text(json.dumps(record, indent=1) + "\n")
