@@ -11,6 +11,7 @@ ENV DEPTHPRUNE_HOME=/data \
 WORKDIR /opt/depthprune
 COPY pyproject.toml README.md ./
 COPY depthprune ./depthprune
+COPY ground ./ground
 COPY pruning ./pruning
 COPY registry ./registry
 COPY server ./server

@@ -1,7 +1,7 @@
 """Benchmark: capacity at a latency objective, dense against a variant with 25 % of its blocks removed.
 
 What it does (every process it starts is stopped at the end):
-1. takes the demo model (16 blocks; ``depthprune.demo.model.ensure_demo_model()``) or ``--model``, and a
+1. takes the demo model (16 blocks; ``ground.demo.model.ensure_demo_model()``) or ``--model``, and a
    variant without round(N/4) evenly spread blocks, or the ``--variant NAME=DIR`` checkpoints
    (``benchmarks.bench_loadtest.prepare_models``);
 2. starts one vLLM CPU server per model and the gateway in front (``bench_loadtest.start_servers``), in

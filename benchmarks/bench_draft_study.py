@@ -87,7 +87,7 @@ def prune_drafts(args: argparse.Namespace) -> list[Draft]:
 
 def search_drafts(args: argparse.Namespace) -> list[Draft]:
     """One search per objective and M (the registry's score memo makes a further M nearly free)."""
-    from depthprune.core.objectives import OBJECTIVES, TEXT
+    from ground.core.objectives import OBJECTIVES, TEXT
     from pruning.calibration.config import CalibrationConfig
     from pruning.model.sources import resolve_model
     from pruning.pipeline.config import prune_config_from

@@ -2,7 +2,7 @@
 when served, and does ``depthprune loadtest`` agree with ``vllm bench serve`` on the same backend?
 
 What it does (every process it starts is stopped at the end):
-1. takes the demo model (``depthprune.demo.model.ensure_demo_model()``) or ``--model DIR``;
+1. takes the demo model (``ground.demo.model.ensure_demo_model()``) or ``--model DIR``;
 2. writes a variant without round(N/4) evenly spread blocks
    (``pruning.model.checkpoint.write_pruned_checkpoint``), or serves the checkpoints given as ``--variant
    NAME=DIR`` (e.g. a searched variant and its healed child);
@@ -30,7 +30,6 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from depthprune.demo.paths import data_file
 from depthprune.testing.servers import (
     free_port,
     gateway_command,
@@ -39,6 +38,7 @@ from depthprune.testing.servers import (
     vllm_command,
     wait_until_up,
 )
+from ground.demo.paths import data_file
 from loadtest.benchmark import Benchmark, Measurement, build_result, run
 from loadtest.compare import BlockCounts, geometric_mean
 from loadtest.config import LoadConfig
@@ -254,7 +254,7 @@ def prepare_models(args: argparse.Namespace, out: Path) -> BenchModels:
     """Steps 1-2: the dense model (the demo model unless ``--model``) and its variants: the ``--variant``
     checkpoints, else one written without evenly spread blocks (if missing)."""
     if args.model is None:
-        from depthprune.demo.model import ensure_demo_model
+        from ground.demo.model import ensure_demo_model
 
         model_dir = Path(ensure_demo_model())
     else:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 from scipy.stats import spearmanr
 
-from depthprune.planning.devices import resolve_device, resolve_dtype
+from ground.planning.devices import resolve_device, resolve_dtype
 from pruning.calibration.config import CalibrationConfig
 from pruning.calibration.data.items import ChoiceSamples
 from pruning.calibration.data.sampling import sample_stream_windows

@@ -202,7 +202,7 @@ def demo_variants(registry) -> dict[str, Any]:
 
 def open_demo(config: OnlineQualityConfig):
     """The home's registry and its arms' variants, running ``depthprune demo`` first when asked."""
-    from depthprune.core.errors import UserError
+    from ground.core.errors import UserError
     from registry import open_registry
 
     url = f"sqlite:///{config.home.resolve() / 'registry.db'}"

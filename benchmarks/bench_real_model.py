@@ -223,7 +223,7 @@ def main() -> None:
     parser.add_argument("--force", action="store_true", help="run stages again although their records exist")
     parser.add_argument("--no-write", action="store_true", help="print the sections, do not edit the docs")
     args = parser.parse_args()
-    from depthprune.core.settings import home_dir
+    from ground.core.settings import home_dir
 
     args.results = args.results or home_dir() / "bench-real-model"
     args.results.mkdir(parents=True, exist_ok=True)

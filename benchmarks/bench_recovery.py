@@ -38,9 +38,9 @@ import httpx
 import psutil
 
 from benchmarks.docs_section import write_section
-from depthprune.core.checksums import weights_sha256
 from depthprune.testing.models import save_tiny_model
 from depthprune.testing.servers import running_gateway
+from ground.core.checksums import weights_sha256
 from pruning.model.checkpoint import write_pruned_checkpoint
 
 SECTION = "## Recovery"

@@ -60,10 +60,10 @@ DATA = {
 
 def resolve(args) -> tuple[str, str]:
     """The model directory and the data family (``real`` or ``demo``)."""
-    from depthprune.demo.paths import find_demo_dir
+    from ground.demo.paths import find_demo_dir
 
     if args.model == "demo":
-        from depthprune.demo.model import ensure_demo_model
+        from ground.demo.model import ensure_demo_model
 
         return str(ensure_demo_model(progress=True)), "demo"
     model = canonical_model(args.model)

@@ -23,8 +23,8 @@ from pathlib import Path
 import torch
 
 from benchmarks.docs_section import DOCS, write_section
-from depthprune.demo.model import ensure_demo_model
-from depthprune.demo.recipe import RECIPES
+from ground.demo.model import ensure_demo_model
+from ground.demo.recipe import RECIPES
 from pruning.calibration.config import CalibrationConfig
 from pruning.calibration.scoring.build import build_evaluator
 from pruning.pipeline.prune import parse_searches, run_searches

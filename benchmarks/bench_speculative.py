@@ -42,8 +42,8 @@ LOADTEST_ARGS = ["--aa", "--input-len", "64", "--output-len", "64"]
 
 def register(out: Path, dense: Path, variant: Path) -> str:
     """Step 1: a registry at ``out/registry.db`` holding dense and ``v25``; its URL."""
-    from depthprune.core.checksums import weights_sha256
     from depthprune.testing.variants import register_example_base, register_example_variant
+    from ground.core.checksums import weights_sha256
     from registry import open_registry
 
     url = f"sqlite:///{out / 'registry.db'}"

@@ -40,11 +40,11 @@ import subprocess
 import time
 from pathlib import Path
 
-from depthprune.core.files import write_text_atomically
-from depthprune.planning import CalibrationSizes, plan_devices, plan_prune
-from depthprune.planning.parameters import count_parameters
-from depthprune.planning.shape import model_shape
 from depthprune.testing.public_configs import public_config
+from ground.core.files import write_text_atomically
+from ground.planning import CalibrationSizes, plan_devices, plan_prune
+from ground.planning.parameters import count_parameters
+from ground.planning.shape import model_shape
 
 PAPER_SAMPLES, PAPER_SEQ_LEN, PAPER_DROP = 64, 2048, 7
 """The study's calibration (64 windows of 2,048 tokens) and Table 4's budget."""

@@ -35,7 +35,7 @@ def matmul_gflops(seconds: float = 2.0) -> float:
 
 def main() -> None:
     """Print ``{"matmul_gflops", "threads", "load_1m", "load_5m", "cpus", "cpu"}`` as one JSON line."""
-    from depthprune.planning.devices import cpu_model
+    from ground.planning.devices import cpu_model
 
     load_1m, load_5m, _ = os.getloadavg()
     speed = {

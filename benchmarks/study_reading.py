@@ -21,7 +21,7 @@ import json
 import sys
 from pathlib import Path
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from pruning.study.reading import reading_facts, render_reading, write_reading
 
 

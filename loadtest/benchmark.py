@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from depthprune.planning.devices import cpu_model
+from ground.planning.devices import cpu_model
 from loadtest.client import RequestResult
 from loadtest.compare import BlockCounts, aa_entry, comparison_entry, ratio_estimates
 from loadtest.config import LoadConfig
@@ -47,7 +47,7 @@ class SweepConfig:
     """No new step starts after this many seconds."""
 
     def __post_init__(self):
-        from depthprune.core.errors import UserError
+        from ground.core.errors import UserError
 
         if self.start_rate is not None and not (self.start_rate > 0 and math.isfinite(self.start_rate)):
             raise UserError("the sweep's start rate must be a positive finite number")
@@ -264,7 +264,7 @@ def summarize_measurement(
 
 def result_header(*, target: str, targets: dict[str, str], config: LoadConfig, baseline: str, tokenizer: str):
     """What every result starts with: the tool, when, where, on what hardware, with which load settings."""
-    from depthprune.core.version import __version__
+    from ground.core.version import __version__
 
     return {
         "tool": "depthprune loadtest",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from loadtest.compare import BlockCounts
 
 

@@ -52,7 +52,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from loadtest.bracket import Bracket
 from loadtest.metrics import compute_metrics
 from loadtest.prompts import Prompt

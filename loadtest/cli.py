@@ -21,9 +21,9 @@ from urllib.parse import urlparse
 
 import typer
 
-from depthprune.core.cli_options import cli, option_group, with_options
-from depthprune.core.errors import UserError
-from depthprune.core.options import JsonOptions, RegistryOptions
+from ground.core.cli_options import cli, option_group, with_options
+from ground.core.errors import UserError
+from ground.core.options import JsonOptions, RegistryOptions
 from loadtest.benchmark import SweepConfig
 from loadtest.capacity import CapacityConfig
 from loadtest.compare import parse_blocks_overrides

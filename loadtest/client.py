@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import aiohttp
 import httpx
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 
 CONNECT_TIMEOUT_S = 10.0
 """Seconds to open a TCP connection: a server that does not accept by then is down, not busy."""

@@ -17,7 +17,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from loadtest.intervals import RatioEstimate, estimate_ratio, speedup_verdict
 
 THROUGHPUT_KEYS = ("request_throughput", "output_throughput", "total_token_throughput")

@@ -1,6 +1,6 @@
 """The settings of one load test, as a dataclass the registry stores with every serving benchmark.
 
-Its fields are also ``depthprune loadtest``'s options (:mod:`depthprune.core.cli_options`): each field's
+Its fields are also ``depthprune loadtest``'s options (:mod:`ground.core.cli_options`): each field's
 ``cli`` metadata holds what the command line says differently (its help, name or typed form).
 """
 
@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 
-from depthprune.core.cli_options import cli
-from depthprune.core.errors import UserError
-from depthprune.core.options import SEED_HELP
+from ground.core.cli_options import cli
+from ground.core.errors import UserError
+from ground.core.options import SEED_HELP
 
 
 def parse_rate(text: str) -> float:

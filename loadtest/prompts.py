@@ -22,8 +22,8 @@ from typing import Protocol
 
 import httpx
 
-from depthprune.core.errors import UserError
-from depthprune.demo.paths import built_data_file
+from ground.core.errors import UserError
+from ground.demo.paths import built_data_file
 
 # Common English words for synthetic prompts when the tokenizer's own vocabulary is not at hand.
 ENGLISH_WORDS = (

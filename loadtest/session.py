@@ -30,7 +30,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from loadtest.benchmark import AA_ARM_SUFFIX, Benchmark, SweepConfig, build_result, result_header, run
 from loadtest.blocks import block_counts
 from loadtest.capacity import CapacityConfig, CapacitySearch, search_capacity

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from loadtest.metrics import percentile_key
 
 SLO_KEY = re.compile(r"(ttft|tpot|itl|e2e)_p([0-9]+(?:\.[0-9]+)?)_ms")
@@ -100,7 +100,7 @@ def parse_slo(text: str) -> Slo:
         UserError: an empty item, an unknown key, one objective given twice (``ttft_p99.0_ms`` is
             ``ttft_p99_ms``), a missing ``=``, or a target that is not a positive finite number of ms.
     """
-    from depthprune.core.lists import option_items
+    from ground.core.lists import option_items
 
     objectives: dict[str, Objective] = {}
     for item in option_items(text, "--slo", EXAMPLE):

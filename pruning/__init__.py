@@ -16,7 +16,7 @@ keeps it so):
 Names are resolved on first use, so ``import pruning`` does not import torch.
 """
 
-from depthprune.core.lazy import lazy_exports
+from ground.core.lazy import lazy_exports
 
 _EXPORTS = {
     "prune": "pruning.pipeline.prune",

@@ -10,7 +10,7 @@ Command line: ``depthprune variants list|show|compare|alias|export|rm``.
 
 from __future__ import annotations
 
-from depthprune.core.lazy import lazy_exports
+from ground.core.lazy import lazy_exports
 
 _EXPORTS = {
     "DENSE": "registry.naming",

@@ -33,9 +33,9 @@ from pathlib import Path
 from sqlalchemy import Engine, select
 from sqlalchemy.orm import Session
 
-from depthprune.core.errors import UserError
-from depthprune.core.objectives import objective_label
-from depthprune.core.settings import default_registry_url
+from ground.core.errors import UserError
+from ground.core.objectives import objective_label
+from ground.core.settings import default_registry_url
 from registry.database import WRITE_OPTION, create_registry_engine, display_url, retrying
 from registry.infos import (
     MEASUREMENT_TABLES,
@@ -80,7 +80,7 @@ def open_registry(url: str | None = None) -> Registry:
     """Connect to the registry, creating or upgrading its schema.
 
     Args:
-        url: SQLAlchemy URL; default :func:`depthprune.core.settings.default_registry_url` (the
+        url: SQLAlchemy URL; default :func:`ground.core.settings.default_registry_url` (the
             ``DEPTHPRUNE_REGISTRY_URL`` environment variable, else a SQLite file under ``DEPTHPRUNE_HOME``).
 
     Returns:
@@ -179,7 +179,7 @@ class Registry:
         Args:
             model: hub id or local directory (a directory is stored as its absolute path).
             revision: hub revision, if any.
-            weights_sha256: :func:`depthprune.core.checksums.weights_sha256` of its weights.
+            weights_sha256: :func:`ground.core.checksums.weights_sha256` of its weights.
             num_blocks: number of decoder blocks N.
             architecture: ``config.model_type``.
             path: local directory of the weights (defaults to ``model`` when that is a directory).

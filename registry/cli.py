@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from depthprune.core.cli_options import cli, option_group, with_options
-from depthprune.core.errors import UserError
-from depthprune.core.options import JsonOptions, RegistryOptions
+from ground.core.cli_options import cli, option_group, with_options
+from ground.core.errors import UserError
+from ground.core.options import JsonOptions, RegistryOptions
 from registry.naming import display_number
 
 if TYPE_CHECKING:
@@ -324,7 +324,7 @@ def alias(
         )
     with _open(where.registry) as registry:
         if best is not None:
-            from depthprune.core.objectives import best_alias
+            from ground.core.objectives import best_alias
             from registry.selection import best_for_objective
 
             alias_name = alias_name or best_alias(best)
@@ -373,7 +373,7 @@ class ExportOptions:
 @with_options
 def export(options: ExportOptions, where: RegistryOptions, output: JsonOptions) -> None:
     """Export every variant with its evaluations and serving benchmarks as JSON or CSV."""
-    from depthprune.core.files import write_text_atomically
+    from ground.core.files import write_text_atomically
     from registry.export import FORMATS, export_document, render_export
 
     out, export_format = options.out, options.export_format

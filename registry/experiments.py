@@ -49,7 +49,7 @@ from sqlalchemy import func, select, text
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.orm import Session
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from registry.database import SQLITE_BUSY_TIMEOUT_MS, WRITE_OPTION, retrying
 from registry.naming import check_name
 from registry.tables import ExperimentChangeRow, ExperimentRow, utc, utc_now

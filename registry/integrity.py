@@ -8,7 +8,7 @@ registry stores a *manifest*, ``{file name: sha256}`` of every such file
 the directory with it before a backend is started or restarted; a file changed, missing or added (a second
 weights file) is refused with its name. Other files (``README.md``, notes) may change freely.
 
-The weights checksum (:func:`depthprune.core.checksums.weights_sha256`) stays as it was, the identity of the
+The weights checksum (:func:`ground.core.checksums.weights_sha256`) stays as it was, the identity of the
 weights that pruning and the variants' ``base_weights_sha256`` refer to; :func:`hash_model_files` computes it
 in the same pass. Rows registered before manifests existed have none: they are checked by that checksum
 alone, until they are registered again.
@@ -21,8 +21,8 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from depthprune.core.checksums import WEIGHT_PATTERNS, released_weights, weights_sha256
-from depthprune.core.errors import UserError
+from ground.core.checksums import WEIGHT_PATTERNS, released_weights, weights_sha256
+from ground.core.errors import UserError
 
 MODEL_FILE_PATTERNS = (
     *WEIGHT_PATTERNS,
@@ -44,7 +44,7 @@ class ModelFiles:
     files: dict[str, str]
     """The manifest: ``{file name: sha256 of its bytes}``, sorted by name."""
     weights_sha256: str
-    """:func:`depthprune.core.checksums.weights_sha256` of the same directory."""
+    """:func:`ground.core.checksums.weights_sha256` of the same directory."""
 
 
 def is_model_file(name: str) -> bool:
@@ -76,7 +76,7 @@ def hash_model_files(directory: str | Path) -> ModelFiles:
     for name in model_file_names(directory):
         is_weights = any(fnmatch.fnmatch(name, pattern) for pattern in WEIGHT_PATTERNS)
         found_weights |= is_weights
-        if is_weights:  # the same bytes, in the same order, as depthprune.core.checksums.weights_sha256
+        if is_weights:  # the same bytes, in the same order, as ground.core.checksums.weights_sha256
             weights.update(name.encode())
         digest = hashlib.sha256()
         with (directory / name).open("rb") as handle:

@@ -14,7 +14,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 
 DENSE = "dense"
 """The name under which every base model itself is servable."""

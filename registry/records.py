@@ -19,7 +19,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from registry.naming import (
     DENSE,
     block_indices,
@@ -112,7 +112,7 @@ class VariantRecord:
     """Directory of the pruned checkpoint (made absolute); None when none was written. Registering again
     with None keeps the checkpoint already recorded."""
     checkpoint_sha256: str | None = None
-    """:func:`depthprune.core.checksums.weights_sha256` of that checkpoint, checked before serving."""
+    """:func:`ground.core.checksums.weights_sha256` of that checkpoint, checked before serving."""
     name: str | None = None
     """Name to register it under; None generates one (``llama-3-8b-ppl-greedy-m7-1a2b3c``, or the parent's
     name plus method and hash for a healed variant) or, when registering again, keeps the recorded one."""
@@ -188,7 +188,7 @@ class BaseModelInfo(_Record):
     revision: str | None
     """Hub revision, when one was given."""
     weights_sha256: str
-    """:func:`depthprune.core.checksums.weights_sha256` of the weights the variants were pruned from."""
+    """:func:`ground.core.checksums.weights_sha256` of the weights the variants were pruned from."""
     num_blocks: int
     """N, the number of decoder blocks."""
     architecture: str

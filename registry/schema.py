@@ -52,7 +52,7 @@ def migrate(engine: Engine) -> None:
     from alembic.runtime.migration import MigrationContext
     from alembic.util import CommandError
 
-    from depthprune.core.errors import UserError
+    from ground.core.errors import UserError
 
     config = alembic_config()
     with engine.connect().execution_options(**{WRITE_OPTION: True}) as connection:

@@ -4,7 +4,7 @@ Chosen by the lowest validation loss the quality gate recorded (``quality["valid
 variants of one base model whose search *used* that objective, that is:
 
 * every variant a search chose under the objective, except objective-free searches, whose choice ignores it
-  (:data:`depthprune.core.objectives.OBJECTIVE_FREE_SEARCHES`);
+  (:data:`ground.core.objectives.OBJECTIVE_FREE_SEARCHES`);
 * and their **training-free repaired children** (``heal --method patch``, ``prune --heal patch``) that carry
   a validation loss: measured by the parent's scorer, on the parent's validation data, under the parent's
   objective (:func:`pruning.pipeline.heldout.repaired_quality`), so it compares with the searched variants'.
@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import math
 
-from depthprune.core.errors import UserError
-from depthprune.core.objectives import OBJECTIVE_FREE_SEARCHES, canonical_objective, get_objective
+from ground.core.errors import UserError
+from ground.core.objectives import OBJECTIVE_FREE_SEARCHES, canonical_objective, get_objective
 from registry.records import VariantInfo
 
 REPAIR_METHODS = frozenset({"patch"})

@@ -21,8 +21,8 @@ import socket
 import time
 from pathlib import Path
 
-from depthprune.core.files import write_text_atomically
-from depthprune.core.settings import home_dir
+from ground.core.files import write_text_atomically
+from ground.core.settings import home_dir
 
 __all__ = ["active_leases", "remove_lease", "serving_gateways", "write_lease"]
 

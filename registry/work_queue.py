@@ -53,7 +53,7 @@ from typing import Any
 from sqlalchemy import and_, func, or_, select, update
 from sqlalchemy.orm import Session
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from registry.database import WRITE_OPTION, retrying
 from registry.tables import StudyCellRow, utc, utc_now
 

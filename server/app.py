@@ -63,7 +63,7 @@ def create_app(
     Returns:
         The ASGI application; run it with uvicorn.
     """
-    from depthprune.core.errors import UserError
+    from ground.core.errors import UserError
 
     try:
         router = build_router(settings, seed)

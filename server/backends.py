@@ -41,9 +41,9 @@ from pathlib import Path
 
 import httpx
 
-from depthprune.core.errors import UserError
-from depthprune.core.processes import stop_process_group
-from depthprune.core.settings import home_dir
+from ground.core.errors import UserError
+from ground.core.processes import stop_process_group
+from ground.core.settings import home_dir
 from server.replicas import ReplicaSet
 from server.settings import BackendSpec, GatewaySettings, VllmOptions
 
@@ -88,7 +88,7 @@ def is_cpu_build() -> bool:
 
 def engine_dtype(requested: str, cpu_build: bool) -> str:
     """The ``--dtype`` an engine is started with: ``auto`` is float32 on the CPU build, as every torch path of
-    depthprune chooses on CPU (:func:`depthprune.planning.devices.auto_device_dtype`).
+    depthprune chooses on CPU (:func:`ground.planning.devices.auto_device_dtype`).
 
     vLLM's own ``auto`` casts a float32 checkpoint to bfloat16 on CPU, which a CPU without native bfloat16
     (AVX2, no AVX512-BF16/AMX) emulates: SmolLM2-135M's demo load test ran about 10x slower that way

@@ -22,9 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from depthprune.core.cli_options import Override, cli, option_group, with_options
-from depthprune.core.errors import UserError
-from depthprune.core.options import JsonOptions, PlanOptions, RegistryOptions
+from ground.core.cli_options import Override, cli, option_group, with_options
+from ground.core.errors import UserError
+from ground.core.options import JsonOptions, PlanOptions, RegistryOptions
 from server.backends import is_cpu_build
 from server.launch import gateway_summary, serve_gateway
 from server.settings import (
@@ -225,7 +225,7 @@ def experiments_registry(registry_url: str | None, variants: list[tuple[str, str
     gateway of remote backends told of no registry."""
     import os
 
-    from depthprune.core.settings import default_registry_url
+    from ground.core.settings import default_registry_url
 
     if registry_url:
         return registry_url

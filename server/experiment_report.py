@@ -23,7 +23,7 @@ from typing import Any
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from server.experiment_comparison import beyond_ideal, compare_arms, ideal_tpot_ratio
 from server.metrics import MOMENTS_FAMILY
 from server.sequential import QUALITY_MARGIN, Moments

@@ -45,7 +45,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from pydantic import ValidationError
 from sqlalchemy.exc import DBAPIError
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from registry.experiments import WRITE_DEADLINE_S, OutcomeUnknown, check_experiment_name
 from server.errors import validation_problems
 from server.experiments import Experiment, Router

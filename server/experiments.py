@@ -17,7 +17,7 @@ import math
 import random
 from dataclasses import dataclass
 
-from depthprune.core.objectives import canonical_objective, objective_names
+from ground.core.objectives import canonical_objective, objective_names
 from server.protocol import ExperimentSpec
 from server.settings import VariantMetadata
 

@@ -23,9 +23,9 @@ from typing import Any
 
 import typer
 
-from depthprune.core.cli_options import cli, option_group, with_options
-from depthprune.core.errors import UserError
-from depthprune.core.options import JsonOptions, RegistryOptions
+from ground.core.cli_options import cli, option_group, with_options
+from ground.core.errors import UserError
+from ground.core.options import JsonOptions, RegistryOptions
 
 app = typer.Typer(
     help="List, show, change (with versions and history) and report the A/B experiments every gateway on "

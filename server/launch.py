@@ -19,7 +19,7 @@ import socket
 from collections.abc import Callable
 from pathlib import Path
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from registry.serving import remove_lease, write_lease
 from server.app import create_app
 from server.backends import BackendPool

@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from registry.experiments import MAX_ARMS, check_spec_name
 from server.sequential import QUALITY_MARGIN
 

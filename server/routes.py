@@ -24,7 +24,7 @@ from fastapi import APIRouter, Request
 from pydantic import ValidationError
 from starlette.responses import JSONResponse, Response
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from server.errors import GatewayError, validation_problems
 from server.experiment_sync import OutcomeUnknown, StoreUnavailable, spec_json
 from server.protocol import ChatCompletionRequest, CompletionRequest, ExperimentSpec, ModelCard, ModelList

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 Every engine on a card claims a ``gpu_memory_utilization`` share of the whole card and its KV pool fills that
 share; with the model's full context (131k tokens for Llama-3.1) three variants cannot share one card. The
-memory plan (:func:`depthprune.planning.plan_serve`) places the engines on the GPUs, chooses the longest
+memory plan (:func:`ground.planning.plan_serve`) places the engines on the GPUs, chooses the longest
 ``--max-model-len`` at which they all fit (unless given) and splits each card's memory between its engines
 so that the shares add up below 1. ``--replicas`` starts several engines of a variant, each placed on cards
 that hold no other replica of it (``replicas x tensor_parallel`` cards per variant; variants may share cards);
@@ -18,8 +18,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from depthprune.core.errors import UserError
-from depthprune.planning import dry_run, plan_devices, plan_serve, read_model_config, refuse_unless_fits
+from ground.core.errors import UserError
+from ground.planning import dry_run, plan_devices, plan_serve, read_model_config, refuse_unless_fits
 from server.settings import EnginePlacement, GatewaySettings
 
 

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from server.settings import BackendSpec, SpeculativeDraft, metadata_from_variant
 
 __all__ = [
@@ -71,7 +71,7 @@ def parse_speculative(text: str | None) -> list[SpeculativeRequest]:
         UserError: an empty item, an item that is not NAME=DRAFT[:K], a NAME of other characters than
             ASCII letters, digits, ``.``, ``_`` and ``-``, or K outside 1..:data:`MAX_NUM_SPECULATIVE_TOKENS`.
     """
-    from depthprune.core.lists import option_items
+    from ground.core.lists import option_items
 
     requests = []
     items = option_items(text, "--speculative", "dense-spec=ppl-best:3") if text else []
@@ -260,7 +260,7 @@ def check_context(
 def dense_weights_sha256(dense: BackendSpec) -> str | None:
     """sha256 of the dense model's weights (what a variant's ``base_weights_sha256`` records), when local."""
     if dense.metadata.is_dense and dense.model_dir:
-        from depthprune.core.checksums import weights_sha256
+        from ground.core.checksums import weights_sha256
 
         directory = Path(dense.model_dir).expanduser()
         if directory.is_dir() and any(directory.glob("*.safetensors")):

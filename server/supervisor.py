@@ -18,7 +18,7 @@ which starts it and owns its process group (Linux)::
 It is run as a file with ``-I -S`` (standard library only), not as ``-m server.supervisor``, so that it does
 not import the gateway's packages: it costs a few MB and a few tens of milliseconds per backend.
 :meth:`server.backends.Backend.stop` stops the group from the gateway's side with
-:func:`depthprune.core.processes.stop_process_group`, which also kills what is left of a group whose leader
+:func:`ground.core.processes.stop_process_group`, which also kills what is left of a group whose leader
 is already dead.
 """
 

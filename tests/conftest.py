@@ -76,8 +76,8 @@ def demo_tiny_dir(isolated_home) -> Path:
 
     Built into the session's ``DEPTHPRUNE_HOME``, with its data files in ``data/*.jsonl``.
     """
-    from depthprune.demo.model import ensure_demo_model
-    from depthprune.demo.recipe import DemoRecipe
+    from ground.demo.model import ensure_demo_model
+    from ground.demo.recipe import DemoRecipe
 
     return ensure_demo_model(DemoRecipe.tiny(), progress=False)
 

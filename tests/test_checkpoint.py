@@ -10,9 +10,9 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
-from depthprune.core.checksums import weights_sha256
-from depthprune.core.errors import UserError
 from depthprune.testing.generation import transformers_greedy, vllm_greedy
+from ground.core.checksums import weights_sha256
+from ground.core.errors import UserError
 from pruning.model.blocks import BlockStack
 from pruning.model.checkpoint import PrunedCheckpoint, staged_directory, write_pruned_checkpoint
 from registry.records import VariantRecord

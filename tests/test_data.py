@@ -6,9 +6,9 @@ import json
 
 import pytest
 
-from depthprune.core.errors import UserError
-from depthprune.demo.paths import data_file
 from depthprune.testing.data import write_jsonl
+from ground.core.errors import UserError
+from ground.demo.paths import data_file
 from pruning.calibration import data
 from pruning.calibration.data.commonsense import parse_commonsense_row
 

@@ -14,9 +14,9 @@ import pytest
 
 from depthprune.cli import demo as pipeline
 from depthprune.cli.demo import DemoConfig, plan_demo
-from depthprune.core.errors import UserError
-from depthprune.core.processes import stop_process_group
 from depthprune.testing.servers import free_port, wait_until
+from ground.core.errors import UserError
+from ground.core.processes import stop_process_group
 from pruning.search import SEARCHES
 
 

@@ -11,15 +11,15 @@ from pathlib import Path
 
 import pytest
 
-from depthprune.core.checksums import weights_sha256
-from depthprune.core.errors import UserError
-from depthprune.demo import model as demo_model
-from depthprune.demo.corpus import generate_corpus, is_reserved, qa_line
-from depthprune.demo.model import ensure_demo_model, read_quality
-from depthprune.demo.paths import DATA_FILES, default_demo_dir
-from depthprune.demo.recipe import DemoRecipe
 from depthprune.testing.cli import run_cli
 from depthprune.testing.data import read_jsonl
+from ground.core.checksums import weights_sha256
+from ground.core.errors import UserError
+from ground.demo import model as demo_model
+from ground.demo.corpus import generate_corpus, is_reserved, qa_line
+from ground.demo.model import ensure_demo_model, read_quality
+from ground.demo.paths import DATA_FILES, default_demo_dir
+from ground.demo.recipe import DemoRecipe
 
 
 def test_corpus_is_deterministic_and_held_out_is_unseen():

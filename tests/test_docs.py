@@ -10,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-PRODUCT_PACKAGES = ("pruning", "registry", "server", "loadtest", "depthprune")
+PRODUCT_PACKAGES = ("pruning", "registry", "server", "loadtest", "depthprune", "ground")
 README_LIMIT = 15_000
 LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^(```|~~~)")

@@ -73,14 +73,14 @@ def test_a_missing_page_is_caught():
 
 
 def test_the_version_lives_in_the_ground():
-    """``pruning``, ``registry``, ``server`` and ``loadtest`` read ``__version__`` from
-    ``depthprune.core.version``, never through the shell's package ``depthprune`` itself."""
+    """``pruning``, ``registry``, ``server``, ``loadtest`` and the ground read ``__version__`` from
+    ``ground.core.version``, never through the shell's package ``depthprune`` itself."""
     import depthprune
-    from depthprune.core.version import __version__
+    from ground.core.version import __version__
 
     assert depthprune.__version__ == __version__
     offenders = []
-    for package in ("pruning", "registry", "server", "loadtest"):
+    for package in ("pruning", "registry", "server", "loadtest", "ground"):
         for path in sorted((ROOT / package).rglob("*.py")):
             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
                 if isinstance(node, ast.Import) and any(alias.name == "depthprune" for alias in node.names):

@@ -1,5 +1,5 @@
 """The docs' lists and counts follow the registries they describe: the searches (``pruning.search.SEARCHES``),
-the calibration objectives (``depthprune.core.objectives.OBJECTIVES``), the evaluation suites
+the calibration objectives (``ground.core.objectives.OBJECTIVES``), the evaluation suites
 (``pruning.evaluation.suites.SUITES``) and the calibration data sources
 (``pruning.calibration.data.sources.SOURCES``). A search added to the registry and not to docs/pruning.md, or
 a README still saying "ten searches" when there are twelve, fails here.
@@ -45,7 +45,7 @@ def _unnamed(text: str, names) -> list[str]:
 
 def test_the_readme_counts_the_searches_and_objectives():
     """README.md's counts: every search of the registry, or the paper's seven; the objectives."""
-    from depthprune.core.objectives import OBJECTIVES
+    from ground.core.objectives import OBJECTIVES
     from pruning.search import SEARCHES, STUDY_SEARCHES
 
     readme = _read("README.md")
@@ -71,7 +71,7 @@ def test_docs_pruning_names_every_search_and_data_source():
 
 
 def test_docs_objectives_names_every_objective():
-    from depthprune.core.objectives import OBJECTIVES
+    from ground.core.objectives import OBJECTIVES
 
     assert not _unnamed(_read("docs/objectives.md"), OBJECTIVES)
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from depthprune.planning.devices import omp_binding
+from ground.planning.devices import omp_binding
 from server.backends import engine_dtype, is_cpu_build
 
 

@@ -8,9 +8,9 @@ from dataclasses import replace
 
 import pytest
 
-from depthprune.core.errors import UserError
 from depthprune.testing.cli import run_cli
 from depthprune.testing.data import random_questions, random_texts, write_jsonl
+from ground.core.errors import UserError
 
 # ----------------------------------------------------------------------------------------------- statistics
 

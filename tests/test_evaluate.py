@@ -8,9 +8,9 @@ import random
 
 import pytest
 
-from depthprune.core.errors import UserError
 from depthprune.testing.cli import run_cli
 from depthprune.testing.data import demo_like_model, random_questions, random_texts
+from ground.core.errors import UserError
 
 CONTEXT_PAIRS = [
     ("w10 w11 w12", " w13 w14"),

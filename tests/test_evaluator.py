@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import torch
 
-from depthprune.core.errors import UserError
 from depthprune.testing.cli import run_cli
 from depthprune.testing.data import demo_like_model, random_questions, random_texts, read_jsonl, write_jsonl
+from ground.core.errors import UserError
 from pruning.calibration.config import CalibrationConfig
 from pruning.calibration.scoring.build import build_evaluator
 from pruning.calibration.scoring.memo import data_sha256
@@ -487,7 +487,7 @@ def test_a_reference_objective_not_zero_at_dense_has_its_dense_loss_computed(fil
     objective), the loss is computed with the dense reference, here KL(dense || dense) = 0 up to rounding."""
     import dataclasses
 
-    from depthprune.core import objectives
+    from ground.core import objectives
 
     def build():
         return build_evaluator(files["model"], config_for(files, "kl"), progress=False, batch_size=4)

@@ -150,7 +150,7 @@ def test_the_admin_api_refuses_with_a_400_naming_the_field_and_writes_nothing(ba
 
 
 def test_the_cli_and_a_config_file_refuse_with_the_same_check(backends, sqlite_url, run_cli):
-    from depthprune.core.errors import UserError
+    from ground.core.errors import UserError
     from server import BackendSpec, GatewaySettings, create_app
 
     spec = json.dumps({"arms": [arm("a b")]})

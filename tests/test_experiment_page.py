@@ -14,9 +14,9 @@ from types import SimpleNamespace
 import httpx
 import pytest
 
-from depthprune.core.errors import UserError
 from depthprune.testing.gateways import ADMIN, fake_backends, gateway_replica
 from depthprune.testing.servers import wait_until
+from ground.core.errors import UserError
 from server.experiment_report import report
 from server.experiment_series import FIELDS, Series
 from server.ui import ASSETS, CONTENT_SECURITY_POLICY, change_summary

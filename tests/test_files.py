@@ -1,4 +1,4 @@
-"""The atomic writer (:mod:`depthprune.core.files`): whole files or nothing, no temporary file left."""
+"""The atomic writer (:mod:`ground.core.files`): whole files or nothing, no temporary file left."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import errno
 
 import pytest
 
-from depthprune.core.files import write_atomically, write_text_atomically
+from ground.core.files import write_atomically, write_text_atomically
 
 
 def test_a_file_is_replaced_whole_and_its_directory_made(tmp_path):

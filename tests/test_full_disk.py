@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from depthprune.core.errors import UserError
 from depthprune.testing.data import random_texts, write_jsonl
+from ground.core.errors import UserError
 from pruning.model.disk_space import full_disk_as_user_error, human_bytes, is_disk_full
 
 FULL = "Error while serializing: I/O error: No space left on device (os error 28)"

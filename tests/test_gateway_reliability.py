@@ -28,9 +28,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse, StreamingResponse
 
-from depthprune.core.errors import UserError
 from depthprune.testing.fake_vllm import ThreadServer, create_fake_app, serve_in_thread
 from depthprune.testing.servers import free_port, wait_until
+from ground.core.errors import UserError
 from server import BackendSpec, GatewaySettings, create_app
 
 API_KEY = "test-key"

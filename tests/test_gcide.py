@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from pruning.evaluation import gcide
 
 PARTS = ["n.", "a.", "v. t.", "adv."]

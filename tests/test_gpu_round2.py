@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from benchmarks import gpu_fused, gpu_mixed_depth
-from depthprune.core.errors import UserError
 from depthprune.testing.models import tiny_model
+from ground.core.errors import UserError
 from pruning.calibration.scoring.fusion import fused_blocks
 from pruning.model.blocks import BlockStack
 

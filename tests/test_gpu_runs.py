@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from depthprune.core.errors import UserError
-from depthprune.planning import Devices, plan_eval, plan_prune
-from depthprune.planning.commands import CalibrationSizes
-from depthprune.planning.devices import GIB
 from depthprune.testing.cli import run_cli
 from depthprune.testing.public_configs import public_config, public_config_dir
+from ground.core.errors import UserError
+from ground.planning import Devices, plan_eval, plan_prune
+from ground.planning.commands import CalibrationSizes
+from ground.planning.devices import GIB
 
 LLAMA_8B, LLAMA_70B = "meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-70B"
 
@@ -39,7 +39,7 @@ def test_open_engine_passes_the_planned_cards_to_either_engine(monkeypatch, tmp_
     monkeypatch.setattr(engines, "resolve_engine", lambda engine: engine)
     monkeypatch.setattr(engines, "VllmEngine", lambda model, **kwargs: opened.append(("vllm", kwargs)))
     monkeypatch.setattr(engines, "TorchEngine", lambda model, **kwargs: opened.append(("torch", kwargs)))
-    import depthprune.planning.devices as devices
+    import ground.planning.devices as devices
 
     monkeypatch.setattr(devices, "select_visible_device", selected.append)
     engines.open_engine(str(tmp_path), "vllm", device="cuda:1", gpus=4)
@@ -92,7 +92,7 @@ def test_several_gpus_are_refused_where_fewer_are_visible(tmp_path, monkeypatch)
     assert status == 2 and "not this machine" in err and len(err.strip().splitlines()) == 1
     # One real 80 GiB card and --gpus 4: the plan is for cards this machine lacks.
     monkeypatch.setattr(run_planning, "gpu_memory_bytes", lambda: [80 * GIB])
-    monkeypatch.setattr("depthprune.planning.devices.gpu_memory_bytes", lambda: [80 * GIB])
+    monkeypatch.setattr("ground.planning.devices.gpu_memory_bytes", lambda: [80 * GIB])
     status, _, err = run_cli(*args, "--gpus", 4)
     assert status == 2 and "1 GPU(s) are visible" in err and len(err.strip().splitlines()) == 1
 

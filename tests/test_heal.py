@@ -16,10 +16,10 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from depthprune.core.checksums import weights_sha256
-from depthprune.core.errors import UserError
-from depthprune.core.settings import home_dir
 from depthprune.testing.generation import transformers_greedy, vllm_greedy
+from ground.core.checksums import weights_sha256
+from ground.core.errors import UserError
+from ground.core.settings import home_dir
 from pruning.calibration.data.sampling import text_windows
 from pruning.calibration.data.specs import load_documents
 from pruning.healing.config import HealConfig

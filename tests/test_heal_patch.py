@@ -16,7 +16,7 @@ import torch
 from safetensors.torch import load_file
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from depthprune.core.settings import home_dir
+from ground.core.settings import home_dir
 from pruning.calibration.config import CalibrationConfig
 from pruning.calibration.scoring.build import build_evaluator
 from pruning.healing.config import HealConfig
@@ -363,8 +363,8 @@ def test_heal_help_names_every_method():
 
 
 def test_the_plan_counts_the_dense_model_and_the_normal_equations():
-    from depthprune.planning import HealSizes, plan_devices, plan_heal
     from depthprune.testing.models import tiny_config
+    from ground.planning import HealSizes, plan_devices, plan_heal
 
     config = tiny_config("llama").to_dict()
     sizes = HealSizes(method="patch", batch_size=2, seq_len=16, patch_spans=2, patch_keeps_rows=True)

@@ -12,8 +12,10 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("pruning", "registry", "server", "loadtest", "depthprune")
+PACKAGES = ("pruning", "registry", "server", "loadtest", "depthprune", "ground")
 LOWER_PACKAGES = ("pruning", "registry", "server", "loadtest")
+TOP_DOWN = ("depthprune", ("pruning", "server", "loadtest"), "registry", "ground")
+"""The top-level folders from the shell down to the ground: each may import only those after it."""
 
 
 def module_names() -> dict[str, Path]:
@@ -114,23 +116,52 @@ def test_no_import_cycle():
     assert cycle is None, "import cycle: " + " -> ".join(cycle)
 
 
-def test_depthprune_modules_used_below_the_shell_reach_none_of_it_back():
-    """The depthprune modules that pruning, registry, server and loadtest import lead back to none of them."""
+def top_level(name: str) -> str:
+    return name.split(".")[0]
+
+
+def test_nothing_below_the_shell_imports_it():
+    """No module of pruning, registry, server, loadtest or the ground imports anything of ``depthprune``."""
+    offenders = {
+        name: sorted(target for target in targets if top_level(target) == "depthprune")
+        for name, targets in import_graph().items()
+        if top_level(name) != "depthprune"
+    }
+    assert {name: targets for name, targets in offenders.items() if targets} == {}
+
+
+def test_the_ground_used_above_it_reaches_none_of_it_back():
+    """The ground modules the packages above import lead to ground modules only."""
     graph = import_graph()
     used = {
         target
         for name, targets in graph.items()
-        if name.split(".")[0] in LOWER_PACKAGES
+        if top_level(name) in LOWER_PACKAGES
         for target in targets
-        if target.split(".")[0] == "depthprune"
+        if top_level(target) == "ground"
     }
-    assert used, "the lower packages import nothing of depthprune: the test would prove nothing"
+    assert used, "the lower packages import nothing of the ground: the test would prove nothing"
     for module in sorted(used):
-        back = {target for target in reachable(graph, module) if target.split(".")[0] in LOWER_PACKAGES}
-        assert not back, f"{module} reaches {sorted(back)}"
-        assert not module.startswith(("depthprune.cli", "depthprune.testing")), (
-            f"library code imports {module}"
-        )
+        above = {target for target in reachable(graph, module) if top_level(target) != "ground"}
+        assert not above, f"{module} reaches {sorted(above)}"
+
+
+def test_the_top_level_folders_read_one_way_top_to_bottom():
+    """Each top-level folder imports only folders after it in :data:`TOP_DOWN` (issue 56 item 5): the shell
+    uses everything, the ground nothing, and pruning, server and loadtest none of each other."""
+    rank = {
+        package: index
+        for index, tier in enumerate(TOP_DOWN)
+        for package in ((tier,) if isinstance(tier, str) else tier)
+    }
+    assert set(rank) == set(PACKAGES)
+    upward = sorted(
+        f"{name} -> {target}"
+        for name, targets in import_graph().items()
+        for target in targets
+        if top_level(target) != top_level(name) and rank[top_level(target)] <= rank[top_level(name)]
+    )
+    assert upward == []
 
 
 SHELL_FOLDER = "depthprune/cli"

@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from depthprune.core.errors import UserError
 from depthprune.testing.cli import run_cli
+from ground.core.errors import UserError
 
 FUZZ = settings(
     deadline=None,

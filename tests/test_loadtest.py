@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from aiohttp import web
 
-from depthprune.core.errors import UserError
 from depthprune.testing.cli import run_cli
 from depthprune.testing.servers import free_port
+from ground.core.errors import UserError
 from loadtest import (
     BlockCounts,
     LoadConfig,

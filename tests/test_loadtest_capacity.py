@@ -9,11 +9,11 @@ import math
 
 import pytest
 
-from depthprune.core.errors import UserError
 from depthprune.testing.cli import run_cli
 from depthprune.testing.fake_vllm import serve_in_thread
 from depthprune.testing.queueing_server import create_queueing_app
 from depthprune.testing.servers import free_port
+from ground.core.errors import UserError
 from loadtest.bracket import Bracket
 from loadtest.capacity import (
     CapacityConfig,

@@ -10,10 +10,10 @@ from dataclasses import replace
 
 import pytest
 
-from depthprune.core.errors import UserError
 from depthprune.testing.cli import run_cli
 from depthprune.testing.fake_vllm import create_fake_app, serve_in_thread
 from depthprune.testing.servers import free_port
+from ground.core.errors import UserError
 from loadtest.benchmark import Measurement, build_result
 from loadtest.compare import BlockCounts
 from loadtest.config import LoadConfig

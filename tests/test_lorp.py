@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from pruning.calibration.config import CalibrationConfig
 from pruning.calibration.scoring.build import build_evaluator
 from pruning.search import lorp, streamline

@@ -86,7 +86,7 @@ def _trie_nodes() -> set[tuple[int, tuple[int, ...]]]:
 
 
 def test_a_mask_outside_the_engine_or_the_model_is_refused(tiny_model_dirs):
-    from depthprune.core.errors import UserError
+    from ground.core.errors import UserError
 
     with pytest.raises(UserError, match="6"):
         MaskSetEngine(str(tiny_model_dirs("llama")), [(6,)])

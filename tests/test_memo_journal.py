@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from depthprune.core.errors import UserError
 from depthprune.testing.data import random_texts, write_jsonl
+from ground.core.errors import UserError
 from pruning.calibration.scoring.memo import MemoJournal, journalled_memo
 
 KEY = {"model": "m", "dtype": "float32", "config": {"objective": "perplexity", "samples": 4}}

@@ -17,8 +17,8 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 import pruning.model.sources as model_sources
-from depthprune.core.errors import UserError
 from depthprune.testing.gguf_files import CHAT_TEMPLATE, write_tiny_gguf
+from ground.core.errors import UserError
 from pruning.model.blocks import load_config, load_model
 from pruning.model.sources import EMBEDDED_MODELS, read_source, resolve_model
 

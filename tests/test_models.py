@@ -5,8 +5,8 @@ import copy
 import pytest
 import torch
 
-from depthprune.core.errors import UserError
 from depthprune.testing.models import tiny_model
+from ground.core.errors import UserError
 from pruning.model.blocks import BlockStack, parse_block_list, validate_removed
 
 ARCHITECTURES = ["llama", "qwen2", "qwen3", "mistral", "gemma3_text"]

@@ -7,8 +7,8 @@ import copy
 import pytest
 import torch
 
-from depthprune.core.errors import UserError
-from depthprune.core.objectives import objective_label
+from ground.core.errors import UserError
+from ground.core.objectives import objective_label
 from pruning.calibration.config import CalibrationConfig
 from pruning.calibration.data.items import ChoiceItem, ChoiceSamples, TextSamples
 from pruning.calibration.objectives import OBJECTIVES, configured_loss, loss_of
@@ -260,7 +260,7 @@ def test_every_registered_objective_has_its_loss_module_and_no_module_is_unregis
 
 def test_objective_facts_drive_synonyms_and_help():
     """The server's synonyms and the ``--objective`` help come from the same table as the pipeline's facts."""
-    from depthprune.core.objectives import canonical_objective, objective_names, objectives_help
+    from ground.core.objectives import canonical_objective, objective_names, objectives_help
 
     for name, objective in OBJECTIVES.items():
         assert name in objectives_help()
@@ -271,16 +271,17 @@ def test_objective_facts_drive_synonyms_and_help():
 
 
 def test_pipeline_and_searches_never_compare_an_objective_name():
-    """prune.py, the searches and the memory planner ask an objective's facts; no objective name appears
-    in them as a string."""
+    """The prune pipeline's steps, the searches and the memory planner ask an objective's facts; no objective
+    name appears in them as a string."""
     import ast
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
     names = {name for objective in OBJECTIVES.values() for name in objective.names}
-    planner = [root / "pruning/runtime/plans.py", *sorted((root / "depthprune/planning").glob("*.py"))]
+    planner = [root / "pruning/runtime/plans.py", *sorted((root / "ground/planning").glob("*.py"))]
+    steps = ("config", "plan", "run", "register", "prune")
     for path in [
-        root / "pruning/pipeline/prune.py",
+        *(root / "pruning/pipeline" / f"{step}.py" for step in steps),
         *sorted((root / "pruning/search").glob("*.py")),
         *planner,
     ]:

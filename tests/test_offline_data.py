@@ -13,7 +13,7 @@ from collections import Counter
 
 import pytest
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from pruning.calibration import data
 from pruning.calibration.data import pydoc as pydoc_source
 from pruning.calibration.data.pydoc import PYDOC_SPLITS

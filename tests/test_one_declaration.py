@@ -1,5 +1,5 @@
 """One declaration per option (issue 56 item 1): options come from dataclass fields through
-:mod:`depthprune.core.cli_options`, and a PruneConfig is built in one factory.
+:mod:`ground.core.cli_options`, and a PruneConfig is built in one factory.
 
 The counts read the source (nothing is imported for them); the rest checks the module that turns fields into
 options: names, help from docstrings, overrides, the values a command receives, and its refusals.
@@ -15,7 +15,7 @@ from typing import Annotated
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PRODUCT = ("depthprune", "pruning", "registry", "server", "loadtest")
+PRODUCT = ("depthprune", "ground", "pruning", "registry", "server", "loadtest")
 MOST_OPTION_CALLS = 20
 """At most this many ``typer.Option(`` calls in the product packages (before issue 56: 196)."""
 
@@ -34,7 +34,7 @@ def test_few_typer_option_calls_remain():
     }
     found = {path: count for path, count in counts.items() if count}
     assert sum(found.values()) <= MOST_OPTION_CALLS, found
-    assert found.get("depthprune/core/cli_options.py") == 1, found
+    assert found.get("ground/core/cli_options.py") == 1, found
     for path in _sources(*PRODUCT):
         text = path.read_text(encoding="utf-8")
         if "from typer" not in text:
@@ -79,7 +79,7 @@ def test_prune_config_is_built_in_one_factory():
 
 
 def _example_groups():
-    from depthprune.core.cli_options import UNSET, cli, option_group
+    from ground.core.cli_options import UNSET, cli, option_group
 
     @option_group
     @dataclass(frozen=True)
@@ -106,7 +106,7 @@ def _example_groups():
 
 
 def test_fields_become_options_with_their_docstrings_types_and_defaults():
-    from depthprune.core.cli_options import option_specs
+    from ground.core.cli_options import option_specs
 
     Output, Config = _example_groups()
     (json_option,) = option_specs(Output)
@@ -132,7 +132,7 @@ def test_a_command_receives_its_groups_built():
     """An option group or config annotation: the function gets the instance; an Override changes one help."""
     import typer
 
-    from depthprune.core.cli_options import Override, with_options
+    from ground.core.cli_options import Override, with_options
 
     Output, Config = _example_groups()
     seen = {}
@@ -157,7 +157,7 @@ def test_a_command_receives_its_groups_built():
 def test_option_values_let_the_command_add_fields():
     """``OptionValues[Config]``: the typed values by field name; config_from_options adds the command's
     own."""
-    from depthprune.core.cli_options import OptionValues, config_from_options, with_options
+    from ground.core.cli_options import OptionValues, config_from_options, with_options
 
     _, Config = _example_groups()
     seen = {}
@@ -174,7 +174,7 @@ def test_option_values_let_the_command_add_fields():
 
 def test_mistakes_are_refused_where_the_command_is_defined():
     """The same option twice, an override of a parse or of no option, an option without a help text."""
-    from depthprune.core.cli_options import OptionValues, Override, cli, option_specs, with_options
+    from ground.core.cli_options import OptionValues, Override, cli, option_specs, with_options
 
     _, Config = _example_groups()
 

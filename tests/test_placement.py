@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from depthprune.planning import Devices, count_parameters, model_shape
-from depthprune.planning.devices import GIB
-from depthprune.planning.estimates import weights_on_fullest_device
-from depthprune.planning.placement import place_blocks
 from depthprune.testing.public_configs import PUBLIC_MODELS, public_config
+from ground.planning import Devices, count_parameters, model_shape
+from ground.planning.devices import GIB
+from ground.planning.estimates import weights_on_fullest_device
+from ground.planning.placement import place_blocks
 
 BF16 = 2
 
@@ -94,7 +94,7 @@ def test_seventy_billion_on_four_cards_is_balanced():
 
 
 def test_spread_devices_are_consecutive_cards_and_need_cuda():
-    from depthprune.core.errors import UserError
+    from ground.core.errors import UserError
     from pruning.model.placement import spread_devices
 
     assert spread_devices("cuda:2", 3) == ["cuda:2", "cuda:3", "cuda:4"]

@@ -10,8 +10,10 @@ import json
 
 import pytest
 
-from depthprune.core.errors import UserError
-from depthprune.planning import (
+from depthprune.testing.cli import run_cli
+from depthprune.testing.public_configs import public_config, public_config_dir
+from ground.core.errors import UserError
+from ground.planning import (
     CalibrationSizes,
     Devices,
     HealSizes,
@@ -23,10 +25,8 @@ from depthprune.planning import (
     read_model_config,
     shape_for,
 )
-from depthprune.planning.devices import GIB, auto_device_dtype, select_visible_device
-from depthprune.planning.estimates import kv_cache_bytes
-from depthprune.testing.cli import run_cli
-from depthprune.testing.public_configs import public_config, public_config_dir
+from ground.planning.devices import GIB, auto_device_dtype, select_visible_device
+from ground.planning.estimates import kv_cache_bytes
 
 LLAMA_8B, LLAMA_70B = "meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-70B"
 
@@ -292,7 +292,7 @@ def test_serve_dry_run_sizes_three_llama_engines_on_one_card(tmp_path):
 
     url = f"sqlite:///{tmp_path / 'registry.db'}"
     registry = open_registry(url)
-    from depthprune.core.checksums import weights_sha256
+    from ground.core.checksums import weights_sha256
 
     base = fake_checkpoint(public_config_dir(LLAMA_8B, tmp_path))
     register_example_base(registry, str(base), num_blocks=32, weights_sha256=weights_sha256(base))
@@ -341,7 +341,7 @@ def test_eval_dry_run_plans_the_engine_without_registering_anything(tmp_path, mo
 
 
 def test_the_planner_mirrors_the_evaluators_head_chunks_and_search_widths():
-    from depthprune.planning import estimates
+    from ground.planning import estimates
     from pruning.calibration.objectives import batches
     from pruning.evaluation import packed_scoring
     from pruning.search import MODULES
@@ -357,7 +357,7 @@ def test_calibration_activations_count_one_head_chunk_and_search_states_their_pa
     """The loss holds one sequence's logits at once (perplexity runs the head row by row), the trie walk one
     state per block of one batch, and greedy's states beyond the dense cache are one path of N - 1
     boundaries."""
-    from depthprune.planning.estimates import search_state_paths
+    from ground.planning.estimates import search_state_paths
 
     sizes = CalibrationSizes(
         samples=16, seq_len=2048, searches=("one_shot", "greedy"), shared_evaluator=False

@@ -1,4 +1,4 @@
-"""The one process-group stopper (depthprune/core/processes.py): nothing of a group outlives its stop."""
+"""The one process-group stopper (ground/core/processes.py): nothing of a group outlives its stop."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import signal
 import subprocess
 import time
 
-from depthprune.core.processes import stop_process_group
 from depthprune.testing.servers import wait_until
+from ground.core.processes import stop_process_group
 from server.supervisor import group_members
 
 

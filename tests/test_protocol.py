@@ -18,10 +18,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from depthprune.core.errors import UserError
-from depthprune.core.objectives import OBJECTIVES
 from depthprune.testing.data import random_texts, write_jsonl
 from depthprune.testing.objectives import ScreenedSyntheticObjective, SyntheticObjective
+from ground.core.errors import UserError
+from ground.core.objectives import OBJECTIVES
 from pruning.search import SEARCHES
 from pruning.search.base import (
     ProtectedObjective,

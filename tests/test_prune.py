@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from depthprune.core.errors import UserError
 from depthprune.testing.cli import run_cli
 from depthprune.testing.data import random_questions, random_texts, write_jsonl
 from depthprune.testing.objectives import SyntheticObjective
+from ground.core.errors import UserError
 from pruning.calibration.config import CalibrationConfig
 from pruning.pipeline.prune import (
     PruneConfig,
@@ -262,7 +262,7 @@ def test_interrupted_run_saves_scores_and_resumes(files, tmp_path):
 def test_a_checkpoint_copied_without_its_weights_is_written_again(files, tmp_path):
     """A variant directory holding its pruning.json but no weight files (copied from another machine without
     them) is not reused as it is: re-running the command writes the weights again, and says so."""
-    from depthprune.core.checksums import WEIGHT_PATTERNS, weights_sha256
+    from ground.core.checksums import WEIGHT_PATTERNS, weights_sha256
     from registry import open_registry
 
     args = base_args(files, tmp_path / "v", "--drop", "2", "--search", "one_shot", "--json")

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-from depthprune.core.errors import UserError
-from depthprune.core.fitness import fitness
-from depthprune.core.objectives import OBJECTIVE_FREE_SEARCHES, best_alias
 from depthprune.testing.cli import run_cli
+from ground.core.errors import UserError
+from ground.core.fitness import fitness
+from ground.core.objectives import OBJECTIVE_FREE_SEARCHES, best_alias
 from registry import open_registry
 from registry.records import VariantRecord
 from registry.selection import best_for_objective

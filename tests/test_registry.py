@@ -20,12 +20,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import func, select
 
-from depthprune.core.checksums import weights_sha256
-from depthprune.core.errors import UserError
 from depthprune.testing.postgres import (
     create_database_at,
     drop_database_at,
 )
+from ground.core.checksums import weights_sha256
+from ground.core.errors import UserError
 from registry import DENSE, VariantInfo, open_registry
 from registry.records import VariantRecord
 from registry.tables import AliasRow, EvaluationRow, ServingBenchmarkRow, VariantRow

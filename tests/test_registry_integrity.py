@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from depthprune.core.errors import UserError
 from depthprune.testing.cli import run_cli
 from depthprune.testing.variants import EXAMPLE_BASE, register_example_base, register_example_variant
+from ground.core.errors import UserError
 from registry import open_registry
 
 
@@ -100,7 +100,7 @@ def model_directory(directory: Path) -> Path:
 @pytest.fixture
 def registered(tmp_path):
     """``(registry URL, variant checkpoint, base model directory)`` with both registered."""
-    from depthprune.core.checksums import weights_sha256
+    from ground.core.checksums import weights_sha256
 
     url = f"sqlite:///{tmp_path / 'registry.db'}"
     checkpoint, base = model_directory(tmp_path / "variant"), model_directory(tmp_path / "base")

@@ -13,11 +13,11 @@ from typing import Protocol, runtime_checkable
 import pytest
 
 from depthprune.cli.app import COMMANDS, Command
-from depthprune.core import objectives as core_objectives
-from depthprune.core.errors import UserError
-from depthprune.core.objectives import OBJECTIVES, Objective
-from depthprune.core.registry_table import NamedTable, UnknownName, conforms
 from depthprune.testing.imports import heavy_modules_loaded
+from ground.core import objectives as core_objectives
+from ground.core.errors import UserError
+from ground.core.objectives import OBJECTIVES, Objective
+from ground.core.registry_table import NamedTable, UnknownName, conforms
 from pruning.calibration.objectives import LOSSES, Loss
 from pruning.search import SEARCHES, STUDY_SEARCHES
 from pruning.search.base import (
@@ -90,12 +90,12 @@ def test_naming_the_entries_imports_none_of_them():
 def test_a_lazy_entry_is_module_colon_attribute():
     with pytest.raises(ValueError, match="'no_colon' is not 'module:attribute'"):
         NamedTable("thing", {"a": "no_colon"})
-    entries = {"missing": "depthprune.no_such_module:x", "absent": "depthprune.core:nothing"}
+    entries = {"missing": "depthprune.no_such_module:x", "absent": "ground.core:nothing"}
     table = NamedTable("thing", entries)
     assert list(table) == ["missing", "absent"] and table.target("missing") == "depthprune.no_such_module:x"
     with pytest.raises(ModuleNotFoundError):  # a part that is not installed (build_app skips it)
         table["missing"]
-    with pytest.raises(AttributeError, match="thing 'absent': module 'depthprune.core' has no 'nothing'"):
+    with pytest.raises(AttributeError, match="thing 'absent': module 'ground.core' has no 'nothing'"):
         table["absent"]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from pruning.search import SEARCHES
 from pruning.search.budgets import budget_options, greedy_evaluations, resolve_options
 from pruning.search.cbo import search as cbo_search

@@ -17,11 +17,11 @@ import math
 import numpy as np
 import pytest
 
-from depthprune.core.errors import UserError
 from depthprune.testing.objectives import (
     ScreenedSyntheticObjective,
     SyntheticObjective,
 )
+from ground.core.errors import UserError
 from pruning.search import (
     ALL_SEARCHES,
     DETERMINISTIC,

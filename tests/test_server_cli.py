@@ -12,11 +12,11 @@ import socket
 import httpx
 import pytest
 
-from depthprune.core.errors import UserError
 from depthprune.testing.cli import run_cli
 from depthprune.testing.fake_vllm import create_fake_app, serve_in_thread
 from depthprune.testing.servers import free_port, running_gateway
 from depthprune.testing.variants import fake_checkpoint, register_example_base, register_example_variant
+from ground.core.errors import UserError
 from server.cli import parse_variant_list, resolve_backends
 
 

@@ -15,9 +15,9 @@ import signal
 import httpx
 import pytest
 
-from depthprune.core.errors import UserError
 from depthprune.testing.fake_vllm import create_fake_app, serve_in_thread
 from depthprune.testing.servers import free_port, wait_until
+from ground.core.errors import UserError
 from server import BackendPool, BackendSpec, BackendStartError, GatewaySettings, VllmOptions, create_app
 
 FAST_HEALTH = dict(health_interval_s=0.2, health_timeout_s=0.3)

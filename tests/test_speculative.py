@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from depthprune.core.checksums import weights_sha256
-from depthprune.core.errors import UserError
 from depthprune.testing.variants import register_example_base, register_example_variant
+from ground.core.checksums import weights_sha256
+from ground.core.errors import UserError
 from server.backends import Backend
 from server.cli import build_settings
 from server.metrics import GatewayMetrics, spec_decode_counts
@@ -165,7 +165,7 @@ def test_k_below_one_is_refused_in_one_line(served, run_cli):
 
 
 def test_the_memory_plan_counts_the_draft():
-    from depthprune.planning import plan_devices, plan_serve
+    from ground.planning import plan_devices, plan_serve
 
     devices = plan_devices("cuda", 1, 24)
     alone = plan_serve([("dense", CONFIG, 1)], "bfloat16", devices, 256)

@@ -346,7 +346,7 @@ def test_tiny_study_end_to_end_and_resume(tiny_demo_like, tmp_path, capsys, monk
 
     # a cell whose checkpoint lost its weights (copied without them) is not found: it runs again, and its
     # checkpoint can be loaded afterwards
-    from depthprune.core.checksums import has_weight_files
+    from ground.core.checksums import has_weight_files
 
     lost = registry.resolve(cells[0]["variant"]).checkpoint_path
     for weights in Path(lost).glob("*.safetensors"):
@@ -383,7 +383,7 @@ def test_a_clipped_margin_and_a_matched_budget_reach_the_cells(tiny_demo_like, t
 
 
 def test_study_config_rejects_bad_grids(tiny_demo_like, tmp_path):
-    from depthprune.core.errors import UserError
+    from ground.core.errors import UserError
     from pruning.study.plan import StudyConfig, plan_study
 
     with pytest.raises(UserError, match="at least two"):
@@ -409,7 +409,7 @@ def test_study_config_rejects_bad_grids(tiny_demo_like, tmp_path):
 
 
 def test_study_searches_groups():
-    from depthprune.core.errors import UserError
+    from ground.core.errors import UserError
     from pruning.search import STUDY_SEARCHES
     from pruning.study.plan import STUDY_BASELINES, study_searches
 
@@ -500,9 +500,9 @@ def test_keep_weights_none_releases_evaluated_weights_and_a_rerun_finds_every_ce
     """A grid whose checkpoints would not fit on disk keeps each variant's numbers and the way back to its
     weights, not the weights: a rerun reuses every cell, serving says how to write the weights again, and
     that command writes the registered weights."""
-    from depthprune.core.checksums import WEIGHTS_RELEASED, has_weight_files
-    from depthprune.core.errors import UserError
     from depthprune.testing.cli import run_cli
+    from ground.core.checksums import WEIGHTS_RELEASED, has_weight_files
+    from ground.core.errors import UserError
     from pruning.study.run import run_study
     from registry import open_registry
 

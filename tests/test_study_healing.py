@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from pruning.study.plan import HealOption, StudyConfig, parse_heal_option
 from pruning.study.run import run_study
 from pruning.study.statistics import inter_method_variance

@@ -256,7 +256,7 @@ def test_a_disagreement_on_the_papers_budget_is_stated_as_one():
 def test_write_reading_rerenders_the_report_around_it(tmp_path):
     import json
 
-    from depthprune.core.errors import UserError
+    from ground.core.errors import UserError
     from pruning.study.reading import write_reading
 
     study = synthetic_study()

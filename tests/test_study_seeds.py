@@ -90,7 +90,7 @@ def test_a_random_prior_is_seeded_so_its_cells_are_never_reused(tiny_demo_like, 
 
 
 def test_data_seed_must_be_a_non_negative_integer(tiny_demo_like, tmp_path):
-    from depthprune.core.errors import UserError
+    from ground.core.errors import UserError
 
     with pytest.raises(UserError, match="--data-seed needs a non-negative integer"):
         tiny_study(tiny_demo_like, tmp_path, data_seed=-1)

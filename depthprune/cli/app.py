@@ -16,8 +16,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import typer
 
-from depthprune.core.errors import UserError
-from depthprune.core.registry_table import NamedTable
+from ground.core.errors import UserError
+from ground.core.registry_table import NamedTable
 
 
 @runtime_checkable

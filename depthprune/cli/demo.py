@@ -38,12 +38,12 @@ from depthprune.cli import demo_repair
 from depthprune.cli.demo_load import AA_TOLERANCE, load_test
 from depthprune.cli.demo_table import aa_row, print_table, speed_columns
 from depthprune.cli.demo_twins import served_speed_twins, speed_twin
-from depthprune.core.cli_options import Override, cli, unset_if_none, with_options
-from depthprune.core.errors import UserError
-from depthprune.core.objectives import OBJECTIVES, TEXT
-from depthprune.core.options import JsonOptions
-from depthprune.core.processes import stop_process_group
-from depthprune.core.settings import default_registry_url, home_dir
+from ground.core.cli_options import Override, cli, unset_if_none, with_options
+from ground.core.errors import UserError
+from ground.core.objectives import OBJECTIVES, TEXT
+from ground.core.options import JsonOptions
+from ground.core.processes import stop_process_group
+from ground.core.settings import default_registry_url, home_dir
 
 DEMO_MODEL = "demo"
 """``--model demo``: the small Llama the demo trains itself (cached), with its generated data."""
@@ -426,8 +426,8 @@ def say(config: DemoConfig, message: str) -> None:
 
 def build_model(config: DemoConfig) -> Path:
     """The demo model's directory, trained on first use (``--model demo``)."""
-    from depthprune.demo.model import ensure_demo_model, read_quality
-    from depthprune.demo.recipe import DemoRecipe
+    from ground.demo.model import ensure_demo_model, read_quality
+    from ground.demo.recipe import DemoRecipe
 
     recipe = DemoRecipe.tiny() if config.recipe == "tiny" else DemoRecipe()
     say(config, f"demo model ({config.recipe} recipe; built once, then reused from the cache)")

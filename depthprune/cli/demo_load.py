@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 
 AA_TOLERANCE = 0.05
 """The decision rule's bound on the A/A interval: within [1/1.05, 1.05]."""

@@ -1,6 +1,6 @@
 """``depthprune demo-model``: build (or reuse) the demo model and print its quality.
 
-Training imports torch inside :func:`depthprune.demo.model.ensure_demo_model`, so ``--help`` stays fast.
+Training imports torch inside :func:`ground.demo.model.ensure_demo_model`, so ``--help`` stays fast.
 """
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
-from depthprune.core.cli_options import Override, option_group, with_options
-from depthprune.core.errors import UserError
-from depthprune.core.options import JsonOptions
-from depthprune.demo.recipe import RECIPES
+from ground.core.cli_options import Override, option_group, with_options
+from ground.core.errors import UserError
+from ground.core.options import JsonOptions
+from ground.demo.recipe import RECIPES
 
 
 @option_group
@@ -40,7 +40,7 @@ def demo_model(
     Prints where the model is and its quality: held-out perplexity against a unigram model, and QA accuracy
     against chance. The build is cached by a hash of the recipe.
     """
-    from depthprune.demo.model import ensure_demo_model, read_quality
+    from ground.demo.model import ensure_demo_model, read_quality
 
     recipe, as_json = options.recipe, output.as_json
     if recipe not in RECIPES:

@@ -16,7 +16,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 
 REPAIRED_ROW = "ppl-best+patch"
 """The repaired child's row in the demo's tables."""

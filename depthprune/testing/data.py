@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
-from depthprune.demo.paths import data_file
+from ground.demo.paths import data_file
 
 __all__ = ["demo_like_model", "random_questions", "random_texts", "random_words", "read_jsonl", "write_jsonl"]
 
@@ -88,7 +88,7 @@ def demo_like_model(model_dir: Path | str, directory: Path, data: dict[str, list
         model_dir: a saved model (e.g. a tiny one).
         directory: where to copy it; must not exist.
         data: rows per demo data file name (``text_test``, ``qa_calibration``, ...; see
-            :data:`depthprune.demo.paths.DATA_FILES`).
+            :data:`ground.demo.paths.DATA_FILES`).
 
     Returns:
         ``directory``, which the ``demo:`` data specs and the demo evaluation suites accept.

@@ -26,7 +26,7 @@ from typing import TypeVar
 
 import httpx
 
-from depthprune.core.processes import stop_process_group
+from ground.core.processes import stop_process_group
 from server.backends import free_port
 
 __all__ = [
@@ -144,7 +144,7 @@ def read_json_line(process: subprocess.Popen, log: Path | None = None, timeout_s
 
 def stop(process: subprocess.Popen, timeout_s: float = 60, first_signal: int = signal.SIGTERM) -> int:
     """Stop the process group that :func:`start_logged` made (the kit's defaults for
-    :func:`~depthprune.core.processes.stop_process_group`).
+    :func:`~ground.core.processes.stop_process_group`).
 
     ``first_signal`` goes to the whole group; whatever is still alive after ``timeout_s``, or after the
     leader exits (an orphaned engine worker), gets SIGKILL.

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from depthprune.core.checksums import weights_sha256
+from ground.core.checksums import weights_sha256
 from registry.records import BaseModelInfo, VariantInfo, VariantRecord
 
 __all__ = [

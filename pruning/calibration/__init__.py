@@ -3,13 +3,13 @@
 * :mod:`~pruning.calibration.data` — data sources (``SOURCES``: ``c4``, ``commonsense170k``, ``pydoc``,
   ``text:PATH``, ...), spec strings, the seeded sample draw, ``data show``;
 * :mod:`~pruning.calibration.objectives` — one loss module per objective of
-  :data:`depthprune.core.objectives.OBJECTIVES` (perplexity, KL, task margin), and the batches they score;
+  :data:`ground.core.objectives.OBJECTIVES` (perplexity, KL, task margin), and the batches they score;
 * :mod:`~pruning.calibration.config` — :class:`CalibrationConfig`, what the registry stores;
 * :mod:`~pruning.calibration.scoring` — :class:`SubsetEvaluator`, ``score(removed_blocks) -> loss``, its
   shortcuts, memo, packing, statistics and the naive-comparison bench.
 """
 
-from depthprune.core.lazy import lazy_exports
+from ground.core.lazy import lazy_exports
 
 _EXPORTS = {
     "DataSpec": "pruning.calibration.data.items",

@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from depthprune.core.errors import UserError
-from depthprune.core.objectives import KL_OBJECTIVE, OBJECTIVES, TEXT, Objective, get_objective
+from ground.core.errors import UserError
+from ground.core.objectives import KL_OBJECTIVE, OBJECTIVES, TEXT, Objective, get_objective
 from pruning.calibration.data.items import SAMPLINGS
 from pruning.calibration.data.specs import parse_spec
 
@@ -38,7 +38,7 @@ class CalibrationConfig:
     """
 
     objective: str
-    """A key of :data:`~depthprune.core.objectives.OBJECTIVES`: ``perplexity``, ``task_margin``, ``kl``."""
+    """A key of :data:`~ground.core.objectives.OBJECTIVES`: ``perplexity``, ``task_margin``, ``kl``."""
     data: str
     """A data spec (:mod:`pruning.calibration.data`): ``c4``, ``wikitext2``, ``lambada``, ``commonsense170k``
     (``commonsense170k:PATH`` for a local copy), ``pydoc``, ``pydoc-cloze``, ``demo:text``, ``demo:qa``,
@@ -130,5 +130,5 @@ class CalibrationConfig:
 
     @property
     def calibration_objective(self) -> Objective:
-        """The :class:`~depthprune.core.objectives.Objective` named by :attr:`objective`, with its facts."""
+        """The :class:`~ground.core.objectives.Objective` named by :attr:`objective`, with its facts."""
         return get_objective(self.objective)

@@ -9,18 +9,18 @@ from __future__ import annotations
 import json
 from typing import Annotated
 
-from depthprune.core.cli_options import Override, with_options
-from depthprune.core.objectives import get_objective
-from depthprune.core.options import DeviceOptions, JsonOptions, SeedOptions
+from ground.core.cli_options import Override, with_options
+from ground.core.objectives import get_objective
+from ground.core.options import DeviceOptions, JsonOptions, SeedOptions
 from pruning.cli.options import BenchOptions, MemoryBudgetOptions, ObjectiveOptions
 
 
 def _demo_data_spec(model: str, data_kind: str) -> str:
     """The demo model's own calibration data of ``data_kind``; a user error when MODEL has none."""
-    from depthprune.demo.paths import data_file
+    from ground.demo.paths import data_file
 
     if not data_file(model, "text_test").parent.is_dir():
-        from depthprune.core.errors import UserError
+        from ground.core.errors import UserError
 
         raise UserError(f"{model} has no demo data/ directory: pass --data (e.g. text:PATH or mc:PATH)")
     return f"{'demo:text' if data_kind == 'text' else 'demo:qa'}@{model}"
@@ -71,7 +71,7 @@ def bench_evaluator(
     the scores agree to 1e-5, and reports wall times, block-forward counts and the speedup. On a shared
     machine use --repeats 3 or more: a single run measures the neighbours as much as the evaluator.
     """
-    from depthprune.planning.devices import auto_device_dtype
+    from ground.planning.devices import auto_device_dtype
     from pruning.calibration.config import CalibrationConfig
     from pruning.calibration.scoring.bench import compare_with_naive
 
@@ -79,7 +79,7 @@ def bench_evaluator(
     device, dtype = auto_device_dtype(placement.device, placement.dtype)
     kind = get_objective(objective.objective).data_kind
     if options.model is None:
-        from depthprune.demo.model import ensure_demo_model
+        from ground.demo.model import ensure_demo_model
 
         model = str(ensure_demo_model(progress=not as_json))
     else:

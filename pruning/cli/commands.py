@@ -1,9 +1,9 @@
 """Command-line functions of the pruning side: ``checkpoint``, ``prune``, ``heal``, ``eval``
 and ``study`` (``bench-evaluator``: :mod:`pruning.cli.bench`).
 
-Each function's signature names the option groups it takes (:mod:`depthprune.core.cli_options` expands them
+Each function's signature names the option groups it takes (:mod:`ground.core.cli_options` expands them
 into its command line): the ones every command shares (registry, dtype and device, memory plan, ``--json``)
-from :mod:`depthprune.core.options`, the pruning ones from :mod:`pruning.cli.options`, and the fields of
+from :mod:`ground.core.options`, the pruning ones from :mod:`pruning.cli.options`, and the fields of
 :class:`~pruning.pipeline.config.PruneConfig` and :class:`~pruning.healing.config.HealConfig` themselves.
 Heavy modules (torch, transformers) are imported inside the functions so that ``depthprune --help`` stays
 fast.
@@ -18,8 +18,8 @@ from typing import Annotated
 
 import typer
 
-from depthprune.core.cli_options import OptionValues, Override, config_from_options, with_options
-from depthprune.core.options import DeviceOptions, JsonOptions, PlanOptions, RegistryOptions
+from ground.core.cli_options import OptionValues, Override, config_from_options, with_options
+from ground.core.options import DeviceOptions, JsonOptions, PlanOptions, RegistryOptions
 from pruning.cli.groups import suite_list
 from pruning.cli.options import (
     CheckpointOptions,
@@ -104,7 +104,7 @@ def evaluate(
 ) -> None:
     """Measure perplexity and accuracy of dense and pruned variants, each with n and a 95 % interval, every
     variant paired against the first named on the same items; record them in the registry."""
-    from depthprune.planning.devices import auto_device_dtype
+    from ground.planning.devices import auto_device_dtype
     from pruning.evaluation.suites import EvalSettings, evaluate_variants, results_as_json
     from pruning.runtime.plans import PlanRequest
     from registry import open_registry
@@ -173,7 +173,7 @@ def prune(
 
     Interrupted runs resume: re-run the same command and no subset is scored twice.
     """
-    from depthprune.planning.devices import auto_device_dtype
+    from ground.planning.devices import auto_device_dtype
     from pruning.calibration.config import CalibrationConfig
     from pruning.cli.groups import Placement, SearchRequest, prune_config
     from pruning.cli.repair import patch_request
@@ -266,7 +266,7 @@ def heal(
     Every method keeps the variant's shape: adapters are merged, the patch is folded into existing weights.
     Ctrl-C is safe: run the same command again and training resumes to the same weights.
     """
-    from depthprune.planning.devices import auto_device_dtype
+    from ground.planning.devices import auto_device_dtype
     from pruning.healing.heal import heal as run_heal
     from pruning.pipeline.heldout import repaired_quality
     from pruning.runtime.plans import PlanRequest, plan_heal_run
@@ -319,7 +319,7 @@ def study(
     Resumable: cells already in the report's cells.json or in the registry are never recomputed. With
     --worker, start the same command on several machines against one PostgreSQL --registry to share the grid.
     """
-    from depthprune.planning.devices import auto_device_dtype
+    from ground.planning.devices import auto_device_dtype
     from pruning.cli import groups
     from pruning.runtime.plans import PlanRequest
     from pruning.study.plan import study_searches
@@ -356,7 +356,7 @@ def _run_study(config, plan, executor: str, ray_address: str | None) -> None:
 
         report = run_on_ray(config, ray_address, memory.choices.get("gpus_per_cell", 0) if memory else 0)
     elif executor != "local":
-        from depthprune.core.errors import UserError
+        from ground.core.errors import UserError
 
         raise UserError(f"--executor must be local or ray, got {executor!r}")
     else:

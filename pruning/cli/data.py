@@ -15,8 +15,8 @@ from typing import Annotated
 
 import typer
 
-from depthprune.core.cli_options import with_options
-from depthprune.core.options import JsonOptions
+from ground.core.cli_options import with_options
+from ground.core.options import JsonOptions
 from pruning.cli.options import DataShowOptions, SamplingOptions
 
 app = typer.Typer(
@@ -60,7 +60,7 @@ def show(
     """
     from transformers import AutoTokenizer
 
-    from depthprune.core.errors import UserError
+    from ground.core.errors import UserError
     from pruning.calibration.data.items import SAMPLINGS
     from pruning.calibration.objectives.show import show_instances
     from pruning.pipeline.prune import canonical_model

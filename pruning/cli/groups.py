@@ -27,7 +27,7 @@ def comma_list(text: str | None) -> tuple[str, ...]:
 
 def suite_list(text: str) -> tuple[str, ...]:
     """``--suite`` of ``eval`` and ``study``: its items; an empty one is a one-line error."""
-    from depthprune.core.lists import option_items
+    from ground.core.lists import option_items
 
     return tuple(option_items(text, "--suite", "offline,mc:questions.jsonl"))
 
@@ -37,7 +37,7 @@ def integer_list(text: str, what: str) -> tuple[int, ...]:
     try:
         return tuple(int(item) for item in text.split(",") if item.strip())
     except ValueError:
-        from depthprune.core.errors import UserError
+        from ground.core.errors import UserError
 
         raise UserError(f"{what} must be integers separated by commas, got {text!r}") from None
 

@@ -1,5 +1,5 @@
 """The option groups of the pruning commands (``checkpoint``, ``prune``, ``heal``, ``eval``, ``study``,
-``bench-evaluator``, ``data show``), each option declared once (:mod:`depthprune.core.cli_options`).
+``bench-evaluator``, ``data show``), each option declared once (:mod:`ground.core.cli_options`).
 
 A group several commands share is here; a command whose option reads differently (``study --checkpoints``
 for ``prune --out``, ``bench-evaluator``'s default objective) changes it with an ``Override`` where it takes
@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from depthprune.core.cli_options import cli, option_group
-from depthprune.core.objectives import OBJECTIVES, objectives_help
+from ground.core.cli_options import cli, option_group
+from ground.core.objectives import OBJECTIVES, objectives_help
 from pruning.search import SEARCHES, STUDY_SEARCHES
 
 _CLIPPED = ", ".join(name for name, objective in OBJECTIVES.items() if "margin_clip" in objective.parameters)
@@ -36,7 +36,7 @@ class ObjectiveOptions:
     """One calibration objective and its sample count (``prune``, ``bench-evaluator``)."""
 
     objective: str = field(metadata=cli(help=f"Calibration objective: {objectives_help()}."))
-    """One calibration objective (the help lists :data:`~depthprune.core.objectives.OBJECTIVES`)."""
+    """One calibration objective (the help lists :data:`~ground.core.objectives.OBJECTIVES`)."""
     samples: int = 64
     """Calibration samples (text windows or questions)."""
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from pruning.calibration.data.items import TEXT
 from pruning.calibration.data.specs import spec_kind
 
@@ -116,7 +116,7 @@ def choice_notes(parent, healed, registry_url: str | None) -> list[str]:
 def alias_notes(objective: str, child: str, registry_url: str | None) -> list[str]:
     """Where ``<objective>-best`` points and what ``variants alias --best`` would choose now, when they
     differ (``prune`` sets no alias)."""
-    from depthprune.core.objectives import best_alias, canonical_objective
+    from ground.core.objectives import best_alias, canonical_objective
     from registry import open_registry
     from registry.selection import best_for_objective
 

@@ -13,7 +13,7 @@
 * ``tasks/`` — lm-eval task YAMLs of the project (the demo QA task, the pydoc cloze task).
 """
 
-from depthprune.core.lazy import lazy_exports
+from ground.core.lazy import lazy_exports
 
 _EXPORTS = {
     "EvalSettings": "pruning.evaluation.suites",

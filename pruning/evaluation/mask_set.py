@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from pruning.calibration.scoring.shortcuts import device_free_bytes
 from pruning.evaluation.engines import ScoreRequest, ScoreResult, TorchEngine, fit_to_length
 from pruning.evaluation.packed_scoring import Mask, score_masks

@@ -22,7 +22,7 @@ GCIDE_DEFINE_TASK_FILE = TASKS_DIR / "gcide_define.yaml"
 
 def items_file(name: str, items: list[ChoiceItem]) -> Path:
     """The items as JSONL under ``DEPTHPRUNE_HOME/data``, written once (atomically) per content."""
-    from depthprune.core.settings import home_dir
+    from ground.core.settings import home_dir
 
     rows = [
         json.dumps({"context": item.context, "choices": list(item.choices), "label": item.label})

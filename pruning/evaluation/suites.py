@@ -53,8 +53,8 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from depthprune.core.errors import UserError
-from depthprune.demo.paths import data_file, find_demo_dir
+from ground.core.errors import UserError
+from ground.demo.paths import data_file, find_demo_dir
 from pruning.evaluation.results import PRIMARY_METRICS, EvalResult, primary_metric  # noqa: F401 - re-exported
 from pruning.evaluation.user_suites import USER_SUITE, is_user_suite
 
@@ -467,7 +467,7 @@ def _in_own_process(settings: EvalSettings) -> bool:
     """Whether the engine runs in a process of its own: as asked, else on CUDA."""
     if settings.own_process is not None:
         return settings.own_process
-    from depthprune.planning.devices import resolve_device
+    from ground.planning.devices import resolve_device
 
     return resolve_device(settings.device).startswith("cuda")
 
@@ -534,7 +534,7 @@ def _variant_for_directory(directory: Path, registry):
             return variant
     pruning_file = directory / "pruning.json"
     if not pruning_file.is_file():
-        from depthprune.core.checksums import weights_sha256
+        from ground.core.checksums import weights_sha256
         from pruning.model.blocks import load_config
 
         config = load_config(str(directory))

@@ -27,7 +27,7 @@ import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from pruning.calibration.data.local import MAX_BYTES_PER_TOKEN, check_data_file
 
 USER_SUITE = "user"
@@ -189,7 +189,7 @@ def utf8_length(text: str) -> int:
 
 def context_length(model_path: str, engine: str) -> int:
     """The longest sequence the chosen engine will score for a model, read from its config (no weights)."""
-    from depthprune.planning.shape import read_model_config
+    from ground.planning.shape import read_model_config
     from pruning.runtime.engine_choice import resolve_engine
 
     config = read_model_config(model_path)  # config.json alone: no transformers import before the checks

@@ -13,7 +13,7 @@
 Names resolve on first use, so importing this package does not import torch.
 """
 
-from depthprune.core.lazy import lazy_exports
+from ground.core.lazy import lazy_exports
 
 _EXPORTS = {
     "HealConfig": "pruning.healing.config",

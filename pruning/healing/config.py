@@ -4,7 +4,7 @@
 steps, seed, hyper-parameters): it keys the run directory that makes Ctrl-C resumable, and it is what
 the registry's ``healing`` record holds besides the run's measurements.
 
-Its fields with ``cli`` metadata are ``depthprune heal``'s options (:mod:`depthprune.core.cli_options`); the
+Its fields with ``cli`` metadata are ``depthprune heal``'s options (:mod:`ground.core.cli_options`); the
 metadata holds what the command line says differently from the docstring.
 """
 
@@ -14,9 +14,9 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from depthprune.core.cli_options import UNSET, cli
-from depthprune.core.errors import UserError
-from depthprune.core.options import SEED_HELP
+from ground.core.cli_options import UNSET, cli
+from ground.core.errors import UserError
+from ground.core.options import SEED_HELP
 from pruning.calibration.data.items import TEXT
 from pruning.calibration.data.sources import HEAL_SOURCES
 from pruning.calibration.data.specs import parse_spec

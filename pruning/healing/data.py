@@ -15,7 +15,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from pruning.calibration.data.sampling import text_windows
 from pruning.calibration.data.specs import load_documents
 from pruning.healing.config import HELD_OUT_SPLIT, HealConfig, training_split

@@ -25,8 +25,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from depthprune.core import settings as depthprune_settings
-from depthprune.core.errors import UserError
+from ground.core import settings as depthprune_settings
+from ground.core.errors import UserError
 from pruning.healing.config import HealConfig
 from pruning.healing.data import HealingData, load_healing_data
 from pruning.healing.state import DONE_FILE, RUN_FILE, STATE_FILE, TrainingState, run_directory, write_json
@@ -167,7 +167,7 @@ def plan_heal(config: HealConfig, registry) -> HealPlan:
 
 def _finished(plan: HealPlan) -> VariantRecord | None:
     """The record of an earlier run of the same plan whose checkpoint is still intact, else None."""
-    from depthprune.core.checksums import weights_sha256
+    from ground.core.checksums import weights_sha256
 
     done = plan.run_dir / DONE_FILE
     if not done.is_file() or not (plan.out / PRUNING_FILE).is_file():

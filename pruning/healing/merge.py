@@ -17,8 +17,8 @@ from dataclasses import asdict, replace
 from functools import partial
 from pathlib import Path
 
-from depthprune.core.checksums import weights_sha256
-from depthprune.core.version import __version__
+from ground.core.checksums import weights_sha256
+from ground.core.version import __version__
 from pruning.model.blocks import load_config
 from pruning.model.checkpoint import PRUNING_FILE, PrunedCheckpoint, model_card, staged_directory
 from pruning.model.disk_space import checkpoint_bytes, full_disk_as_user_error

@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 import torch
 from torch.nn import functional
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from pruning.healing.config import COSINE_BATCH_TOKENS, COSINE_EPOCHS, HealConfig
 
 FOLDABLE_ARCHITECTURES = ("llama", "qwen2", "qwen3", "mistral")

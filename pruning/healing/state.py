@@ -22,8 +22,8 @@ from pathlib import Path
 
 import torch
 
-from depthprune.core.files import write_atomically, write_text_atomically
-from depthprune.core.settings import home_dir
+from ground.core.files import write_atomically, write_text_atomically
+from ground.core.settings import home_dir
 
 STATE_FILE = "state.pt"
 RUN_FILE = "run.json"

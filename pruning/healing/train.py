@@ -16,7 +16,7 @@ import time
 import torch
 from torch import nn
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from pruning.healing.config import HealConfig
 from pruning.healing.data import HealingData, batch_windows
 from pruning.healing.losses import teacher_top_k, token_losses

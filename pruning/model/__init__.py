@@ -11,7 +11,7 @@
 Nothing here knows about objectives, searches or evaluation; every other part of :mod:`pruning` stands on it.
 """
 
-from depthprune.core.lazy import lazy_exports
+from ground.core.lazy import lazy_exports
 
 _EXPORTS = {
     "BlockStack": "pruning.model.blocks",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 
 SUPPORTED_ARCHITECTURES = {
     "llama": "LlamaForCausalLM",

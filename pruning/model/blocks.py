@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from pruning.model.architectures import check_supported
 from pruning.model.sources import ResolvedModel, resolve_model
 

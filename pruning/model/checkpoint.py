@@ -35,15 +35,15 @@ from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
 
-from depthprune.core.checksums import (
+from ground.core.checksums import (
     WEIGHTS_RELEASED,
     has_weight_files,
     released_weights,
     weight_files,
     weights_sha256,
 )
-from depthprune.core.errors import UserError
-from depthprune.core.files import write_text_atomically
+from ground.core.errors import UserError
+from ground.core.files import write_text_atomically
 from pruning.model.blocks import load_config, resolve, validate_removed
 from pruning.model.disk_space import checkpoint_bytes, full_disk_as_user_error
 from pruning.model.sources import GgufSource
@@ -65,7 +65,7 @@ class PrunedCheckpoint:
     base_revision: str | None
     """Hub revision (commit) of the base model; None for a local directory."""
     base_weights_sha256: str
-    """sha256 of the base model's weight files (:func:`depthprune.core.checksums.weights_sha256`)."""
+    """sha256 of the base model's weight files (:func:`ground.core.checksums.weights_sha256`)."""
     architecture: str
     """transformers ``model_type`` of the base model."""
     base_num_blocks: int
@@ -271,7 +271,7 @@ def write_pruned_checkpoint(
     """
     from transformers import AutoTokenizer
 
-    from depthprune.core.version import __version__
+    from ground.core.version import __version__
 
     out = Path(out).expanduser()
     released = None if overwrite else released_weights(out)
@@ -381,7 +381,7 @@ def share_identical_weights(staging: Path, parent: Path, sha256: str) -> bool:
 
 def release_weights(directory: str | Path, base_model: str, removed_blocks, reason: str) -> int:
     """Delete the weight files of the checkpoint in ``directory`` on purpose, leaving its pruning.json,
-    config, tokenizer and a :data:`~depthprune.core.checksums.WEIGHTS_RELEASED` note that says why and how
+    config, tokenizer and a :data:`~ground.core.checksums.WEIGHTS_RELEASED` note that says why and how
     to write them again (the same blocks removed from the same base model give the same weights). The note
     is written first, so a kill in between leaves a directory that says what happened.
 

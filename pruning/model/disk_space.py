@@ -2,7 +2,7 @@
 
 Writing a checkpoint (``checkpoint``, ``prune``, ``heal``) on a full disk fails deep inside safetensors,
 transformers or the tokenizer with a long traceback. :func:`full_disk_as_user_error` turns every such failure
-into a :class:`~depthprune.core.errors.UserError`, which the command line prints as one ``error:`` line::
+into a :class:`~ground.core.errors.UserError`, which the command line prints as one ``error:`` line::
 
     with full_disk_as_user_error(out, needed_bytes=lambda: checkpoint_bytes(model, source_dir)):
         with staged_directory(out) as staging:
@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 
 __all__ = ["checkpoint_bytes", "free_bytes", "full_disk_as_user_error", "human_bytes", "is_disk_full"]
 

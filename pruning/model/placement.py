@@ -1,7 +1,7 @@
 """The ``device_map`` of a model spread over several GPUs, from the memory planner's block placement.
 
 ``prune``, ``heal`` and the torch evaluation engine load a model larger than one card with ``--gpus N``:
-:func:`device_map` turns :func:`depthprune.planning.placement.place_blocks` (contiguous runs of blocks, the
+:func:`device_map` turns :func:`ground.planning.placement.place_blocks` (contiguous runs of blocks, the
 embedding on the first card, the final norm and LM head on the last, a tied head with the embedding) into
 the ``{module name: device}`` dict that ``from_pretrained(device_map=...)`` hands to accelerate. Every block
 is one entry, so a block is never split across cards (the decoder-layer class is the unit accelerate's
@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from depthprune.core.errors import UserError
-from depthprune.planning import count_parameters, model_shape
-from depthprune.planning.placement import place_blocks
+from ground.core.errors import UserError
+from ground.planning import count_parameters, model_shape
+from ground.planning.placement import place_blocks
 
 
 def spread_devices(device: str, gpus: int) -> list[str]:

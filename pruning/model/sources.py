@@ -14,7 +14,7 @@ tokenizer, generation config and chat template) in ``DEPTHPRUNE_HOME/models/gguf
 temporary sibling directory under a lock and renamed into place, so a failure or a second process never
 leaves a half-written entry. The file is checked before any conversion (the magic bytes, a full parse by
 the ``gguf`` package, an architecture both transformers and depthprune handle), so bad input is a one-line
-:class:`~depthprune.core.errors.UserError`.
+:class:`~ground.core.errors.UserError`.
 
 ``prune`` and ``checkpoint`` record a GGUF base model by its converted directory (the form every engine
 loads) and name the file itself, as :class:`GgufSource`, under ``base_source`` in each variant's
@@ -35,9 +35,9 @@ from dataclasses import asdict, dataclass, replace
 from importlib import metadata
 from pathlib import Path
 
-from depthprune.core.errors import UserError
-from depthprune.core.files import exclusive_lock, lock_beside
-from depthprune.core.settings import home_dir
+from ground.core.errors import UserError
+from ground.core.files import exclusive_lock, lock_beside
+from ground.core.settings import home_dir
 
 GGUF_MAGIC = b"GGUF"
 SOURCE_FILE = "source.json"

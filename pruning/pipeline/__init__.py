@@ -9,7 +9,7 @@
 * :mod:`.heldout_selection` — choosing the variant to keep by that held-out score, never by calibration loss.
 """
 
-from depthprune.core.lazy import lazy_exports
+from ground.core.lazy import lazy_exports
 
 _EXPORTS = {
     "prune": "pruning.pipeline.prune",

@@ -2,7 +2,7 @@
 
 Re-exported by :mod:`pruning.pipeline.prune` and :mod:`pruning.pipeline`. :func:`prune_config_from` is the
 one place a PruneConfig is built (the command line, study cells, the demo, the benchmarks); the fields with
-``cli`` metadata are also ``depthprune prune``'s options (:mod:`depthprune.core.cli_options`).
+``cli`` metadata are also ``depthprune prune``'s options (:mod:`ground.core.cli_options`).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from depthprune.core.cli_options import cli, option_arguments
-from depthprune.core.errors import UserError
-from depthprune.core.fitness import DEFAULT_MAX_PPL_RATIO
+from ground.core.cli_options import cli, option_arguments
+from ground.core.errors import UserError
+from ground.core.fitness import DEFAULT_MAX_PPL_RATIO
 from pruning.calibration.config import CalibrationConfig
 from pruning.search import PRIOR_GUIDED, SEARCHES
 

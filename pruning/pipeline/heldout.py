@@ -9,7 +9,7 @@ calibration evaluator's model (no second copy):
 * **held-out perplexity**: on the validation text for a text objective, else on ``pydoc``'s ``test`` split
   (:data:`FITNESS_TEXT`, Python's own documentation: on every machine, never a calibration split);
 * **task accuracy** (multiple-choice objectives): on the validation items, against chance (mean 1/choices);
-* **fit**: :func:`depthprune.core.fitness.fitness` of those against the dense model's.
+* **fit**: :func:`ground.core.fitness.fitness` of those against the dense model's.
 
 A repaired child (``heal --method patch``) is scored whole by the same class on its parent's validation data
 (:func:`repaired_quality`), so that its validation loss compares with the searched variants'.
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import torch
 
-from depthprune.core.fitness import DEFAULT_MAX_PPL_RATIO, fitness
+from ground.core.fitness import DEFAULT_MAX_PPL_RATIO, fitness
 from pruning.calibration.config import CalibrationConfig
 from pruning.calibration.data.items import TEXT
 from pruning.calibration.data.sampling import sample_stream_windows

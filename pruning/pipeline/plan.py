@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from depthprune.core import settings as depthprune_settings
-from depthprune.core.errors import UserError
-from depthprune.core.objectives import objective_label
+from ground.core import settings as depthprune_settings
+from ground.core.errors import UserError
+from ground.core.objectives import objective_label
 from pruning.calibration.config import CalibrationConfig
 from pruning.pipeline.config import PruneConfig
 from pruning.pipeline.run import SearchSettings

@@ -49,7 +49,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from pruning.model.disk_space import full_disk_as_user_error, is_disk_full
 from pruning.pipeline.config import TIMINGS, PruneConfig
 from pruning.pipeline.heldout_selection import HeldOutCache, mark_selected

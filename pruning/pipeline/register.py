@@ -12,8 +12,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from depthprune.core.errors import UserError
-from depthprune.planning.devices import device_name
+from ground.core.errors import UserError
+from ground.planning.devices import device_name
 from pruning.pipeline.heldout_selection import HeldOutCache
 from pruning.pipeline.plan import PrunePlan
 from pruning.pipeline.run import SearchRun

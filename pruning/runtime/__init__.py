@@ -1,14 +1,14 @@
 """How a heavy job runs: its memory plan before any weight loads, its engine, and its own process.
 
 * :mod:`.plans` — the memory plan of ``prune``, ``study``, ``heal`` and ``eval`` (``--dry-run``, the sizes
-  chosen, refusing what cannot fit); the planner itself is :mod:`depthprune.planning`;
+  chosen, refusing what cannot fit); the planner itself is :mod:`ground.planning`;
 * :mod:`.engine_choice` — ``auto`` → vLLM or torch, decided without loading either;
 * :mod:`.isolation` — one GPU job per process, an out-of-memory told apart as a permanent failure.
 
 Stands on :mod:`pruning.model`; evaluation, the pipeline, healing and the study stand on it.
 """
 
-from depthprune.core.lazy import lazy_exports
+from ground.core.lazy import lazy_exports
 
 _EXPORTS = {
     "PlanRequest": "pruning.runtime.plans",

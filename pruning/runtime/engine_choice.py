@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 
 ENGINES = ("auto", "vllm", "torch")
 # Earlier name of the torch engine, still accepted on the command line.

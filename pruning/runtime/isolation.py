@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from registry.work_queue import PERMANENT_PREFIX
 
 

@@ -3,7 +3,7 @@
 Each heavy command (prune, study, heal, eval) calls one function here right after it has built its config:
 with ``--dry-run`` the plan is printed and the command exits (0 fits, 3 does not); otherwise a run on a GPU
 that cannot fit is refused with the plan's one-line advice, and the sizes the plan chose (calibration batch,
-boundary-cache budget) are put into the config. The planner itself is :mod:`depthprune.planning`.
+boundary-cache budget) are put into the config. The planner itself is :mod:`ground.planning`.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from depthprune.core.errors import UserError
-from depthprune.core.objectives import get_objective
-from depthprune.planning import (
+from ground.core.errors import UserError
+from ground.core.objectives import get_objective
+from ground.planning import (
     CalibrationSizes,
     Devices,
     HealSizes,
@@ -27,7 +27,7 @@ from depthprune.planning import (
     read_model_config,
     refuse_unless_fits,
 )
-from depthprune.planning.devices import gpu_memory_bytes
+from ground.planning.devices import gpu_memory_bytes
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 
 ``SEARCHES[name](objective, budget, *, seed=0, progress=True, **options) -> SearchResult``; the key is
 the module's file name. Searches see only a :class:`SubsetObjective` (never a model). ``SEARCHES`` is a
-:class:`~depthprune.core.registry_table.NamedTable`: a search's module is imported when it is first asked
+:class:`~ground.core.registry_table.NamedTable`: a search's module is imported when it is first asked
 for, and checked against the :class:`~pruning.search.base.Search` interface then.
 
 Three groups: the study's seven (``STUDY_SEARCHES``: one_shot, greedy, beam, genetic, bayesian, cbo,
@@ -20,7 +20,7 @@ from __future__ import annotations
 import importlib
 from functools import cache
 
-from depthprune.core.registry_table import NamedTable
+from ground.core.registry_table import NamedTable
 from pruning.search.base import (
     CalibratedObjective,
     ScreeningObjective,
@@ -79,7 +79,7 @@ access (module ``__getattr__``), so that naming the searches imports none of the
 * ``MODULES`` — name -> the search's module;
 * ``OPTIONS`` — name -> the dataclass of the search's options (field docstrings are the documentation);
 * ``OBJECTIVE_CHECKS`` — name -> ``check_objective(objective)`` of the searches that cannot run under some
-  calibration objectives: it raises a one-line :class:`~depthprune.core.errors.UserError` for those (asked
+  calibration objectives: it raises a one-line :class:`~ground.core.errors.UserError` for those (asked
   before any model is loaded);
 * ``PRIOR_GUIDED`` — searches that take ``prior="random"`` (the random-prior control);
 * ``DETERMINISTIC`` — searches whose result does not depend on the seed under the single-block prior: a

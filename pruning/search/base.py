@@ -12,7 +12,7 @@ Every algorithm in this package is one function with one signature, the :class:`
 A module writes only what is its own: its ``Options`` (a :class:`SearchOptions`, whose fields declare their
 checks: :func:`integer`, :func:`integers`, :func:`one_of`, :func:`flag`) and the body of its search, made
 the shared signature by :func:`define_search`, which parses the options (an unknown or invalid one is a
-one-line :class:`~depthprune.core.errors.UserError`) and checks the budget first. The settings as used are
+one-line :class:`~ground.core.errors.UserError`) and checks the budget first. The settings as used are
 returned in ``SearchResult.options``.
 
 Searches that score many sets at once, or need only a ranking, go through :func:`score_many`,
@@ -32,8 +32,8 @@ from typing import Any, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 import numpy as np
 
-from depthprune.core.errors import UserError
-from depthprune.core.objectives import Objective
+from ground.core.errors import UserError
+from ground.core.objectives import Objective
 
 
 @runtime_checkable
@@ -71,7 +71,7 @@ class CalibratedObjective(Protocol):
 
     @property
     def calibration_objective(self) -> Objective:
-        """The :class:`~depthprune.core.objectives.Objective` the scores are losses of."""
+        """The :class:`~ground.core.objectives.Objective` the scores are losses of."""
 
 
 @runtime_checkable

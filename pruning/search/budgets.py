@@ -27,7 +27,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 
 BUDGET_OPTION = "evaluations"
 """The option name that sets a search's budget in subset evaluations (translated, never passed on)."""

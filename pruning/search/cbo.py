@@ -45,8 +45,8 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
-from depthprune.core.errors import UserError
-from depthprune.core.objectives import OBJECTIVES, Objective
+from ground.core.errors import UserError
+from ground.core.objectives import OBJECTIVES, Objective
 from pruning.search import base
 
 TAIL_SIZE = 3

@@ -53,7 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 from tqdm.auto import tqdm
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from pruning.search import base
 
 SCREENS = ("auto", "samples", "objective", "mixed", "prior", "random", "none")

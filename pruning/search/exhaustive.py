@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from tqdm.auto import tqdm
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from pruning.search import base
 
 REPORTED = 10

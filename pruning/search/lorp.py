@@ -49,7 +49,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from pruning.search import base
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from pruning.search import base
 from pruning.search.lorp import similarity_matrix
 

@@ -14,7 +14,7 @@
 * :mod:`~pruning.study.worker` — ``study --worker``: cells claimed from the registry's work queue.
 """
 
-from depthprune.core.lazy import lazy_exports
+from ground.core.lazy import lazy_exports
 
 _EXPORTS = {
     "StudyConfig": "pruning.study.plan",

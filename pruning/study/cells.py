@@ -13,8 +13,8 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from depthprune.core.checksums import has_weight_files, released_weights
-from depthprune.core.errors import UserError
+from ground.core.checksums import has_weight_files, released_weights
+from ground.core.errors import UserError
 from pruning.study.paths import recorded_path
 from pruning.study.plan import Cell, StudyPlan, cell_prune_config
 
@@ -59,7 +59,7 @@ class CellResult:
     """What decided ``metrics`` besides the mask (:func:`pruning.study.evaluation.evaluation_record`: suites,
     dtype, window, limits); None: not recorded (numbers then count only where the registry holds them)."""
     search_device: str | None = None
-    """What ran the search (:func:`depthprune.planning.devices.device_name`): its seconds compare only with
+    """What ran the search (:func:`ground.planning.devices.device_name`): its seconds compare only with
     seconds measured on the same; None: recorded before it was kept."""
 
     def matches(self, cell: Cell) -> bool:

@@ -22,8 +22,8 @@ from functools import cache, partial
 from pathlib import Path
 from typing import Any
 
-from depthprune.core.checksums import released_weights
-from depthprune.core.errors import UserError
+from ground.core.checksums import released_weights
+from ground.core.errors import UserError
 from pruning.study.plan import StudyPlan
 
 PRIMARY_KEYS = ("perplexity", "acc", "acc_norm")
@@ -253,7 +253,7 @@ def _evaluate(plan: StudyPlan, todo: dict[str, _Target], suites, settings, finis
 def _evaluate_by_mask(plan: StudyPlan, todo: dict[str, _Target], suites, data, settings, finished) -> None:
     """:class:`~pruning.evaluation.mask_set.MaskSetEngine` passes of :data:`MASKS_PER_PASS` masks in trie
     order; each mask's results go to every model with that mask."""
-    from depthprune.planning.devices import resolve_device
+    from ground.planning.devices import resolve_device
     from pruning.calibration.scoring.shortcuts import trie_order
     from pruning.evaluation.mask_set import MaskSetEngine
     from pruning.evaluation.suites import evaluate_with_engine

@@ -1,7 +1,7 @@
 """Paths a study records, relative to the depthprune home, so that no committed report names a machine.
 
 A cell's checkpoint directory and the study's model are written relative to the home
-(:func:`depthprune.core.settings.home_dir`, ``$DEPTHPRUNE_HOME``) when they lie inside it
+(:func:`ground.core.settings.home_dir`, ``$DEPTHPRUNE_HOME``) when they lie inside it
 (:func:`recorded_path`) and read back against the home of the machine that reads them
 (:func:`resolved_path`); a path outside the home stays absolute, as given. :func:`rehome` is the one-off
 rewrite of a study written before this rule, given the home of the machine that ran it::
@@ -18,7 +18,7 @@ from typing import Any
 def _home(home: str | Path | None) -> Path:
     if home is not None:
         return Path(home)
-    from depthprune.core.settings import home_dir
+    from ground.core.settings import home_dir
 
     return home_dir()
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 
 DEFAULT_DATA = {"text": "c4", "multiple_choice": "commonsense170k"}
 """Calibration data per data kind for a hub model (the study's C4 and Commonsense-170k)."""
@@ -129,7 +129,7 @@ class StudyConfig:
     drops: tuple[int, ...]
     """Budgets M (blocks removed)."""
     objectives: tuple[str, ...] = ("perplexity", "task_margin")
-    """Calibration objectives (keys of ``depthprune.core.objectives.OBJECTIVES``)."""
+    """Calibration objectives (keys of ``ground.core.objectives.OBJECTIVES``)."""
     searches: tuple[str, ...] = ()
     """Search names; empty = the study's seven (``pruning.search.STUDY_SEARCHES``)."""
     data: tuple[str, ...] = ()
@@ -329,7 +329,7 @@ def _calibrations(config: StudyConfig, data: list[str], seq_len: int) -> list:
     Raises:
         UserError: an objective has no data of its kind.
     """
-    from depthprune.core.objectives import MULTIPLE_CHOICE
+    from ground.core.objectives import MULTIPLE_CHOICE
     from pruning.calibration.config import CalibrationConfig
     from pruning.calibration.data.specs import parse_spec
     from pruning.calibration.objectives import get_objective
@@ -363,7 +363,7 @@ def _calibrations(config: StudyConfig, data: list[str], seq_len: int) -> list:
 
 def _clips(objective: str) -> bool:
     """Whether ``objective`` takes ``--margin-clip``."""
-    from depthprune.core.objectives import get_objective
+    from ground.core.objectives import get_objective
 
     return "margin_clip" in get_objective(objective).parameters
 
@@ -393,7 +393,7 @@ def plan_study(config: StudyConfig) -> StudyPlan:
     Raises:
         UserError: an impossible budget, data of the wrong kind, an unknown search option.
     """
-    from depthprune.demo.paths import find_demo_dir
+    from ground.demo.paths import find_demo_dir
     from pruning.model.blocks import load_config
     from pruning.pipeline.prune import canonical_model, plan_prune
     from pruning.search import PRIOR_GUIDED

@@ -19,7 +19,7 @@ import os
 import socket
 from pathlib import Path
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 
 NODE_LOSS_RETRIES = 3
 """Times Ray runs a cell again whose node or worker process died (not when the cell raised)."""

@@ -32,7 +32,7 @@ from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
 
-from depthprune.core.objectives import MULTIPLE_CHOICE, get_objective
+from ground.core.objectives import MULTIPLE_CHOICE, get_objective
 from pruning.study import statistics as study_stats
 from pruning.study.cross_reading import cross_facts, cross_text, text_seq_len
 from pruning.study.reading_audit import audit_facts, audit_text
@@ -616,7 +616,7 @@ def write_reading(out, cross=None, size=None, arms=()) -> str:
     """
     import json
 
-    from depthprune.core.errors import UserError
+    from ground.core.errors import UserError
     from pruning.study.cells import CellResult
     from pruning.study.report import render_html, render_markdown
     from pruning.study.tables import build_sections, model_name

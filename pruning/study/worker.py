@@ -33,8 +33,8 @@ import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from depthprune.core.errors import UserError
-from depthprune.core.files import exclusive_lock
+from ground.core.errors import UserError
+from ground.core.files import exclusive_lock
 from pruning.study.cells import (
     CellResult,
     fill_reused,

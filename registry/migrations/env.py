@@ -19,7 +19,7 @@ target_metadata = Base.metadata
 
 def run_migrations_offline() -> None:
     """Print the SQL instead of running it (``alembic upgrade head --sql``)."""
-    from depthprune.core.settings import default_registry_url
+    from ground.core.settings import default_registry_url
 
     context.configure(
         url=config.get_main_option("sqlalchemy.url") or default_registry_url(),
@@ -39,7 +39,7 @@ def run_migrations_online() -> None:
         with context.begin_transaction():
             context.run_migrations()
         return
-    from depthprune.core.settings import default_registry_url
+    from ground.core.settings import default_registry_url
 
     engine = create_engine(config.get_main_option("sqlalchemy.url") or default_registry_url())
     with engine.connect() as fresh:

@@ -41,7 +41,7 @@ Offline (no network, as on the machines this repository is tested on), a hub sou
 raises a :class:`UserError` naming the local spec to use instead.
 """
 
-from depthprune.core.lazy import lazy_exports
+from ground.core.lazy import lazy_exports
 
 _EXPORTS = {
     **dict.fromkeys(

@@ -44,7 +44,7 @@ import json
 import re
 from pathlib import Path
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from pruning.calibration.data.hub import hub_rows
 from pruning.calibration.data.items import (
     ANSWER_SCORING,

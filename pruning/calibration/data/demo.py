@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from depthprune.core.errors import UserError
-from depthprune.demo.paths import data_file, default_demo_dir
+from ground.core.errors import UserError
+from ground.demo.paths import data_file, default_demo_dir
 from pruning.calibration.data.items import MULTIPLE_CHOICE, TEXT, ChoiceItem, DataSpec, Source
 from pruning.calibration.data.local import read_choice_file, read_text_file
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from pruning.calibration.data.items import TEXT, DataSpec, Source
 
 C4_FILES = {

@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from depthprune.core.errors import UserError
-from depthprune.core.objectives import MULTIPLE_CHOICE, TEXT
+from ground.core.errors import UserError
+from ground.core.objectives import MULTIPLE_CHOICE, TEXT
 
 SPLITS = ("calibration", "heal", "test")
 SAMPLINGS = ("documents", "stream")

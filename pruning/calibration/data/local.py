@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from pruning.calibration.data.items import (
     ANSWER_SCORING,
     MULTIPLE_CHOICE,

@@ -52,7 +52,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from pruning.calibration.data.items import MULTIPLE_CHOICE, TEXT, ChoiceItem, DataSpec, Source
 
 PYDOC_SPLITS = ("calibration", "heal", "test")

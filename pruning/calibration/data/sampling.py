@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import random
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from pruning.calibration.data.items import SAMPLINGS, TEXT, ChoiceSamples, TextSamples
 from pruning.calibration.data.specs import load_choice_items, load_documents, parse_spec
 

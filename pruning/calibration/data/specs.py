@@ -8,7 +8,7 @@ whole file for either), ``heal`` for the sources with one.
 
 from __future__ import annotations
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from pruning.calibration.data.items import MULTIPLE_CHOICE, SPLITS, TEXT, ChoiceItem, DataSpec
 from pruning.calibration.data.sources import HEAL_SOURCES, SOURCES, known_specs
 

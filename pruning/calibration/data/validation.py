@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import random
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from pruning.calibration.data.items import TEXT, ChoiceSamples, TextSamples
 from pruning.calibration.data.sampling import sample_text
 from pruning.calibration.data.specs import load_choice_items, load_documents, parse_spec

@@ -1,6 +1,6 @@
 """Calibration objectives: one module per objective, each ``loss(batch, hidden, head, reference)``.
 
-The registry of objectives and their facts is :data:`depthprune.core.objectives.OBJECTIVES` (ground layer,
+The registry of objectives and their facts is :data:`ground.core.objectives.OBJECTIVES` (ground layer,
 shared with the server); the module here named like an entry computes its loss, and :data:`LOSSES` follows
 from that table (imported on first use, checked against :class:`Loss`). Every loss has the same
 signature::
@@ -23,8 +23,8 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
-from depthprune.core.objectives import OBJECTIVES, Objective, get_objective
-from depthprune.core.registry_table import NamedTable
+from ground.core.objectives import OBJECTIVES, Objective, get_objective
+from ground.core.registry_table import NamedTable
 
 if TYPE_CHECKING:
     import torch

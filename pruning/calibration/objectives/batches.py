@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from pruning.calibration.data.items import SENTENCE_SCORING, ChoiceSamples, TextSamples
 
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@
 ``reference(row)`` gives the dense model's log-probabilities ``[positions, vocab]`` of one sequence's real
 (non-padding) positions. :func:`divergence` is also the term ``--kl-weight`` adds to any other objective: on
 multiple-choice data it averages over the prompt and answer positions of every choice sequence of an item.
-Facts (its zero gradient at the dense model, its loss floor): ``depthprune.core.objectives.OBJECTIVES["kl"]``.
+Facts (its zero gradient at the dense model, its loss floor): ``ground.core.objectives.OBJECTIVES["kl"]``.
 """
 
 from __future__ import annotations

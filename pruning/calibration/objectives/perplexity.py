@@ -1,7 +1,7 @@
 """``perplexity``: mean next-token NLL of a text window (its exp is the perplexity).
 
 All next-token positions go through the LM head, in chunks (:data:`~.batches.HEAD_CHUNK_POSITIONS`).
-Facts (data kind, loss floor, synonyms): ``depthprune.core.objectives.OBJECTIVES["perplexity"]``.
+Facts (data kind, loss floor, synonyms): ``ground.core.objectives.OBJECTIVES["perplexity"]``.
 """
 
 from __future__ import annotations

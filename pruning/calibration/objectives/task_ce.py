@@ -4,7 +4,7 @@ Per item, the mean negative log-probability of the correct choice's answer token
 {context}\\nAnswer:"`` (−ℓ_c in :mod:`.task_margin`'s notation): the bounded likelihood objective. Unlike the
 margin it cannot improve by making the wrong answers less likely, and it is never below 0 (its loss floor,
 so ranking queries stop early). Only the answer positions of the correct choices go through the LM head.
-Facts: ``depthprune.core.objectives.OBJECTIVES["task_ce"]``.
+Facts: ``ground.core.objectives.OBJECTIVES["task_ce"]``.
 """
 
 from __future__ import annotations

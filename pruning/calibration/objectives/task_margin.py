@@ -5,7 +5,7 @@ With ℓ(choice) the mean log-probability of the answer tokens given ``"Question
 item with correct choice c scores Σ_{j≠c} (ℓ_c − ℓ_j); its loss is the negated margin (more negative =
 better). The choices are answer *texts* (:mod:`pruning.calibration.data.commonsense` parses them out of
 Commonsense-170k's instructions). Only the answer positions go through the LM head. Facts:
-``depthprune.core.objectives.OBJECTIVES["task_margin"]``.
+``ground.core.objectives.OBJECTIVES["task_margin"]``.
 
 ``margin_clip`` TAU (``--margin-clip``; default None, PuDDing's margin unchanged) clips each item's margin to
 [-TAU, TAU]: the loss is then bounded, and a search gains nothing by pushing a few items' margins ever higher.

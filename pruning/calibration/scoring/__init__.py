@@ -17,7 +17,7 @@
 * :mod:`.bench` — the naive-comparison bench (:func:`compare_with_naive`).
 """
 
-from depthprune.core.lazy import lazy_exports
+from ground.core.lazy import lazy_exports
 
 _EXPORTS = {
     "SubsetEvaluator": "pruning.calibration.scoring.evaluator",

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from pruning.calibration.config import CalibrationConfig
 from pruning.calibration.scoring.build import build_evaluator
 from pruning.calibration.scoring.evaluator import SubsetEvaluator

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 from pruning.calibration.config import CalibrationConfig
 from pruning.calibration.data.sampling import load_samples
 from pruning.calibration.objectives.batches import make_batches, truncated_items

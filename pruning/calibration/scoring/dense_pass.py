@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from depthprune.core.objectives import Objective
+from ground.core.objectives import Objective
 from pruning.calibration.config import CalibrationConfig
 from pruning.calibration.objectives import configured_loss
 from pruning.calibration.scoring.packing import RunBatch

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from depthprune.core.objectives import Objective
+from ground.core.objectives import Objective
 from pruning.calibration.config import CalibrationConfig
 from pruning.calibration.objectives import configured_loss, get_objective
 from pruning.calibration.objectives.batches import CalibrationBatch
@@ -83,7 +83,7 @@ class SubsetEvaluator:
         self.naive, self.progress = naive, progress
         self.shortcuts = shortcuts and not naive
         self.objective = get_objective(config.objective)
-        """The calibration objective's facts (:class:`~depthprune.core.objectives.Objective`)."""
+        """The calibration objective's facts (:class:`~ground.core.objectives.Objective`)."""
         self.loss = configured_loss(config)
         """Its loss with the configuration's parameters, ``loss(batch, hidden, head, reference) -> per-sample
         losses``."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 
 RECOMPILE_LIMIT = 64
 """Graphs one compiled function may hold (one per batch shape and grad mode); dynamo's default of 8 would

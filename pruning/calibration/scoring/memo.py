@@ -46,8 +46,8 @@ from collections.abc import Iterable
 from dataclasses import asdict
 from pathlib import Path
 
-from depthprune.core.errors import UserError
-from depthprune.core.files import write_atomically, write_text_atomically
+from ground.core.errors import UserError
+from ground.core.files import write_atomically, write_text_atomically
 from pruning.calibration.scoring.shortcuts import PartialScore
 from pruning.model.blocks import validate_removed
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from depthprune.core.objectives import MULTIPLE_CHOICE, Objective
+from ground.core.objectives import MULTIPLE_CHOICE, Objective
 from pruning.calibration.config import CalibrationConfig
 from pruning.calibration.objectives.batches import CalibrationBatch
 from pruning.model.blocks import BlockStack

@@ -6,7 +6,7 @@ almost always a typo, and skipping it silently hid the item the user meant to ty
 
 from __future__ import annotations
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 
 
 def option_items(text: str, option: str, example: str) -> list[str]:

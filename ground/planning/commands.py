@@ -1,7 +1,7 @@
 """One plan builder per heavy command: prune, study, heal, eval and serve.
 
-Each takes the parsed config.json (see :func:`~depthprune.planning.shape.read_model_config`), the run's
-sizes and the devices, and returns a :class:`~depthprune.planning.plan.MemoryPlan` with advice. The sizes
+Each takes the parsed config.json (see :func:`~ground.planning.shape.read_model_config`), the run's
+sizes and the devices, and returns a :class:`~ground.planning.plan.MemoryPlan` with advice. The sizes
 a run should use are in ``plan.choices`` (``calibration_batch``, ``memory_budget_gb``, ``kl_reference``,
 ``max_model_len``, per-engine ``gpu_memory_utilization``).
 """
@@ -11,11 +11,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from depthprune.planning import estimates as est
-from depthprune.planning.devices import DTYPE_BYTES, GIB, Devices
-from depthprune.planning.parameters import count_parameters, lora_parameters
-from depthprune.planning.plan import HOST, Item, MemoryPlan, Step, with_advice
-from depthprune.planning.shape import ModelShape, model_shape
+from ground.planning import estimates as est
+from ground.planning.devices import DTYPE_BYTES, GIB, Devices
+from ground.planning.parameters import count_parameters, lora_parameters
+from ground.planning.plan import HOST, Item, MemoryPlan, Step, with_advice
+from ground.planning.shape import ModelShape, model_shape
 
 DEFAULT_LORA_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 LORA_BYTES_PER_PARAMETER = 16
@@ -54,7 +54,7 @@ class CalibrationSizes:
 
 def _host_bytes(devices: Devices) -> int:
     """Host memory the boundary cache may spill to."""
-    from depthprune.planning.devices import host_memory_bytes
+    from ground.planning.devices import host_memory_bytes
 
     if devices.kind == "cpu":
         return devices.memory_bytes

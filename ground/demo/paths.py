@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from depthprune.core.errors import UserError
-from depthprune.core.settings import home_dir
-from depthprune.demo.recipe import DemoRecipe
+from ground.core.errors import UserError
+from ground.core.settings import home_dir
+from ground.demo.recipe import DemoRecipe
 
 DATA_FILES = ("train", "text_calibration", "text_test", "qa_calibration", "qa_test")
 """The data files of a demo model: training documents, then held-out text and questions per split."""

@@ -1,6 +1,6 @@
 """The memory plan of one command: each step's peak on the fullest device, the sizes chosen, and advice.
 
-A :class:`MemoryPlan` is made from config.json alone (see :mod:`depthprune.planning.commands` for one
+A :class:`MemoryPlan` is made from config.json alone (see :mod:`ground.planning.commands` for one
 builder per command) and answers three questions before any weight is loaded: does every step fit the
 devices, which chunk sizes should the run use (calibration batch, boundary cache, KL reference, vLLM's
 ``max_model_len`` and memory shares), and if it does not fit, what to change (one line, e.g. "use --gpus 2
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
-from depthprune.planning.devices import GIB, Devices
+from ground.planning.devices import GIB, Devices
 
 DEVICE = "device"
 HOST = "host"

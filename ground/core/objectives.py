@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from depthprune.core.registry_table import NamedTable
+from ground.core.registry_table import NamedTable
 
 TEXT = "text"
 """Data kind: text documents, cut into windows or instances of ``seq_len`` tokens."""
@@ -119,7 +119,7 @@ OBJECTIVES: NamedTable[Objective] = NamedTable(
     interface=Objective,
 )
 """Every calibration objective, by name: the one registry (module docstring: how to add one). A
-:class:`~depthprune.core.registry_table.NamedTable` of :class:`Objective` entries, given as themselves."""
+:class:`~ground.core.registry_table.NamedTable` of :class:`Objective` entries, given as themselves."""
 
 
 def get_objective(name: str) -> Objective:

@@ -1,6 +1,6 @@
 """The embedded demo model: a small Llama trained from scratch here, because no weights can be downloaded.
 
-:func:`ensure_demo_model` generates a corpus (:mod:`depthprune.demo.corpus`), trains a byte-level BPE
+:func:`ensure_demo_model` generates a corpus (:mod:`ground.demo.corpus`), trains a byte-level BPE
 tokenizer on it, trains a ``LlamaForCausalLM`` deterministically (fixed seed, fixed data order), measures
 it against a unigram baseline and chance, and writes an ordinary Hugging Face checkpoint plus the held-out
 data the other commands use::
@@ -34,10 +34,10 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from depthprune.core.errors import UserError
-from depthprune.core.files import exclusive_lock, lock_beside
-from depthprune.demo.paths import DATA_FILES, data_file, default_demo_dir
-from depthprune.demo.recipe import FORMAT_VERSION, DemoRecipe
+from ground.core.errors import UserError
+from ground.core.files import exclusive_lock, lock_beside
+from ground.demo.paths import DATA_FILES, data_file, default_demo_dir
+from ground.demo.recipe import FORMAT_VERSION, DemoRecipe
 
 # Steps between re-reading the load average to choose the thread count.
 THREAD_CHECK_STEPS = 20
@@ -151,7 +151,7 @@ def build_demo_model(recipe: DemoRecipe, directory: Path, progress: bool = True)
     import torch
     import transformers
 
-    from depthprune.demo.corpus import generate_corpus
+    from ground.demo.corpus import generate_corpus
 
     directory.mkdir(parents=True, exist_ok=True)
     corpus = generate_corpus(

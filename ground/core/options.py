@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from depthprune.core.cli_options import cli, option_group
+from ground.core.cli_options import cli, option_group
 
 SEED_HELP = "Seed of every random choice the command makes."
 """``--seed``'s help (:class:`SeedOptions`, and the configs with a seed option of their own)."""
@@ -37,7 +37,7 @@ class JsonOptions:
 @option_group
 @dataclass(frozen=True)
 class DeviceOptions:
-    """Where a torch computation runs, as typed (``depthprune.planning.devices.auto_device_dtype`` resolves
+    """Where a torch computation runs, as typed (``ground.planning.devices.auto_device_dtype`` resolves
     ``auto``)."""
 
     dtype: str = "auto"

@@ -1,10 +1,10 @@
 """Memory planning from config.json alone: what each step of a command needs, against the devices.
 
 Nothing here imports torch: the gateway sizes its vLLM engines with it. Run ``depthprune prune ... --dry-run``
-(or study/heal/eval/serve) to see a plan; :mod:`~depthprune.planning.commands` builds them.
+(or study/heal/eval/serve) to see a plan; :mod:`~ground.planning.commands` builds them.
 """
 
-from depthprune.planning.commands import (
+from ground.planning.commands import (
     CalibrationSizes,
     HealSizes,
     plan_eval,
@@ -14,11 +14,11 @@ from depthprune.planning.commands import (
     plan_study,
     shape_for,
 )
-from depthprune.planning.devices import Devices, plan_devices, resolve_device, resolve_dtype
-from depthprune.planning.parameters import count_parameters
-from depthprune.planning.plan import MemoryPlan
-from depthprune.planning.report import EXIT_DOES_NOT_FIT, EXIT_FITS, dry_run, print_plan, refuse_unless_fits
-from depthprune.planning.shape import ModelShape, model_shape, read_model_config
+from ground.planning.devices import Devices, plan_devices, resolve_device, resolve_dtype
+from ground.planning.parameters import count_parameters
+from ground.planning.plan import MemoryPlan
+from ground.planning.report import EXIT_DOES_NOT_FIT, EXIT_FITS, dry_run, print_plan, refuse_unless_fits
+from ground.planning.shape import ModelShape, model_shape, read_model_config
 
 __all__ = [
     "EXIT_DOES_NOT_FIT",

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 
 # Defaults transformers' config classes fill in when config.json leaves a field out (per model_type).
 MODEL_TYPE_DEFAULTS: dict[str, dict] = {

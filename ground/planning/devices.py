@@ -16,7 +16,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 
 GIB = 1024**3
 DEFAULT_GPU_MEMORY_GIB = 80.0

@@ -1,6 +1,6 @@
 """The demo model's recipe: every setting that determines what ``depthprune demo-model`` builds.
 
-Its hash names the cache entry (:func:`depthprune.demo.paths.default_demo_dir`), so a changed recipe builds
+Its hash names the cache entry (:func:`ground.demo.paths.default_demo_dir`), so a changed recipe builds
 a new model instead of reusing a stale one. Pure Python: the data paths need it without torch.
 """
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from depthprune.planning.parameters import ParameterCount
+from ground.planning.parameters import ParameterCount
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def place_blocks(count: ParameterCount, devices: int, tied: bool) -> BlockPlacem
     """Contiguous runs of blocks on ``devices`` cards that make the most loaded card as light as possible.
 
     Args:
-        count: the model's parameters by part (:func:`~depthprune.planning.parameters.count_parameters`).
+        count: the model's parameters by part (:func:`~ground.planning.parameters.count_parameters`).
         devices: cards to spread over (at least 1; more cards than blocks leaves the rest empty).
         tied: the LM head shares the embedding's weight (it then stays on the first card).
 

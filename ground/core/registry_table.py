@@ -21,7 +21,7 @@ import inspect
 from collections.abc import Iterator, Mapping
 from typing import Generic, Protocol, TypeVar
 
-from depthprune.core.errors import UserError
+from ground.core.errors import UserError
 
 T = TypeVar("T")
 

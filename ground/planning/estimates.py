@@ -9,9 +9,9 @@ so no ``seq_len ** 2`` scores are counted.
 
 from __future__ import annotations
 
-from depthprune.planning.parameters import ParameterCount, active_block_parameters, count_parameters
-from depthprune.planning.placement import place_blocks
-from depthprune.planning.shape import ModelShape
+from ground.planning.parameters import ParameterCount, active_block_parameters, count_parameters
+from ground.planning.placement import place_blocks
+from ground.planning.shape import ModelShape
 
 FP32 = 4
 LOGIT_BYTES_PER_POSITION_EXTRA = FP32 + FP32
@@ -41,7 +41,7 @@ EVALUATION_HEAD_CHUNK = 1024
 def weights_on_fullest_device(count: ParameterCount, dtype_bytes: int, devices: int) -> int:
     """Bytes of weights on the most loaded of ``devices`` cards, placed as loading places them.
 
-    The placement is :func:`~depthprune.planning.placement.place_blocks` (the device_map ``--gpus N`` loads):
+    The placement is :func:`~ground.planning.placement.place_blocks` (the device_map ``--gpus N`` loads):
     the embedding on the first card, the head on the last, blocks balanced between them.
     """
     if devices <= 1:

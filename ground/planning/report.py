@@ -1,13 +1,13 @@
-"""Showing a :class:`~depthprune.planning.plan.MemoryPlan`: a rich table or one JSON object, and the exit
+"""Showing a :class:`~ground.planning.plan.MemoryPlan`: a rich table or one JSON object, and the exit
 status of ``--dry-run`` (0 when it fits, 3 when it does not)."""
 
 from __future__ import annotations
 
 import json
 
-from depthprune.core.errors import UserError
-from depthprune.planning.devices import GIB
-from depthprune.planning.plan import HOST, MemoryPlan
+from ground.core.errors import UserError
+from ground.planning.devices import GIB
+from ground.planning.plan import HOST, MemoryPlan
 
 EXIT_FITS = 0
 EXIT_DOES_NOT_FIT = 3

@@ -1,4 +1,4 @@
-"""Exact parameter counts of a :class:`~depthprune.planning.shape.ModelShape`, per part and per block.
+"""Exact parameter counts of a :class:`~ground.planning.shape.ModelShape`, per part and per block.
 
 The count is what ``sum(p.numel() for p in model.parameters())`` gives for the architectures the shape
 reader knows (tied embeddings counted once); the tests hold it against published totals.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from depthprune.planning.shape import ModelShape
+from ground.planning.shape import ModelShape
 
 
 @dataclass(frozen=True)

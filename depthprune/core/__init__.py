@@ -1,6 +1,0 @@
-"""The ground layer: small modules every other package may import, and which import none of them.
-
-* :mod:`~depthprune.core.objectives` — the table of calibration objectives and the facts they carry
-  (:data:`~depthprune.core.objectives.OBJECTIVES`), shared by ``pruning`` (which scores them) and ``server``
-  (which routes to the best variant of one, by its name or a synonym).
-"""
