@@ -467,10 +467,24 @@ def test_a_fresh_report_finds_every_seed_of_a_deterministic_search_in_the_regist
     }
     manifest = json.loads((tmp_path / "report" / "cells.json").read_text())["cells"]
     assert {cell["search_device"] for cell in manifest} == {variants[0].search_options["cost"]["device"]}
+    # each cell names its draw's documents: one record per seed, the searches of a seed sharing it
+    items = {(cell["search"], cell["seed"]): cell["calibration_items"] for cell in manifest}
+    assert {record["unit"] for record in items.values()} == {"document"}
+    assert all(len(record["sha256_16"]) == 3 for record in items.values())
+    assert items["one_shot", 0] == items["greedy", 0] != items["greedy", 1] == items["one_shot", 1]
     config.out, config.progress = tmp_path / "report-again", True
     capsys.readouterr()
     run_study(config)
     assert "4 cells, 4 already done, 0 to run" in capsys.readouterr().out
+    again = json.loads((config.out / "study.json").read_text())["cells"]
+    assert {(cell["search"], cell["seed"]): cell["calibration_items"] for cell in again} == items
+    # the committed records' backfill draws the same items from the manifest alone
+    from benchmarks.study_calibration_items import fill
+
+    found, differing = fill(tmp_path / "report")
+    assert differing == [] and {cell["key"]: found[cell["key"]] for cell in manifest} == {
+        cell["key"]: cell["calibration_items"] for cell in manifest
+    }
 
 
 def test_a_study_evaluates_the_offline_suite(tiny_demo_like, tmp_path):

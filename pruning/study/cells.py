@@ -61,6 +61,10 @@ class CellResult:
     search_device: str | None = None
     """What ran the search (:func:`ground.planning.devices.device_name`): its seconds compare only with
     seconds measured on the same; None: recorded before it was kept."""
+    calibration_items: dict | None = None
+    """Fingerprints of the calibration draw's documents or questions (``{"unit", "sha256_16"}``,
+    :mod:`pruning.calibration.data.fingerprints`); filled by :func:`~pruning.study.calibration_items.
+    fill_calibration_items`."""
 
     def matches(self, cell: Cell) -> bool:
         """Whether this result was produced under ``cell``'s accounting and protection."""

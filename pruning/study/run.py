@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pruning.study.calibration_items import fill_calibration_items
 from pruning.study.cells import (
     CellResult,
     fill_reused,
@@ -79,6 +80,7 @@ def run_study(config: StudyConfig) -> Path:
     if missing:
         prune_missing(plan, missing, done, save)
     fill_reused(plan, done)
+    fill_calibration_items(plan, done)
     dense.update(evaluate_all(plan, done, registry, save))
     save()
     healing = None

@@ -35,6 +35,7 @@ from pathlib import Path
 
 from ground.core.errors import UserError
 from ground.core.files import exclusive_lock
+from pruning.study.calibration_items import fill_calibration_items
 from pruning.study.cells import (
     CellResult,
     fill_reused,
@@ -214,6 +215,7 @@ def collect_results(plan: StudyPlan, queue, registry) -> dict[str, CellResult]:
         if cell is not None and state.state == DONE and state.variant_id is not None:
             done[cell.key] = result_of_variant(cell, registry.resolve(state.variant_id))
     fill_reused(plan, done)  # cells a pinned draw lets copy the first seed's are never queued
+    fill_calibration_items(plan, done)
     return done
 
 
