@@ -2,13 +2,15 @@
 
 SmolLM2-135M (the embedded model) served as ``dense`` and as a variant without 8 of its 30 blocks, behind
 ``depthprune serve``; the experiment has the control ``dense``, an A/A arm (dense under another name) and the
-variant, every completion shadow-scored by dense. 240 sampled (temperature 1) streamed requests through the
-official ``openai`` client, the report read six times on the way: every request answered 200, the variant
+variant, every completion shadow-scored by dense. 120 sampled (temperature 1) streamed requests through the
+official ``openai`` client (users 0-119: 40, 41 and 39 of them on the three arms, by the sticky hash), the
+report read four times on the way: every request answered 200, the variant
 ``worse`` with its ``nll_delta`` sequence above 0, the A/A arm's sequence holding 0 and the A/A arm never
 ``worse``, ``faster`` or ``slower`` at any look. Then a guardrail added by PUT stops the variant: weight 0,
 one change by ``guardrail``, no later request answered by it.
 
-Run: ``.venv/bin/python -m pytest tests/test_experiments_vllm.py -q -s`` (about 4 minutes on 2 cores).
+Run: ``.venv/bin/python -m pytest tests/test_experiments_vllm.py -q -s`` (about 5 minutes on 2 cores,
+3 of them starting the two engines).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from server.experiment_report import report
 pytestmark = [pytest.mark.slow, pytest.mark.vllm]
 
 REMOVED = [3, 6, 9, 12, 15, 18, 21, 24]  # 8 of 30 blocks, spread over the depth
-REQUESTS, LOOKS = 240, 6
+REQUESTS, LOOKS = 120, 4  # the variant is `worse` from the first look allowed to decide (30 scored)
 ADMIN = {"authorization": "Bearer admin-secret"}
 PROMPTS = [
     "Write one sentence about the sea:",
@@ -146,5 +148,5 @@ def test_the_experiment_decides_and_its_guardrail_acts(gateway):
     history = httpx.get(f"{url}/admin/experiments/ab/history", headers=ADMIN).json()["changes"]
     assert [change["actor"] for change in history].count("guardrail") == 1
     with ThreadPoolExecutor(4) as pool:
-        later = list(pool.map(lambda user: ask(client, user), range(1000, 1040)))
+        later = list(pool.map(lambda user: ask(client, user), range(1000, 1020)))
     assert {arm for arm, _ in later} <= {"dense", "dense-aa"} and {s for _, s in later} == {200}
