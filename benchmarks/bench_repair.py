@@ -14,8 +14,9 @@ On a home where ``make demo`` left its SmolLM2 variants (M = 8 of 30), for each 
    bootstrap interval, the accuracy difference with its paired interval and McNemar's p).
 
 Prints the markdown tables of docs/benchmarks.md ("SmolLM2-135M: repair methods compared") and writes the raw
-JSON under ``--out`` (``--render`` prints the tables again from there). Run on a quiet machine (the heal
-seconds are a result)::
+JSON under ``--out`` (``--render`` prints the tables again from there). Resumable: run the same command again
+after a kill and the heals already in ``--out/heals.json`` are kept with their seconds. Run on a quiet
+machine (the heal seconds are a result)::
 
     DEPTHPRUNE_HOME=~/.depthprune heavy --quiet .venv/bin/python -m benchmarks.bench_repair --out /tmp/repair
     DEPTHPRUNE_HOME=~/.depthprune heavy --quiet .venv/bin/python -m benchmarks.bench_repair \
@@ -166,6 +167,14 @@ def rendered(out: Path) -> list[str]:
     )
 
 
+def recorded_heals(out: Path) -> list[dict]:
+    """The heals an earlier run into ``out`` finished (``heals.json``): a run killed between heals resumes
+    after the last one, each heal keeping the seconds it was measured in (a heal run again would find its
+    child in the registry and time nothing)."""
+    path = out / "heals.json"
+    return json.loads(path.read_text()) if path.is_file() else []
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True, help="directory for the JSON and logs")
@@ -197,9 +206,15 @@ def main(argv: list[str] | None = None) -> None:
     if args.children:
         for parent, child in zip(args.parents.split(","), args.children.split(","), strict=True):
             names += [parent, child]
+    done = {(heal["parent"], heal["method"]): heal for heal in recorded_heals(args.out)}
     for parent in [] if args.children else args.parents.split(","):
         names.append(parent)  # the parent before its children: eval pairs each child with it
         for method in methods:
+            if (parent, method) in done:  # healed by an earlier run into this --out: its own seconds kept
+                heals.append(done[parent, method])
+                names.append(done[parent, method]["name"])
+                print(f"heal {parent} ({method}): kept from {args.out / 'heals.json'}", file=sys.stderr)
+                continue
             command = [*depthprune, "heal", parent, "--method", method, "--data", args.data, "--json"]
             healed, seconds = run_json(
                 command + METHOD_ARGS[method], args.out / f"heal-{parent}-{method}.log"

@@ -79,3 +79,29 @@ def test_eval_pairs_each_result_of_a_child_with_its_parent():
     paired = child[0].settings["statistics"][AGAINST_PARENT]
     assert paired["accuracy_delta"] == -0.25 and paired["items_lost"] == 10 and paired["items_gained"] == 0
     assert paired["mcnemar_p"] < 0.01 and paired["verdict"] == "worse" and paired["baseline"] == "parent"
+
+
+def test_a_killed_run_resumes_after_its_last_heal(tmp_path, monkeypatch):
+    """A heal recorded in heals.json is kept with its seconds, not run again (it would find its child in the
+    registry and time nothing); the heals after it run, and eval pairs every child with its parent."""
+    import benchmarks.bench_repair as bench
+
+    kept = {"parent": "ppl-best", "method": "patch", "name": "ppl-best-patched", "seconds": 316.4}
+    (tmp_path / "heals.json").write_text(json.dumps([kept]))
+    commands = []
+
+    def fake_run(command, log):
+        commands.append(command[3:])
+        if command[3] == "heal":
+            return {"name": f"{command[4]}-{command[6]}"}, 12.0
+        return [model("dense", True, 11.19)], 5.0
+
+    monkeypatch.setattr(bench, "run_json", fake_run)
+    bench.main(["--out", str(tmp_path), "--parents", "ppl-best", "--methods", "patch,lora"])
+    assert [command[:4] for command in commands] == [
+        ["heal", "ppl-best", "--method", "lora"],
+        ["eval", "dense", "ppl-best", "ppl-best-patched"],
+    ]
+    assert commands[1][:5] == ["eval", "dense", "ppl-best", "ppl-best-patched", "ppl-best-lora"]
+    heals = json.loads((tmp_path / "heals.json").read_text())
+    assert heals == [kept, {"parent": "ppl-best", "method": "lora", "name": "ppl-best-lora", "seconds": 12.0}]
