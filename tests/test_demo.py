@@ -206,7 +206,7 @@ def test_the_demo_model_keeps_its_plan():
     assert plan.suite == "demo" and plan.serve_args == ("--vllm-arg=--enforce-eager",) and not plan.repair
     assert "repair" not in plan.describe()
     full = plan_demo(DemoConfig(model="demo"), num_blocks=16)
-    assert full.serve_args == ()  # a full run serves compiled engines
+    assert full.serve_args == ()  # the default recipe serves compiled engines
     assert full.drop == 4 and (full.sizes.text_samples, full.sizes.seq_len) == (32, 128)
     assert (full.sizes.num_prompts, full.sizes.output_len, full.sizes.rounds) == (48, 64, 2)
 

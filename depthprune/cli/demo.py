@@ -147,10 +147,12 @@ REAL_SERVE_ARGS = ("--max-model-len", "512", "--vllm-arg=--enforce-eager")
 """``depthprune serve`` options for a real model: without torch.compile and with a short context (the
 load test needs 160 tokens), a SmolLM2 engine starts in about 1 minute on 2 cores instead of 2.5, and
 dense and variants run the same way, so their ratio holds."""
-DEMO_QUICK_SERVE_ARGS = ("--vllm-arg=--enforce-eager",)
-"""``depthprune serve`` options for the demo model, ``--quick`` (what the tests run): compiling its engines
-took most of the quick run's serving step on 2 cores, more than the load test they serve; a full run keeps
-vLLM's default (compiled), whose speed the demo model's table reports."""
+TINY_SERVE_ARGS = ("--vllm-arg=--enforce-eager",)
+"""``depthprune serve`` options for the demo model's ``tiny`` recipe (8 blocks of width 64: a smoke run, what
+the tests run): compiled or not, its engines' speed is per-step overhead, not its blocks (measured 2026-11-28
+on 2 cores, ``--quick``: ppl-best / dense 0.89 compiled, 1.01 [0.24, 4.25] eager), and compiling three
+engines held the run up: 431 s compiled, 251 s eager (engines ready at 6:29 and 3:27). The default recipe
+serves vLLM's default, compiled."""
 
 
 @dataclass(frozen=True)
@@ -417,7 +419,7 @@ def plan_demo(config: DemoConfig, num_blocks: int) -> DemoPlan:
         data=dict(DEMO_DATA if demo else REAL_DATA),
         searches=config.searches or (DEMO_SEARCHES if demo else REAL_SEARCHES),
         sizes=sizes,
-        serve_args=(DEMO_QUICK_SERVE_ARGS if config.quick else ()) if demo else REAL_SERVE_ARGS,
+        serve_args=(TINY_SERVE_ARGS if config.recipe == "tiny" else ()) if demo else REAL_SERVE_ARGS,
         repair=not demo,
     )
 
