@@ -7,8 +7,8 @@ with the token the person typed into its login form (kept in the tab's ``session
 
 * ``GET /ui/api/experiments``: every experiment with its arms, weights, version and latest verdicts;
 * ``GET /ui/api/experiments/{name}``: one experiment's spec and version, its arms (variant, removed blocks,
-  weight, share), the latest sampled figures (:mod:`server.experiment_series`), guardrail stops and the
-  change history;
+  weight, share, the ideal TPOT ratio and whether the latest ratio lies wholly below it), the latest sampled
+  figures (:mod:`server.experiment_series`), guardrail stops and the change history;
 * ``GET /ui/api/experiments/{name}/series?after=SEQ``: the sampled points after ``SEQ`` (the charts).
 
 Who may look: the admin token or, when the gateway has one, the API key; a gateway with neither shows the
@@ -37,6 +37,7 @@ from fastapi import APIRouter, FastAPI, Request
 from starlette.responses import JSONResponse, Response
 
 from server.errors import GatewayError
+from server.experiment_comparison import beyond_ideal, ideal_tpot_ratio
 from server.experiment_report import guardrail_stops
 from server.experiment_series import FIELDS, SeriesSampler
 from server.experiment_sync import StoreUnavailable, spec_json
@@ -251,6 +252,7 @@ async def ui_experiment_state(request: Request, name: str) -> Response:
     latest = state.series.latest.get(name)
     body["figures"] = None if latest is None else {"time": latest.time, "arms": latest.arms}
     body["peers"] = None if latest is None else latest.peers
+    judge_against_ideal(body["arms"], latest.arms if latest else {})
     body.update(await _history(state, name, version))
     return _keep(state, key, _json(body))
 
@@ -278,6 +280,17 @@ async def ui_experiment_series(request: Request, name: str, after: int = -1) -> 
 def _sampler_facts(state) -> dict[str, Any]:
     series = state.series
     return {"interval_s": series.interval_s, "max_points": series.max_points, "samples": series.samples}
+
+
+def judge_against_ideal(arms: list[dict[str, Any]], figures: dict[str, dict]) -> None:
+    """Each arm's ``ideal_tpot_ratio`` (its kept blocks over the control's: the most depth pruning can give)
+    and ``beyond_ideal``, whether its latest TPOT ratio lies wholly below it, as ``experiments report`` says
+    them: the page marks such a ratio an artefact until explained, never a gain."""
+    control = next((arm for arm in arms if arm["control"]), {})
+    for arm in arms:
+        arm["ideal_tpot_ratio"] = None if arm["control"] else ideal_tpot_ratio(arm, control)
+        versus = (figures.get(arm["name"]) or {}).get("vs_control") or {}
+        arm["beyond_ideal"] = beyond_ideal(versus, arm["ideal_tpot_ratio"])
 
 
 def _arm_fields(arm: dict, variants: dict | None = None) -> dict[str, Any]:

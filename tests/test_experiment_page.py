@@ -178,6 +178,7 @@ def test_the_page_shows_the_arms_their_figures_and_the_history(backends):
         assert [arm["name"] for arm in state["arms"]] == ["dense", "dense-aa", "twin"]
         twin = next(arm for arm in state["arms"] if arm["name"] == "twin")
         assert twin["weight"] == 2 and twin["share"] == 0.5 and twin["removed_blocks"] == []
+        assert twin["beyond_ideal"] is False and state["arms"][0]["ideal_tpot_ratio"] is None  # the control
         assert state["control"] == "dense" and state["spec"]["arms"][2]["weight"] == 2
         assert [change["what"] for change in state["history"]] == [
             "created with arms dense (1), dense-aa (1), twin (1)",
@@ -190,6 +191,34 @@ def test_the_page_shows_the_arms_their_figures_and_the_history(backends):
         last = series["points"][-1]["seq"]
         later = http.get(f"{url}/ui/api/experiments/ab/series?after={last}", headers=ADMIN).json()
         assert all(point["seq"] > last for point in later["points"])
+
+
+def test_a_ratio_wholly_below_the_ideal_is_marked_as_the_report_marks_it():
+    """8 of 30 blocks removed: the TPOT ratio cannot go below 22/30; an interval wholly below it is flagged
+    (the page writes 'an artefact until explained, not a gain'), one reaching it is not."""
+    from server.ui import judge_against_ideal
+
+    arms = [
+        {"name": "dense", "control": True, "removed_blocks": [], "num_blocks": 30},
+        {"name": "pruned", "control": False, "removed_blocks": list(range(8)), "num_blocks": 30},
+        {"name": "other", "control": False, "removed_blocks": list(range(8)), "num_blocks": 30},
+        {"name": "unknown", "control": False, "removed_blocks": [], "num_blocks": None},
+    ]
+    figures = {
+        "pruned": {"vs_control": {"tpot_ratio_cs95": [0.61, 0.70]}},
+        "other": {"vs_control": {"tpot_ratio_cs95": [0.70, 0.74]}},
+    }
+    judge_against_ideal(arms, figures)
+    ideal = {arm["name"]: arm["ideal_tpot_ratio"] for arm in arms}
+    assert ideal == {
+        "dense": None,
+        "pruned": pytest.approx(22 / 30),
+        "other": pytest.approx(22 / 30),
+        "unknown": None,
+    }
+    assert [arm["beyond_ideal"] for arm in arms] == [False, True, False, False]
+    page = (ROOT / "server/static/page.js").read_text()
+    assert "arm.beyond_ideal" in page and "state.shadow_rate > 0" in page
 
 
 def test_a_gateway_adds_its_peers_figures_as_the_report_does(backends, tmp_path):

@@ -281,13 +281,16 @@
         el("td", {}, versus ? verdict(versus.quality) : "—"),
         figureCell(versus && versus.tpot_ratio, versus && versus.tpot_ratio_cs95),
         figureCell(versus && versus.e2el_ratio, versus && versus.e2el_ratio_cs95),
-        el("td", {}, versus ? verdict(versus.speed) : "—", stop ? el("div", { class: "guardrail", text: `stopped by guardrail (v${stop.version})` }) : null),
+        el("td", {}, versus ? verdict(versus.speed) : "—",
+          arm.beyond_ideal ? el("div", { class: "beyond-ideal", text: `TPOT ratio wholly below ${fmt(arm.ideal_tpot_ratio, 3)}, the most its removed blocks can give: an artefact until explained, not a gain` }) : null,
+          stop ? el("div", { class: "guardrail", text: `stopped by guardrail (v${stop.version})` }) : null),
         el("td", {}, action)
       );
     });
     const table = el("table", { id: "arms-table" }, el("thead", {}, el("tr", {}, header.map((h) => el("th", { text: h })))), el("tbody", {}, rows));
     for (const row of table.querySelectorAll("tbody tr")) row.querySelector(".swatch").style.background = colorOf(row.dataset.arm);
     const notes = [];
+    if (state.shadow_rate > 0) notes.push(el("p", { class: "hint shadow-note", text: `Shadow rate ${pct(state.shadow_rate)}: the control's engine also scores the arms' answers, which slows the control and so flatters every other arm's speed ratios; decide speed on traffic with shadow scoring off or at a low rate.` }));
     if (!state.viewer.admin) notes.push(el("p", { class: "hint", text: "Stopping an arm needs the admin token." }));
     document.getElementById("arms").replaceChildren(table, ...notes);
     for (const button of document.querySelectorAll("button.stop")) button.disabled = !state.viewer.admin;
