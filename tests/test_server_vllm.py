@@ -1,6 +1,9 @@
 """End to end: ``depthprune serve`` with the real vLLM CPU engine serving a dense tiny Llama and a pruned
 variant of it (``pruning.model.checkpoint.write_pruned_checkpoint``), both resolved from a registry, called
-through the official ``openai`` client, streaming included. One gateway for the session (two engine starts).
+through the official ``openai`` client, streaming included; and ``--speculative dense-spec=ppl-best:3``: dense
+with the 4-of-6-block variant drafting, whose greedy completions equal dense's token for token (dense verifies
+every drafted token) and whose drafted and accepted tokens reach the gateway's ``/metrics``. One gateway for
+the session, three engine starts (the speculative test had its own gateway and two more before).
 
 Run: ``.venv/bin/python -m pytest tests/test_server_vllm.py -q``
 """
@@ -23,6 +26,9 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}assistant:{% endif %}"
 )
 MAX_MODEL_LEN = 128
+K = 3
+"""Tokens ``dense-spec``'s draft proposes per step."""
+PROMPTS = ["w5 w6 w7", "w100 w17 w42 w9", "w200", "w33 w33 w33 w33 w33"]
 EXACT = {"ignore_eos": True}  # exactly max_tokens tokens, whatever the random model says
 
 
@@ -58,6 +64,12 @@ def served_gateway(tiny_model_dirs, tmp_path_factory):
         "--max-model-len",
         str(MAX_MODEL_LEN),
         f"--vllm-arg=--chat-template={work / 'chat.jinja'}",
+        "--speculative",
+        f"dense-spec=ppl-best:{K}",
+        # vLLM's CPU worker sizes its memory from this fraction too: three engines (one holding two models)
+        # beside the test run need less than its default
+        "--gpu-memory-utilization",
+        "0.25",
         "--vllm-arg=--max-num-seqs=8",
         "--vllm-arg=--enforce-eager",
         "--start-timeout",
@@ -77,10 +89,10 @@ def client(served_gateway) -> openai.OpenAI:
 
 def test_models_show_the_registry_facts(client, served_gateway):
     _, summary = served_gateway
-    assert set(summary["variants"]) == {"dense", "ppl-best"}
+    assert set(summary["variants"]) == {"dense", "ppl-best", "dense-spec"}
     assert all(state["up"] and state["managed"] for state in summary["variants"].values())
     cards = {card.id: card.model_dump() for card in client.models.list()}
-    assert set(cards) == {"dense", "ppl-best", "llama-ab"}
+    assert set(cards) == {"dense", "ppl-best", "dense-spec", "llama-ab"}
     assert cards["ppl-best"]["removed_blocks"] == [2, 3] and cards["ppl-best"]["objective"] == "perplexity"
     assert cards["ppl-best"]["max_model_len"] == MAX_MODEL_LEN and cards["ppl-best"]["num_blocks"] == 6
     assert (
@@ -169,3 +181,35 @@ def gateway_samples(url: str) -> dict:
         for family in text_string_to_metric_families(text)
         for sample in family.samples
     }
+
+
+def test_speculative_arm_is_lossless_and_reports_acceptance(served_gateway):
+    url = served_gateway[0]
+    with httpx.Client(base_url=url, timeout=120) as client:
+        cards = {card["id"]: card for card in client.get("/v1/models").json()["data"]}
+        assert cards["dense-spec"]["speculative"] == {
+            "draft": "ppl-best",
+            "num_speculative_tokens": K,
+            "target": "dense",
+        }
+        for prompt in PROMPTS:
+            body = dict(prompt=prompt, max_tokens=24, temperature=0, ignore_eos=True, logprobs=0)
+            answers = {
+                model: client.post("/v1/completions", json={**body, "model": model}).json()["choices"][0]
+                for model in ("dense", "dense-spec")
+            }
+            tokens = {model: answer["logprobs"]["tokens"] for model, answer in answers.items()}
+            assert len(tokens["dense"]) == 24 and tokens["dense-spec"] == tokens["dense"], prompt
+        metrics = client.get("/metrics").text
+    values = {
+        line.split("{")[0]: float(line.rsplit(" ", 1)[1])
+        for line in metrics.splitlines()
+        if line.startswith("depthprune_gateway_spec_decode_num_")
+        and 'variant="dense-spec"' in line
+        and "per_pos" not in line
+    }
+    drafts = values["depthprune_gateway_spec_decode_num_drafts_total"]
+    drafted = values["depthprune_gateway_spec_decode_num_draft_tokens_total"]
+    accepted = values["depthprune_gateway_spec_decode_num_accepted_tokens_total"]
+    assert drafts > 0 and drafted == K * drafts and 0 <= accepted <= drafted
+    assert 'variant="dense"}' not in metrics.split("spec_decode_num_drafts", 1)[1].split("# HELP", 1)[0]
