@@ -23,16 +23,16 @@ from pruning.calibration.config import CalibrationConfig
 from pruning.calibration.data.fingerprints import DrawFingerprints
 from pruning.calibration.data.specs import spec_kind
 from pruning.study.paths import resolved_path
+from pruning.study.plan import instance_length
 
 
 def cell_calibration(config: dict, cell: dict) -> CalibrationConfig:
     """The draw a manifest cell was calibrated on (the fields that decide which items are drawn)."""
-    choice = spec_kind(cell["data"]) == "multiple_choice" and config.get("choice_seq_len")
     return CalibrationConfig(
         objective=cell["objective"],
         data=cell["data"],
         samples=config["samples"],
-        seq_len=config["choice_seq_len"] if choice else config["seq_len"],
+        seq_len=instance_length(spec_kind(cell["data"]), config["seq_len"], config.get("choice_seq_len")),
         seed=cell["data_seed"] if cell.get("data_seed") is not None else 0,
         sampling=config.get("sampling") or "documents",
     )
@@ -63,7 +63,8 @@ def write(directory: Path, found: dict[str, dict]) -> None:
         record = json.loads(text)
         for cell in record["cells"]:
             cell["calibration_items"] = found[cell["key"]]
-        indent = len(text.splitlines()[1]) - len(text.splitlines()[1].lstrip(" "))  # the file's own
+        second = text.splitlines()[1]
+        indent = len(second) - len(second.lstrip(" "))  # the file's own
         write_text_atomically(
             path, json.dumps(record, indent=indent, default=str) + text[len(text.rstrip()) :]
         )

@@ -86,6 +86,12 @@ def ideal_tpot_ratio(arm_facts: dict, control_facts: dict) -> float | None:
     return kept / control_kept if control_kept else None
 
 
+def against_ideal(arm_facts: dict, control_facts: dict, versus: dict[str, Any]) -> dict[str, Any]:
+    """``ideal_tpot_ratio`` and ``beyond_ideal`` of an arm whose comparison with the control is ``versus``."""
+    ideal = ideal_tpot_ratio(arm_facts, control_facts)
+    return {"ideal_tpot_ratio": ideal, "beyond_ideal": beyond_ideal(versus, ideal)}
+
+
 def beyond_ideal(versus: dict[str, Any], ideal: float | None) -> bool:
     """Whether the arm's TPOT ratio lies wholly below what removing its blocks can give: a measurement
     artefact until explained (the control's engine slowed by shadow scoring, a shared machine), not a gain."""

@@ -24,7 +24,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from ground.core.errors import UserError
-from server.experiment_comparison import beyond_ideal, compare_arms, ideal_tpot_ratio
+from server.experiment_comparison import against_ideal, compare_arms
 from server.metrics import MOMENTS_FAMILY
 from server.sequential import QUALITY_MARGIN, Moments
 
@@ -244,9 +244,7 @@ def _check_ideal(rows: list[dict[str, Any]], control: str | None) -> None:
     control_facts = next((row["facts"] for row in rows if row["name"] == control), {})
     for row in rows:
         if "vs_control" in row:
-            ideal = ideal_tpot_ratio(row["facts"], control_facts)
-            row["vs_control"]["ideal_tpot_ratio"] = ideal
-            row["vs_control"]["beyond_ideal"] = beyond_ideal(row["vs_control"], ideal)
+            row["vs_control"].update(against_ideal(row["facts"], control_facts, row["vs_control"]))
 
 
 def _comparison(spec: dict | None, card: dict | None) -> dict[str, Any]:

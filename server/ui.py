@@ -37,7 +37,7 @@ from fastapi import APIRouter, FastAPI, Request
 from starlette.responses import JSONResponse, Response
 
 from server.errors import GatewayError
-from server.experiment_comparison import beyond_ideal, ideal_tpot_ratio
+from server.experiment_comparison import against_ideal
 from server.experiment_report import guardrail_stops
 from server.experiment_series import FIELDS, SeriesSampler
 from server.experiment_sync import StoreUnavailable, spec_json
@@ -288,9 +288,12 @@ def judge_against_ideal(arms: list[dict[str, Any]], figures: dict[str, dict]) ->
     them: the page marks such a ratio an artefact until explained, never a gain."""
     control = next((arm for arm in arms if arm["control"]), {})
     for arm in arms:
-        arm["ideal_tpot_ratio"] = None if arm["control"] else ideal_tpot_ratio(arm, control)
         versus = (figures.get(arm["name"]) or {}).get("vs_control") or {}
-        arm["beyond_ideal"] = beyond_ideal(versus, arm["ideal_tpot_ratio"])
+        arm.update(
+            {"ideal_tpot_ratio": None, "beyond_ideal": False}
+            if arm["control"]
+            else against_ideal(arm, control, versus)
+        )
 
 
 def _arm_fields(arm: dict, variants: dict | None = None) -> dict[str, Any]:

@@ -329,7 +329,6 @@ def _calibrations(config: StudyConfig, data: list[str], seq_len: int) -> list:
     Raises:
         UserError: an objective has no data of its kind.
     """
-    from ground.core.objectives import MULTIPLE_CHOICE
     from pruning.calibration.config import CalibrationConfig
     from pruning.calibration.data.specs import parse_spec
     from pruning.calibration.objectives import get_objective
@@ -344,7 +343,7 @@ def _calibrations(config: StudyConfig, data: list[str], seq_len: int) -> list:
                 f"objective {objective!r} needs {kind.replace('_', '-')} data; none in --data "
                 f"{','.join(data)}"
             )
-        length = config.choice_seq_len if kind == MULTIPLE_CHOICE and config.choice_seq_len else seq_len
+        length = instance_length(kind, seq_len, config.choice_seq_len)
         for spec in matching if config.cross_controls else matching[:1]:
             calibrations.append(
                 CalibrationConfig(
@@ -359,6 +358,14 @@ def _calibrations(config: StudyConfig, data: list[str], seq_len: int) -> list:
                 )
             )
     return calibrations
+
+
+def instance_length(kind: str, seq_len: int, choice_seq_len: int | None) -> int:
+    """The calibration sequence length of data of ``kind``: ``--choice-seq-len`` for questions when given,
+    else ``--seq-len``."""
+    from ground.core.objectives import MULTIPLE_CHOICE
+
+    return choice_seq_len if kind == MULTIPLE_CHOICE and choice_seq_len else seq_len
 
 
 def _clips(objective: str) -> bool:

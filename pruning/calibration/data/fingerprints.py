@@ -23,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from ground.core.objectives import TEXT
 from pruning.calibration.data.items import ChoiceItem, ChoiceSamples, TextSamples
 
 HEX_DIGITS = 16
@@ -74,22 +75,24 @@ def calibration_fingerprints(calibration, tokenizer, split: str = "calibration")
         tokenizer: the model's tokenizer (a document shorter than the sequence length is skipped).
         split: the source's split.
     """
-    from pruning.calibration.data.sampling import load_samples
-    from pruning.calibration.data.specs import load_documents
+    from pruning.calibration.data.sampling import draw_text, sample_choices
+    from pruning.calibration.data.specs import load_documents, spec_kind
 
-    samples = load_samples(
-        calibration.data,
+    if spec_kind(calibration.data) != TEXT:
+        return sample_fingerprints(
+            sample_choices(calibration.data, calibration.samples, calibration.seed, split)
+        )
+    documents = load_documents(calibration.data, split)  # once: the draw and the fingerprints both read them
+    drawn = draw_text(
+        documents,
         tokenizer,
         calibration.samples,
         calibration.seq_len,
         calibration.seed,
-        split,
+        calibration.data,
         calibration.sampling,
     )
-    documents = None
-    if isinstance(samples, TextSamples) and samples.documents is not None:
-        documents = load_documents(calibration.data, split)
-    return sample_fingerprints(samples, documents)
+    return sample_fingerprints(drawn, documents)
 
 
 class DrawFingerprints:
@@ -102,8 +105,13 @@ class DrawFingerprints:
         self.drawn: dict[tuple, dict] = {}
 
     def __call__(self, calibration) -> dict:
-        key = (calibration.data, calibration.samples, calibration.seq_len, calibration.seed)
-        key += (calibration.sampling,)
+        key = (
+            calibration.data,
+            calibration.samples,
+            calibration.seq_len,
+            calibration.seed,
+            calibration.sampling,
+        )
         if key not in self.drawn:
             self.drawn[key] = calibration_fingerprints(calibration, self.tokenizer)
         return self.drawn[key]

@@ -176,7 +176,14 @@ def sample_text(
     """
     if sampling not in SAMPLINGS:
         raise UserError(f"unknown sampling {sampling!r}; use one of {', '.join(SAMPLINGS)}")
-    documents = load_documents(spec, split)
+    return draw_text(load_documents(spec, split), tokenizer, samples, seq_len, seed, spec, sampling)
+
+
+def draw_text(
+    documents: list[str], tokenizer, samples: int, seq_len: int, seed: int, spec: str, sampling: str
+) -> TextSamples:
+    """:func:`sample_text`'s draw from a split's documents already loaded (``sampling`` one of
+    :data:`SAMPLINGS`), for a caller that needs the documents too."""
     draw = sample_documents if sampling == "documents" else sample_stream_windows
     return draw(documents, tokenizer, samples, seq_len, seed, spec)
 
