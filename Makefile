@@ -6,6 +6,8 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-cpu
 PYTEST_ARGS ?=
+# Two pytest-xdist workers (tests/conftest.py says how the modules are shared out); PYTEST_WORKERS=0 runs one process.
+PYTEST_WORKERS ?= 2
 
 .PHONY: install test demo lint clean
 
@@ -27,7 +29,8 @@ install: $(STAMP)
 # CPython 3.11 two threads building ASTs at once fail with "AST constructor recursion depth mismatch"
 # (python/cpython#106905) -- a lazy import in a test beside a gateway's server thread failed CI that way.
 test: $(STAMP)
-	PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(BIN)/python -m pytest -p _hypothesis_pytestplugin $(PYTEST_ARGS)
+	PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(BIN)/python -m pytest -p _hypothesis_pytestplugin -p xdist.plugin \
+		-n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder $(PYTEST_ARGS)
 
 demo: $(STAMP)
 	$(BIN)/depthprune demo

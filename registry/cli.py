@@ -275,11 +275,13 @@ def compare(
         return
     from rich.table import Table
 
+    rows = comparison_rows(entries)
     table = Table(title="Variants side by side", header_style="bold")
-    table.add_column("", style="bold", no_wrap=True)
+    # the labels keep their width; a value too long for the terminal folds onto more lines, never cut short
+    table.add_column("", style="bold", no_wrap=True, min_width=max(len(label) for label, _ in rows))
     for entry in entries:
-        table.add_column(entry["variant"]["name"], no_wrap=True)
-    for label, cells in comparison_rows(entries):
+        table.add_column(entry["variant"]["name"], overflow="fold")
+    for label, cells in rows:
         table.add_row(label, *cells)
     _console().print(table)
 

@@ -9,6 +9,12 @@ from pathlib import Path
 
 import pytest
 
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # One thread per worker (set before anything imports torch; subprocesses inherit it): two workers of two
+    # OpenMP threads each on two cores spin at every barrier waiting for a thread that is not running, which
+    # made small-tensor tests ten times slower than alone
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 
 @pytest.fixture(scope="session", autouse=True)
 def isolated_home(tmp_path_factory) -> Path:
@@ -115,3 +121,45 @@ def postgres_admin_url():
         pytest.skip(message)
     with TemporaryPostgres() as server:
         yield server.admin_url
+
+
+# `make test` runs the suite in two pytest-xdist workers (-n 2 --dist loadscope --no-loadscope-reorder):
+# starting a vLLM engine is a chain of single-threaded imports (API server, engine core, worker), so on two
+# cores one worker's engines start while the other runs other tests. Every module is one unit of work (its
+# module and session fixtures are built once, and the tests that scan the machine's processes never meet
+# their own module in the other worker), the modules sharing the tiny vLLM server one unit together, and the
+# slowest units go first so that neither worker is left with a long one at the end.
+SHARED_UNITS = {"test_experiments.py": "vllm-tiny-server", "test_loadtest_vllm.py": "vllm-tiny-server"}
+SLOWEST_FIRST = (
+    "test_demo.py",
+    "test_experiments_vllm.py",
+    "test_experiments.py",
+    "test_server_vllm.py",
+    "test_checkpoint.py",
+    "test_real_model.py",
+    "test_study.py",
+    "test_work_queue.py",
+    "test_heal.py",
+    "test_study_ray.py",
+    "test_study_seeds.py",
+)
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {module: position for position, module in enumerate(SLOWEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a module's own order is kept
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Units of work by module, SHARED_UNITS joined (xdist's own --dist loadgroup reads groups from node ids
+    that pytest 9.2 no longer lets it rewrite: pytest-dev/pytest-xdist#1386)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleUnits(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return SHARED_UNITS.get(Path(module).name, module)
+
+    return ModuleUnits(config, log)
