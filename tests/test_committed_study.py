@@ -10,6 +10,7 @@ from pruning.study.reading import reading_facts, render_reading
 
 STUDY = Path(__file__).resolve().parent.parent / "docs" / "study-smollm2-135m"
 SIZE = STUDY / "calibration-size"
+ARM = STUDY / "task-objectives-64"
 YARDSTICK = {"suites": ["offline"], "limit": 200, "windows": 32, "seq_len": 128}
 """Issue 42's independent yardstick as every committed cell records its evaluation."""
 
@@ -27,8 +28,9 @@ def test_the_committed_study_has_task_cells_of_whole_questions_and_a_draw_per_se
 
 def test_the_committed_readings_are_generated_from_their_study_json():
     cross = STUDY / "cross-controls"
-    expected = render_reading(reading_facts(load(STUDY), load(cross), load(SIZE)))
+    expected = render_reading(reading_facts(load(STUDY), load(cross), load(SIZE), [load(ARM)]))
     assert (STUDY / "reading.md").read_text() == expected
+    assert (ARM / "reading.md").read_text() == render_reading(reading_facts(load(ARM)))
     assert "**Calibration size: do more questions rescue the task objectives?**" in expected
     assert (cross / "reading.md").read_text() == render_reading(reading_facts(load(cross), load(cross)))
     assert (SIZE / "reading.md").read_text() == render_reading(reading_facts(load(SIZE)))
@@ -39,7 +41,7 @@ def test_the_studys_figures_in_docs_study_md_are_generated_from_its_json():
     (``python -m benchmarks.study_reading ... --prose docs/study.md``), not typed."""
     from pruning.study.prose import BEGIN, END, study_paragraph
 
-    arms = [load(arm) for arm in (STUDY / "task-objectives-64",) if (arm / "study.json").is_file()]
+    arms = [load(ARM)]
     study = load(STUDY)
     expected = study_paragraph(study, reading_facts(study, None, load(SIZE), arms))
     document = (STUDY.parent / "study.md").read_text()

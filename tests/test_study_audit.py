@@ -138,3 +138,22 @@ def test_section_5_3_correlates_the_calibration_loss_and_names_cells_with_too_fe
     assert MIN_DISTINCT_MASKS > 2
     text = render_reading(reading_facts(data))
     assert "perplexity on text-a M = 8 seed 1 (2 distinct masks)" in text
+
+
+def test_an_arm_of_task_objectives_is_also_read_against_the_studys_perplexity_cells():
+    """Issue 55 item 2: the paper's pair of objectives in the arm's regime, the arm's task_margin against the
+    main study's perplexity cells of the same M, seeds and searches, with its bootstrap interval."""
+    arm = study(seeds=(0,))
+    arm["cells"] = [c for c in arm["cells"] if c["objective"] == "task_margin"]
+    arm["summary"]["calibrations"] = [
+        {**c, "samples": 64, "margin_clip": 1.0}
+        for c in arm["summary"]["calibrations"]
+        if c["objective"] != "perplexity"
+    ]
+    facts = reading_facts(study(), arms=[arm])
+    paired = facts["audit"]["arms"][0]["movement_with_perplexity"]
+    expected = movement_interval(Cells(study(seeds=(0,))), paper_only=True, drops=[8])
+    assert (
+        paired["ratio"] == expected["ratio"] and paired["ci95"] == expected["ci95"] and paired["seeds"] == [0]
+    )
+    assert "Its task_margin against the main study's perplexity cells" in render_reading(facts)

@@ -107,6 +107,15 @@ def _audit(facts: dict) -> str:
     )
 
 
+def _paper_pair(movement: dict | None) -> str:
+    """The arm's task_margin against perplexity calibration (the paper's pair), when the reading has it."""
+    if not movement:
+        return ""
+    low_high = movement["ci95"]
+    interval = f" [95 % {low_high[0]:.2f}, {low_high[1]:.2f}]" if low_high else ""
+    return f", {movement['ratio']:.2f}{interval} between its task_margin and perplexity calibration"
+
+
 def _arms(facts: dict) -> str:
     parts = []
     size = facts.get("calibration_size") or {}
@@ -129,6 +138,8 @@ def _arms(facts: dict) -> str:
             f" The arm of {'/'.join(map(str, arm['questions']))} questions (task_margin clipped at ±1, "
             f"task_ce; seeds {', '.join(map(str, movement['seeds']))}): §5.2 ratio {movement['ratio']:.2f}"
             + (f" [95 % {low_high[0]:.2f}, {low_high[1]:.2f}]" if low_high else "")
+            + " between its two objectives"
+            + _paper_pair(arm.get("movement_with_perplexity"))
             + "; variants below dense on their calibration loss: "
             + ", ".join(f"{r['objective']} {r['below_dense']} of {r['variants']}" for r in beating)
             + "."

@@ -268,7 +268,7 @@ def audit_facts(study: dict, arms: list[dict] | None = None) -> dict:
     """Every number of the audit's paragraphs, from ``study.json`` (and each arm's)."""
     cells = Cells(study)
     return {
-        "arms": [arm_facts(arm) for arm in arms or []],
+        "arms": [arm_facts(arm, study) for arm in arms or []],
         "budgets": budget_facts(cells),
         "movement_like": movement_interval(cells, paper_only=True),
         "movement_every_objective": movement_interval(cells, paper_only=False),
@@ -277,19 +277,31 @@ def audit_facts(study: dict, arms: list[dict] | None = None) -> dict:
     }
 
 
-def arm_facts(arm: dict) -> dict:
+def arm_facts(arm: dict, study: dict | None = None) -> dict:
     """§5.2 on an arm of more calibration questions (every configuration it ran), with its bootstrap interval,
-    and its variants that beat dense on their own calibration loss."""
+    and its variants that beat dense on their own calibration loss. With the main ``study``, §5.2 also on the
+    paper's pair of objectives: the arm's task_margin against the study's perplexity cells of the same M,
+    seeds and searches (a perplexity calibration asks no questions, so those cells are the arm's as much as
+    the study's; judged on the same yardstick)."""
     cells = Cells(arm)
     questions = sorted({c["samples"] for c in arm["summary"].get("calibrations", [])})
     clips = {c["objective"]: c["margin_clip"] for c in arm["summary"]["calibrations"] if c.get("margin_clip")}
-    return {
+    found = {
         "questions": questions,
         "margin_clip": clips,
         "movement": movement_interval(cells, paper_only=False, drops=cells.drops),
         "beating_dense": dense_beating_facts(cells),
         "budgets": budget_facts(cells),
     }
+    borrowed = [
+        cell
+        for cell in (study or {}).get("cells", [])
+        if cell["objective"] == "perplexity" and cell["drop"] in cells.drops and cell["seed"] in cells.seeds
+    ]
+    if borrowed:
+        joined = Cells({**arm, "cells": arm["cells"] + borrowed})
+        found["movement_with_perplexity"] = movement_interval(joined, paper_only=True, drops=cells.drops)
+    return found
 
 
 # ------------------------------------------------------------------------------------------------- text
@@ -359,6 +371,11 @@ def movement_interval_text(facts: dict) -> str:
             f"({', '.join(arm['movement']['configurations'])}{'; ' + clipped if clipped else ''}; seeds "
             f"{', '.join(map(str, arm['movement']['seeds']))}): {_interval(arm['movement'])}."
         )
+        if arm.get("movement_with_perplexity"):
+            text += (
+                " Its task_margin against the main study's perplexity cells (same M, seeds and searches; the "
+                f"paper's pair of objectives in this regime): {_interval(arm['movement_with_perplexity'])}."
+            )
     return (
         text
         + " Each verdict holds for the regime it was measured in: few calibration items, one small model."
