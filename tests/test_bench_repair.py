@@ -4,8 +4,9 @@ gap it recovered, re-rendered from a run's files without running anything."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
-from benchmarks.bench_repair import rendered
+from benchmarks.bench_repair import TASKS, rendered
 
 
 def model(label: str, baseline: bool, perplexity: float, **paired) -> dict:
@@ -105,3 +106,32 @@ def test_a_killed_run_resumes_after_its_last_heal(tmp_path, monkeypatch):
     assert commands[1][:5] == ["eval", "dense", "ppl-best", "ppl-best-patched", "ppl-best-lora"]
     heals = json.loads((tmp_path / "heals.json").read_text())
     assert heals == [kept, {"parent": "ppl-best", "method": "lora", "name": "ppl-best-lora", "seconds": 12.0}]
+
+
+RECORD = Path(__file__).resolve().parent.parent / "docs" / "repair-smollm2-135m"
+
+
+def test_the_committed_repair_comparison_pairs_every_child_with_its_parent_and_dense():
+    """Issue 55 item 6's acceptance, from the committed JSON alone: every child has, on every task, its
+    retention against dense and its paired difference from its parent, each with a 95 % interval."""
+    models = {entry["label"]: entry for entry in json.loads((RECORD / "eval.json").read_text())}
+    heals = json.loads((RECORD / "heals.json").read_text())
+    methods = {heal["method"] for heal in heals}
+    assert len(heals) == 8 and methods == {"patch", "lora", "distill", "last-blocks"}
+    for heal in heals:
+        tasks = models[heal["name"]]["tasks"]
+        for task, _ in TASKS:
+            record = tasks[task]
+            low, high = record["retention_ci95"]
+            assert low <= record["retention"] <= high
+            paired = record["against_parent"]
+            key = "perplexity_ratio" if "perplexity_ratio" in paired else "accuracy_delta"
+            low, high = paired[f"{key}_ci95"]
+            assert low <= paired[key] <= high and paired["verdict"]
+
+
+def test_the_repair_tables_in_benchmarks_md_are_rendered_from_the_committed_json():
+    """docs/benchmarks.md quotes the committed run's tables as `bench_repair --render` prints them."""
+    document = (RECORD.parent / "benchmarks.md").read_text()
+    tables = "\n".join(rendered(RECORD)).split("\n\n")
+    assert len(tables) == 3 and all(table in document for table in tables)
