@@ -150,6 +150,7 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a module's own order is kept
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: pytest without xdist runs the suite in one process
 def pytest_xdist_make_scheduler(config, log):
     """Units of work by module, SHARED_UNITS joined (xdist's own --dist loadgroup reads groups from node ids
     that pytest 9.2 no longer lets it rewrite: pytest-dev/pytest-xdist#1386)."""
