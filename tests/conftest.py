@@ -11,8 +11,8 @@ import pytest
 
 if os.environ.get("PYTEST_XDIST_WORKER"):
     # One thread per worker (set before anything imports torch; subprocesses inherit it): two workers of two
-    # OpenMP threads each on two cores spin at every barrier waiting for a thread that is not running, which
-    # made small-tensor tests ten times slower than alone
+    # OpenMP threads each on two cores spin at every barrier waiting for a thread that is not running (a 4-s
+    # evaluator test ran for minutes)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
