@@ -107,13 +107,10 @@ def _audit(facts: dict) -> str:
     )
 
 
-def _paper_pair(movement: dict | None) -> str:
-    """The arm's task_margin against perplexity calibration (the paper's pair), when the reading has it."""
-    if not movement:
-        return ""
+def _ratio(movement: dict) -> str:
+    """A §5.2 ratio with its bootstrap interval when it has one."""
     low_high = movement["ci95"]
-    interval = f" [95 % {low_high[0]:.2f}, {low_high[1]:.2f}]" if low_high else ""
-    return f", {movement['ratio']:.2f}{interval} between its task_margin and perplexity calibration"
+    return f"{movement['ratio']:.2f}" + (f" [95 % {low_high[0]:.2f}, {low_high[1]:.2f}]" if low_high else "")
 
 
 def _arms(facts: dict) -> str:
@@ -133,13 +130,12 @@ def _arms(facts: dict) -> str:
         )
     for arm in facts["audit"].get("arms", []):
         movement, beating = arm["movement"], arm["beating_dense"]
-        low_high = movement["ci95"]
+        pair = arm.get("movement_with_perplexity")  # its task_margin against perplexity: the paper's pair
         text += (
             f" The arm of {'/'.join(map(str, arm['questions']))} questions (task_margin clipped at ±1, "
-            f"task_ce; seeds {', '.join(map(str, movement['seeds']))}): §5.2 ratio {movement['ratio']:.2f}"
-            + (f" [95 % {low_high[0]:.2f}, {low_high[1]:.2f}]" if low_high else "")
-            + " between its two objectives"
-            + _paper_pair(arm.get("movement_with_perplexity"))
+            f"task_ce; seeds {', '.join(map(str, movement['seeds']))}): §5.2 ratio {_ratio(movement)} "
+            "between its two objectives"
+            + (f", {_ratio(pair)} between its task_margin and perplexity calibration" if pair else "")
             + "; variants below dense on their calibration loss: "
             + ", ".join(f"{r['objective']} {r['below_dense']} of {r['variants']}" for r in beating)
             + "."
