@@ -226,3 +226,21 @@ def test_the_environment_names_the_default_registry(populated, monkeypatch):
     monkeypatch.setenv("DEPTHPRUNE_REGISTRY_URL", populated["url"])
     code, out, _ = run_cli("variants", "list", "--json", "--no-dense")
     assert code == 0 and len(json.loads(out)) == 2
+
+
+def test_compare_keeps_every_label_whole_beside_a_value_wider_than_the_terminal(populated):
+    """A value too long for the 240-column table (here a calibration file's long path) folds onto more lines;
+    the row labels stay whole and nothing is cut to an ellipsis."""
+    long_data = "text:/" + "/".join(["a-rather-long-directory-name"] * 12) + "/traffic.jsonl"
+    with open_registry(populated["url"]) as registry:
+        variant = register_example_variant(
+            registry,
+            [4, 6],
+            base_model=BASE,
+            calibration={"objective": "ppl", "data": long_data, "samples": 8, "seq_len": 128, "seed": 0},
+            search="one_shot",
+        )
+    code, out, _ = run_cli("variants", "compare", "dense", variant.name, "--registry", populated["url"])
+    assert code == 0 and "…" not in out
+    assert all(f"│ {label}" in out for label in ("removed", "samples × seq_len", "calibration loss"))
+    assert "traffic.jsonl" in out
