@@ -11,6 +11,8 @@ from pruning.study.reading import reading_facts, render_reading
 STUDY = Path(__file__).resolve().parent.parent / "docs" / "study-smollm2-135m"
 SIZE = STUDY / "calibration-size"
 ARM = STUDY / "task-objectives-64"
+CROSS = STUDY / "cross-controls"
+ROOT = STUDY.parent.parent
 YARDSTICK = {"suites": ["offline"], "limit": 200, "windows": 32, "seq_len": 128}
 """Issue 42's independent yardstick as every committed cell records its evaluation."""
 
@@ -63,8 +65,8 @@ def test_the_readme_quotes_the_studys_current_figures():
 
 def test_every_committed_cell_is_judged_on_the_independent_yardstick_with_intervals():
     """Issue 42: two accuracy tasks of 200 items (one not built from pydoc), two perplexity texts, each with
-    its n and its 95 % interval, for every cell of the study and of its calibration-size arm."""
-    for directory in (STUDY, SIZE):
+    its n and its 95 % interval, for every cell of the study, its arms and its cross-controls (issue 55)."""
+    for directory in (STUDY, SIZE, ARM, CROSS):
         study = load(directory)
         assert study["dense"]["gcide_define/n"] == 200
         for row in study["cells"]:
@@ -80,6 +82,20 @@ def test_every_committed_cell_is_judged_on_the_independent_yardstick_with_interv
                 low, high = metrics[interval]
                 assert low <= metrics[value] <= high
             assert {key: row["evaluation"][key] for key in YARDSTICK} == YARDSTICK
+
+
+def test_every_data_file_a_committed_cell_calibrated_on_lives_in_the_repository():
+    """Issue 55: a cell's ``text:PATH`` names a file of this repository (relative to its root), so the study
+    can be searched again from a clone."""
+    files = set()
+    for directory in (STUDY, SIZE, ARM, CROSS):
+        for row in load(directory)["cells"]:
+            kind, _, path = row["data"].partition(":")
+            if kind == "text":
+                assert not Path(path).is_absolute(), row["data"]
+                files.add(path)
+    assert files  # the cross-controls' cloze-as-text file at least
+    assert all((ROOT / path).is_file() for path in files), files
 
 
 def test_no_committed_study_record_names_the_machine_that_ran_it():
