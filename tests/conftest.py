@@ -139,16 +139,17 @@ def postgres_admin_url():
 # slowest units go first so that neither worker is left with a long one at the end.
 SHARED_UNITS = {"test_experiments.py": "vllm-tiny-server", "test_loadtest_vllm.py": "vllm-tiny-server"}
 SLOWEST_FIRST = (
-    "test_demo.py",
     "test_experiments_vllm.py",
-    "test_experiments.py",
+    "test_demo.py",
     "test_server_vllm.py",
-    "test_checkpoint.py",
     "test_real_model.py",
-    "test_study.py",
+    "test_experiments.py",
+    "test_checkpoint.py",
     "test_work_queue.py",
-    "test_heal.py",
     "test_study_ray.py",
+    "test_study.py",
+    "test_memo_journal.py",
+    "test_heal.py",
     "test_study_seeds.py",
 )
 
