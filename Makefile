@@ -8,6 +8,9 @@ STAMP := $(VENV)/.installed-cpu
 PYTEST_ARGS ?=
 # Two pytest-xdist workers (tests/conftest.py says how the modules are shared out); PYTEST_WORKERS=0 runs one process.
 PYTEST_WORKERS ?= 2
+# A test that blocks fails after this many seconds instead of holding CI to its limit (a fuzz case once served
+# forever inside a worker). The longest test measured 512 s with its fixtures, beside another engine test.
+PYTEST_TIMEOUT_S ?= 1200
 
 .PHONY: install test demo lint clean
 
@@ -30,6 +33,7 @@ install: $(STAMP)
 # (python/cpython#106905) -- a lazy import in a test beside a gateway's server thread failed CI that way.
 test: $(STAMP)
 	PYTEST_DISABLE_PLUGIN_AUTOLOAD=1 $(BIN)/python -m pytest -p _hypothesis_pytestplugin -p xdist.plugin \
+		-p pytest_timeout --timeout $(PYTEST_TIMEOUT_S) \
 		-n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder $(PYTEST_ARGS)
 
 demo: $(STAMP)
