@@ -29,12 +29,11 @@ def test_the_committed_study_has_task_cells_of_whole_questions_and_a_draw_per_se
 
 
 def test_the_committed_readings_are_generated_from_their_study_json():
-    cross = STUDY / "cross-controls"
-    expected = render_reading(reading_facts(load(STUDY), load(cross), load(SIZE), [load(ARM)]))
+    expected = render_reading(reading_facts(load(STUDY), load(CROSS), load(SIZE), [load(ARM)]))
     assert (STUDY / "reading.md").read_text() == expected
     assert (ARM / "reading.md").read_text() == render_reading(reading_facts(load(ARM)))
     assert "**Calibration size: do more questions rescue the task objectives?**" in expected
-    assert (cross / "reading.md").read_text() == render_reading(reading_facts(load(cross), load(cross)))
+    assert (CROSS / "reading.md").read_text() == render_reading(reading_facts(load(CROSS), load(CROSS)))
     assert (SIZE / "reading.md").read_text() == render_reading(reading_facts(load(SIZE)))
 
 
